@@ -1,0 +1,49 @@
+# The two commands of the README: `make demo` and `make test`. Both set up everything they need
+# on a fresh machine: Redis from Debian, a Python virtualenv, Kafka's jars from Maven Central.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: setup demo test test-unit test-integration test-chaos-full bench down clean
+
+setup: $(STAMP) system-deps
+	@$(BIN)/python -c "from conveyor.runtime.jars import resolve_jars; resolve_jars()"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+# Debian's redis-server serves the real-time views; install it only where it is missing.
+system-deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server from Debian"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
+	@command -v mvn >/dev/null 2>&1 || { echo "mvn is required to resolve Kafka's jars"; exit 1; }
+
+# The demo platform end to end: clusters up, topics everywhere, a round trip through each cluster.
+demo: setup
+	$(BIN)/conveyor up
+	$(BIN)/conveyor topics apply
+	$(BIN)/conveyor smoke
+	$(BIN)/conveyor status
+	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
+
+test: setup
+	$(BIN)/python -m pytest tests -q
+
+test-unit: setup
+	$(BIN)/python -m pytest tests/unit -q
+
+bench: setup
+	$(BIN)/python -m bench.runtime_startup
+
+down:
+	$(BIN)/conveyor down
+
+clean: down
+	rm -rf .conveyor

@@ -1,0 +1,43 @@
+"""The ``conveyor`` command: nouns with verbs (``conveyor topics plan``), in the manner of dagster.
+
+Every option can also come from an environment variable with the CONVEYOR_ prefix (see --help).
+A :class:`~conveyor.errors.ConveyorError` reaching the top is printed as a message, never a
+traceback, and sets the exit status.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from conveyor.cli import config_cmd, runtime_cmd, topics_cmd
+from conveyor.cli.common import err_console
+from conveyor.config import ConfigError
+from conveyor.errors import ConveyorError
+
+app = typer.Typer(
+    name="conveyor",
+    help="Conveyor: event data on Apache Kafka, from services to the lake. Start with `conveyor up`.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+runtime_cmd.register(app)
+app.add_typer(topics_cmd.app, name="topics")
+app.add_typer(config_cmd.app, name="config")
+
+
+def main() -> None:
+    try:
+        app()
+    except ConfigError as err:
+        where = f"{err.source}: " if err.source else ""
+        err_console.print(f"[bold red]error:[/] {where}platform file is invalid ({len(err.problems)} problem(s))")
+        for problem in err.problems:
+            err_console.print(f"  {problem}", markup=False, highlight=False)
+        sys.exit(err.exit_code)
+    except ConveyorError as err:
+        err_console.print("[bold red]error:[/] ", end="")
+        err_console.print(str(err), markup=False, highlight=False)
+        sys.exit(err.exit_code)

@@ -1,0 +1,72 @@
+"""``conveyor topics plan`` and ``conveyor topics apply``: every topic in every cluster."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, err_console, platform_from
+from conveyor.topics import provisioner
+from conveyor.topics.plan import ChangeKind, ClusterPlan
+
+app = typer.Typer(help="Make every cluster's topics match platform.yaml.", no_args_is_help=True)
+
+ClusterOption = Annotated[
+    list[str] | None,
+    typer.Option("--cluster", "-c", envvar="CONVEYOR_CLUSTER", help="Only this cluster (repeatable)."),
+]
+PruneOption = Annotated[
+    bool, typer.Option("--prune", help="Also delete topics that platform.yaml does not declare.")
+]
+
+
+def _print_plans(plans: list[ClusterPlan]) -> None:
+    table = Table(title="topics: platform.yaml against the live clusters")
+    for column in ("cluster", "topic", "change", "detail"):
+        table.add_column(column)
+    for plan in plans:
+        if plan.in_sync:
+            table.add_row(plan.cluster, "", "[green]in sync[/]", "")
+        for change in plan.changes:
+            colour = "red" if change.kind == ChangeKind.delete else "yellow"
+            table.add_row(plan.cluster, change.topic, f"[{colour}]{change.kind.value}[/]", change.detail)
+        for refusal in plan.refusals:
+            table.add_row(plan.cluster, refusal.topic, "[bold red]cannot apply[/]", refusal.reason)
+    console.print(table)
+
+
+@app.command()
+def plan(
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    cluster: ClusterOption = None,
+    prune: PruneOption = False,
+) -> None:
+    """Show what `apply` would change: missing topics, fewer partitions than declared, config
+    drift, and what Kafka cannot change. Exits 1 when the plan holds something that cannot apply."""
+    plans = provisioner.plan(platform_from(platform), cluster, prune)
+    _print_plans(plans)
+    raise typer.Exit(1 if any(p.refusals for p in plans) else 0)
+
+
+@app.command()
+def apply(
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    cluster: ClusterOption = None,
+    prune: PruneOption = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm deletions without asking (for scripts).")] = False,
+) -> None:
+    """Create missing topics, add partitions and fix config drift on every cluster. Deletes only
+    with --prune, after a typed confirmation (or --yes). Changes nothing if any part cannot apply."""
+    platform_model = platform_from(platform)
+    plans = provisioner.plan(platform_model, cluster, prune)
+    _print_plans(plans)
+    deletions = [(p.cluster, c.topic) for p in plans for c in p.changes if c.kind == ChangeKind.delete]
+    if deletions and not yes and not any(p.refusals for p in plans):
+        answer = typer.prompt(f"type the platform name ({platform_model.name}) to delete {len(deletions)} topic(s)")
+        if answer != platform_model.name:
+            err_console.print("not confirmed; nothing was changed")
+            raise typer.Exit(1)
+    done = provisioner.apply(platform_model, plans)
+    console.print(f"applied {len(done)} change(s)" if done else "nothing to change")

@@ -1,0 +1,445 @@
+"""The platform model: one typed, validated view of ``platform.yaml``.
+
+Every part of Conveyor reads the platform through :func:`load_platform`; none parses YAML itself.
+Validation happens in two passes so that one bad file yields every problem at once, each with its
+path inside the file: pydantic checks shapes and ranges, then :func:`_cross_checks` checks the
+references between sections (a topic's replication against each cluster's brokers, a route's
+clusters, the services a topic names).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
+
+from conveyor.errors import ConveyorError
+
+DEFAULT_PLATFORM_FILE = "platform.yaml"
+
+# Names become Kafka topic names, directory names and metric labels: keep them to the safe subset.
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+_TOPIC_NAME = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,248}$"
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$")
+_DURATION_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*$", re.IGNORECASE)
+_SIZE_BYTES = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+def parse_duration_ms(value: Any) -> int:
+    """``"7d"`` -> 604800000. Integers are taken as milliseconds; -1 means "forever" (Kafka's)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a duration such as 30s, 15m, 7d")
+    if isinstance(value, int):
+        if value < -1:
+            raise ValueError("must be -1 (forever) or a duration such as 30s, 15m, 7d")
+        return value
+    if isinstance(value, str):
+        if value.strip() in ("-1", "forever"):
+            return -1
+        match = _DURATION.match(value)
+        if match:
+            return int(match.group(1)) * _DURATION_MS[match.group(2)]
+    raise ValueError(f"must be a duration such as 30s, 15m, 7d (got {value!r})")
+
+
+def parse_size_bytes(value: Any) -> int:
+    """``"1GiB"`` -> 1073741824. Integers are taken as bytes; -1 means "no limit" (Kafka's)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a size such as 512MiB or 10GB")
+    if isinstance(value, int):
+        if value < -1:
+            raise ValueError("must be -1 (no limit) or a size such as 512MiB")
+        return value
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match:
+            return int(match.group(1)) * _SIZE_BYTES[(match.group(2) or "b").lower()]
+    raise ValueError(f"must be a size such as 512MiB or 10GB (got {value!r})")
+
+
+DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
+SizeBytes = Annotated[int, BeforeValidator(parse_size_bytes)]
+Name = Annotated[str, Field(pattern=_NAME, max_length=64)]
+
+
+class _Model(BaseModel):
+    # Frozen so that a loaded platform is a value every part can share; extra=forbid so that a
+    # misspelt key is an error instead of a silently ignored setting.
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ClusterRole(str, Enum):
+    writable = "writable"
+    read = "read"
+
+
+class ReplicationDefaults(_Model):
+    """Replication of topics on a cluster unless a topic says otherwise."""
+
+    factor: int | None = Field(default=None, ge=1, description="default: min(3, brokers)")
+    min_insync: int | None = Field(default=None, ge=1, description="default: min(2, factor)")
+
+
+class Cluster(_Model):
+    """A Kafka cluster: started locally by ``conveyor up``, or an existing one at ``bootstrap``."""
+
+    role: ClusterRole
+    brokers: int = Field(default=1, ge=1, le=32)
+    racks: list[Name] = Field(default_factory=list)
+    #: Broker tags for isolation: tag -> broker ids (1-based) that carry it.
+    tags: dict[Name, list[Annotated[int, Field(ge=1)]]] = Field(default_factory=dict)
+    bootstrap: str | None = Field(default=None, min_length=1)
+    #: Extra librdkafka settings for reaching an existing cluster (security.protocol, sasl.*).
+    client: dict[str, SecretStr] = Field(default_factory=dict)
+    replication: ReplicationDefaults = Field(default_factory=ReplicationDefaults)
+
+    @model_validator(mode="after")
+    def _racks_cover_brokers(self) -> Cluster:
+        if self.racks and len(self.racks) != self.brokers:
+            raise ValueError(
+                f"racks names {len(self.racks)} racks for {self.brokers} brokers: "
+                "give one rack per broker, or none"
+            )
+        for tag, ids in self.tags.items():
+            outside = sorted(i for i in ids if i > self.brokers)
+            if outside:
+                raise ValueError(f"tag {tag!r} names broker ids {outside} beyond the {self.brokers} brokers")
+        return self
+
+    @property
+    def is_local(self) -> bool:
+        return self.bootstrap is None
+
+    @property
+    def default_replication_factor(self) -> int:
+        return self.replication.factor or min(3, self.brokers)
+
+    @property
+    def default_min_insync(self) -> int:
+        return self.replication.min_insync or min(2, self.default_replication_factor)
+
+    def broker_ids(self) -> list[int]:
+        return list(range(1, self.brokers + 1))
+
+    def rack_of(self, broker_id: int) -> str | None:
+        return self.racks[broker_id - 1] if self.racks else None
+
+    def tags_of(self, broker_id: int) -> list[str]:
+        return sorted(tag for tag, ids in self.tags.items() if broker_id in ids)
+
+
+class CleanupPolicy(str, Enum):
+    delete = "delete"
+    compact = "compact"
+    compact_delete = "compact,delete"
+
+
+class Topic(_Model):
+    partitions: int = Field(ge=1, le=10_000)
+    replication_factor: int | None = Field(default=None, ge=1)
+    min_insync_replicas: int | None = Field(default=None, ge=1)
+    retention: DurationMs = Field(default=7 * 86_400_000)
+    retention_bytes: SizeBytes = -1
+    cleanup_policy: CleanupPolicy = CleanupPolicy.delete
+    #: Path of the topic's JSON Schema, relative to platform.yaml.
+    contract: str | None = None
+    producers: list[Name] = Field(default_factory=list)
+    consumers: list[Name] = Field(default_factory=list)
+    #: Broker tag whose brokers alone may hold this topic's replicas.
+    isolation: Name | None = None
+    #: Clusters that carry the topic; default: every cluster.
+    clusters: list[Name] | None = None
+    #: Any other Kafka topic config, passed through as is (for example segment.ms).
+    config: dict[str, str] = Field(default_factory=dict)
+
+    def replication_on(self, cluster: Cluster) -> tuple[int, int]:
+        """(replication factor, min ISR) of this topic on ``cluster``."""
+        factor = self.replication_factor or cluster.default_replication_factor
+        min_insync = self.min_insync_replicas or min(cluster.default_min_insync, factor)
+        return factor, min_insync
+
+    def kafka_configs(self, cluster: Cluster) -> dict[str, str]:
+        """The topic-level Kafka configs Conveyor manages on ``cluster``."""
+        _, min_insync = self.replication_on(cluster)
+        configs = {
+            "cleanup.policy": self.cleanup_policy.value,
+            "retention.ms": str(self.retention),
+            "retention.bytes": str(self.retention_bytes),
+            "min.insync.replicas": str(min_insync),
+        }
+        configs.update(self.config)
+        return configs
+
+
+class Service(_Model):
+    """A service that publishes or consumes. Its token is stored only as a SHA-256 hex digest."""
+
+    token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    description: str = ""
+
+
+class Route(_Model):
+    """Replication of topics from a writable cluster into another cluster."""
+
+    source: Name
+    destination: Name
+    topics: list[str] = Field(default_factory=list)
+    #: A regular expression over topic names, instead of (or besides) the list.
+    pattern: str | None = None
+
+    @model_validator(mode="after")
+    def _selects_something(self) -> Route:
+        if not self.topics and self.pattern is None:
+            raise ValueError("a route needs topics, a pattern, or both")
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as err:
+                raise ValueError(f"pattern is not a valid regular expression: {err}") from None
+        return self
+
+    def selects(self, topic: str) -> bool:
+        return topic in self.topics or (
+            self.pattern is not None and re.fullmatch(self.pattern, topic) is not None
+        )
+
+
+class Redis(_Model):
+    enabled: bool = True
+    port: int | None = Field(default=None, ge=1024, le=65535, description="default: base_port - 1")
+    url: str | None = Field(default=None, description="an existing Redis instead of a local one")
+
+
+class Runtime(_Model):
+    """How ``conveyor up`` runs local clusters on this machine."""
+
+    #: Folder for data, logs and pid files, relative to platform.yaml.
+    home: str = ".conveyor"
+    #: First port; each node takes three consecutive ports (client, controller, metrics).
+    base_port: int = Field(default=19092, ge=1025, le=65000)
+    broker_heap: str = Field(default="320m", pattern=r"^\d+[mg]$")
+    controller_heap: str = Field(default="160m", pattern=r"^\d+[mg]$")
+    #: Seconds to wait for every cluster to report all its brokers.
+    start_timeout: float = Field(default=120.0, gt=0)
+    redis: Redis = Field(default_factory=Redis)
+
+
+class Pipeline(_Model):
+    """Settings of the Spark pipelines; each pipeline issue adds its own section."""
+
+    #: Cluster the pipelines read.
+    source: Name | None = None
+    #: Iceberg warehouse folder (relative to platform.yaml) or URI.
+    warehouse: str = ".conveyor/warehouse"
+
+
+class Platform(_Model):
+    version: int = Field(default=1, ge=1, le=1)
+    name: Name = "conveyor"
+    runtime: Runtime = Field(default_factory=Runtime)
+    clusters: dict[Name, Cluster] = Field(min_length=1)
+    topics: dict[Annotated[str, Field(pattern=_TOPIC_NAME)], Topic] = Field(default_factory=dict)
+    services: dict[Name, Service] = Field(default_factory=dict)
+    routes: dict[Name, Route] = Field(default_factory=dict)
+    pipeline: Pipeline = Field(default_factory=Pipeline)
+
+    #: Folder of the platform file; relative paths inside the file are relative to it.
+    root: Path = Field(default=Path("."), exclude=True)
+
+    def cluster(self, name: str) -> Cluster:
+        try:
+            return self.clusters[name]
+        except KeyError:
+            known = ", ".join(sorted(self.clusters))
+            raise ConfigError([Problem(f"clusters.{name}", f"no such cluster (known: {known})")]) from None
+
+    def topics_on(self, cluster_name: str) -> dict[str, Topic]:
+        """The topics that ``cluster_name`` carries."""
+        return {
+            name: topic
+            for name, topic in self.topics.items()
+            if topic.clusters is None or cluster_name in topic.clusters
+        }
+
+    def resolve(self, relative: str) -> Path:
+        path = Path(relative)
+        return path if path.is_absolute() else (self.root / path)
+
+    @property
+    def home(self) -> Path:
+        return self.resolve(self.runtime.home)
+
+    def local_clusters(self) -> dict[str, Cluster]:
+        return {name: c for name, c in self.clusters.items() if c.is_local}
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class ConfigError(ConveyorError):
+    """platform.yaml is unreadable or invalid; ``problems`` lists every problem found."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem], source: str | Path | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        where = f"{source}: " if source else ""
+        lines = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"{where}{len(problems)} problem(s)\n{lines}")
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _message(error: dict[str, Any]) -> str:
+    """A short message in the file's terms rather than pydantic's."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    bounds = {
+        "greater_than_equal": ">= {ge}", "greater_than": "> {gt}",
+        "less_than_equal": "<= {le}", "less_than": "< {lt}",
+    }
+    if kind in bounds:
+        return "must be " + bounds[kind].format(**ctx)
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "is not a known setting (check the spelling)"
+    if kind == "string_pattern_mismatch":
+        return f"must match {ctx.get('pattern')}"
+    if kind in ("too_short", "too_long") and "min_length" in ctx:
+        return f"must have at least {ctx['min_length']} item(s)"
+    if kind == "enum":
+        return f"must be one of {ctx.get('expected')}"
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"]))
+    return error["msg"][0].lower() + error["msg"][1:]
+
+
+def _cross_checks(platform: Platform) -> Iterator[Problem]:
+    for name, cluster in platform.clusters.items():
+        if cluster.is_local and cluster.client:
+            yield Problem(f"clusters.{name}.client", "only applies to a cluster given by bootstrap")
+        factor = cluster.default_replication_factor
+        if factor > cluster.brokers:
+            yield Problem(
+                f"clusters.{name}.replication.factor",
+                f"is {factor} but the cluster has {cluster.brokers} broker(s)",
+            )
+        if cluster.default_min_insync > factor:
+            yield Problem(
+                f"clusters.{name}.replication.min_insync",
+                f"is {cluster.default_min_insync}, above the replication factor {factor}",
+            )
+
+    for name, topic in platform.topics.items():
+        where = f"topics.{name}"
+        for cluster_name in topic.clusters or []:
+            if cluster_name not in platform.clusters:
+                yield Problem(f"{where}.clusters", f"names unknown cluster {cluster_name!r}")
+        for cluster_name, cluster in platform.clusters.items():
+            if name not in platform.topics_on(cluster_name):
+                continue
+            factor, min_insync = topic.replication_on(cluster)
+            if factor > cluster.brokers:
+                yield Problem(
+                    f"{where}.replication_factor",
+                    f"is {factor} but cluster {cluster_name!r} has {cluster.brokers} broker(s)",
+                )
+            if min_insync > factor:
+                yield Problem(
+                    f"{where}.min_insync_replicas",
+                    f"is {min_insync}, above the replication factor {factor} on cluster {cluster_name!r}",
+                )
+            if topic.isolation and topic.isolation in cluster.tags:
+                tagged = len(cluster.tags[topic.isolation])
+                if tagged < factor:
+                    yield Problem(
+                        f"{where}.isolation",
+                        f"tag {topic.isolation!r} is on {tagged} broker(s) of cluster {cluster_name!r}, "
+                        f"fewer than the replication factor {factor}",
+                    )
+        if topic.isolation and not any(topic.isolation in c.tags for c in platform.clusters.values()):
+            yield Problem(f"{where}.isolation", f"no cluster has brokers tagged {topic.isolation!r}")
+        for role in ("producers", "consumers"):
+            for service in getattr(topic, role):
+                if service not in platform.services:
+                    yield Problem(f"{where}.{role}", f"names unknown service {service!r}")
+        if topic.contract is not None and not platform.resolve(topic.contract).is_file():
+            yield Problem(f"{where}.contract", f"file {topic.contract} does not exist")
+
+    for name, route in platform.routes.items():
+        for end in ("source", "destination"):
+            cluster_name = getattr(route, end)
+            if cluster_name not in platform.clusters:
+                yield Problem(f"routes.{name}.{end}", f"names unknown cluster {cluster_name!r}")
+        if route.source == route.destination:
+            yield Problem(f"routes.{name}", "source and destination are the same cluster")
+        source = platform.clusters.get(route.source)
+        if source is not None and source.role != ClusterRole.writable:
+            yield Problem(f"routes.{name}.source", f"cluster {route.source!r} is not writable")
+        for topic in route.topics:
+            if topic not in platform.topics:
+                yield Problem(f"routes.{name}.topics", f"names unknown topic {topic!r}")
+
+    if platform.pipeline.source is not None and platform.pipeline.source not in platform.clusters:
+        yield Problem("pipeline.source", f"names unknown cluster {platform.pipeline.source!r}")
+
+
+def parse_platform(data: Any, root: Path = Path("."), source: str | Path | None = None) -> Platform:
+    """Validate already-parsed YAML; raise :class:`ConfigError` listing every problem."""
+    if not isinstance(data, dict):
+        raise ConfigError([Problem("", "the file must hold a mapping (clusters:, topics:, ...)")], source)
+    try:
+        platform = Platform.model_validate({**data, "root": root})
+    except ValidationError as err:
+        problems = [Problem(_path(e["loc"]), _message(e)) for e in err.errors()]
+        raise ConfigError(problems, source) from None
+    problems = list(_cross_checks(platform))
+    if problems:
+        raise ConfigError(problems, source)
+    return platform
+
+
+def load_platform(path: str | Path = DEFAULT_PLATFORM_FILE) -> Platform:
+    """Read and validate a platform file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(
+            [Problem("", f"no platform file at {path} (pass --platform or set CONVEYOR_PLATFORM)")]
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError([Problem("", f"{where}not valid YAML ({getattr(err, 'problem', err)})")], path) from None
+    return parse_platform(data, root=path.resolve().parent, source=path)

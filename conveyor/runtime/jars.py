@@ -1,0 +1,79 @@
+"""Kafka's jars, resolved from Maven Central through this package's pom.xml.
+
+Maven keeps the jars in its local repository (~/.m2); we keep only the classpath it printed, in a
+file named after the pom's hash, so that after the first run no network and no Maven start-up is
+needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from conveyor.runtime.errors import RuntimeSetupError
+
+POM = Path(__file__).with_name("pom.xml")
+_AGENT = "jmx_prometheus_javaagent"
+
+
+@dataclass(frozen=True)
+class Jars:
+    #: Everything the broker and Kafka's tools need.
+    classpath: str
+    #: The Prometheus JMX exporter, loaded as a java agent rather than put on the classpath.
+    jmx_agent: Path
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("CONVEYOR_CACHE", Path.home() / ".cache" / "conveyor"))
+
+
+def _cached_classpath_file(maven_repo: Path | None) -> Path:
+    digest = hashlib.sha256(POM.read_bytes() + str(maven_repo).encode()).hexdigest()[:16]
+    return cache_dir() / f"classpath-{digest}.txt"
+
+
+def _split(entries: list[str]) -> Jars:
+    agents = [e for e in entries if _AGENT in Path(e).name]
+    if len(agents) != 1:
+        raise RuntimeSetupError(f"expected one {_AGENT} jar among the resolved jars, found {len(agents)}")
+    return Jars(classpath=os.pathsep.join(e for e in entries if e not in agents), jmx_agent=Path(agents[0]))
+
+
+def resolve_jars(maven_repo: Path | None = None) -> Jars:
+    """The jars named by pom.xml; runs Maven only when the cached classpath is missing or stale.
+
+    ``maven_repo`` overrides Maven's local repository (the cold-start benchmark uses an empty one).
+    """
+    cached = _cached_classpath_file(maven_repo)
+    if cached.is_file():
+        entries = cached.read_text().strip().split(os.pathsep)
+        if entries and all(Path(e).is_file() for e in entries):
+            return _split(entries)
+
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise RuntimeSetupError("Maven (mvn) is not installed: it resolves Kafka's jars from Maven Central")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    out = cached.with_suffix(".tmp")
+    argv = [mvn, "-q", "-B", "-f", str(POM), "dependency:build-classpath", f"-Dmdep.outputFile={out}"]
+    if maven_repo is not None:
+        argv.append(f"-Dmaven.repo.local={maven_repo}")
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+        raise RuntimeSetupError(f"Maven could not resolve Kafka's jars from {POM}:\n{tail}")
+    out.replace(cached)
+    return _split(cached.read_text().strip().split(os.pathsep))
+
+
+def java_binary() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise RuntimeSetupError("java is not installed (Kafka 4 needs Java 17 or later)")
+    return java
