@@ -109,4 +109,6 @@ def consumer(
 
 
 def admin(platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None) -> AdminClient:
+    """An admin client. Keep it referenced until its futures resolve: librdkafka fails the pending
+    requests of a destroyed handle (_DESTROY), which a chained ``admin(...).create_topics(...)`` does."""
     return AdminClient(client_config(platform, cluster_name, overrides))

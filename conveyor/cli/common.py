@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,8 +11,10 @@ from rich.console import Console
 
 from conveyor.config import DEFAULT_PLATFORM_FILE, Platform, load_platform
 
-console = Console()
-err_console = Console(stderr=True)
+# Rich assumes 80 columns when output is not a terminal, which truncates tables in CI logs and
+# pipes; there, lines may be as long as they need.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 PlatformOption = Annotated[
     Path,

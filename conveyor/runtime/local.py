@@ -236,7 +236,7 @@ class LocalPlatform:
             progress("Waiting for brokers", ready, total)
             self._fail_if_dead()
             for name, layout in list(pending.items()):
-                if self._brokers_registered(name) >= len(layout.brokers) and all(
+                if len(self._brokers_registered(name)) >= len(layout.brokers) and all(
                     _metrics_up(n) for n in layout.nodes
                 ):
                     ready += len(layout.brokers)
@@ -253,15 +253,17 @@ class LocalPlatform:
         if self.redis is not None:
             self._wait_redis(deadline)
 
-    def _brokers_registered(self, cluster: str) -> int:
-        admin = kafka.admin(self.platform, cluster, {"socket.connection.setup.timeout.ms": 2000})
+    def _brokers_registered(self, cluster: str) -> set[int]:
+        # A broker still starting refuses connections: expected here, so librdkafka stays quiet.
+        admin = kafka.admin(self.platform, cluster, {"socket.connection.setup.timeout.ms": 2000, "log_level": 0})
         try:
-            return len(admin.describe_cluster(request_timeout=3).result().nodes)
+            return {node.id for node in admin.describe_cluster(request_timeout=3).result().nodes}
         except KafkaException:
-            return 0
+            return set()
 
-    def _fail_if_dead(self) -> None:
-        for node, daemon in self._all_node_daemons():
+    def _fail_if_dead(self, nodes: list[Node] | None = None) -> None:
+        for node in nodes if nodes is not None else [n for layout in self.layouts for n in layout.nodes]:
+            daemon = self.node_daemon(node)
             if processes.running_pid(daemon) is None:
                 server_log = node.log_dir / "server.log"
                 tail = processes.log_tail(daemon)
@@ -298,13 +300,18 @@ class LocalPlatform:
         """SIGKILL one broker, as a crash would."""
         return processes.kill(self.node_daemon(self.layout(cluster).broker(broker_id)))
 
-    def start_broker(self, cluster: str, broker_id: int) -> None:
-        """Start one broker again (after a kill) and wait until its cluster has all brokers."""
+    def start_broker(self, cluster: str, broker_id: int, timeout: float = 60.0) -> None:
+        """Start one broker again (after a kill) and wait until its cluster lists it."""
         node = self.layout(cluster).broker(broker_id)
         daemon = self.node_daemon(node)
         if processes.running_pid(daemon) is None:
             processes.start(daemon, self.node_argv(node))
-        self.wait_ready()
+        deadline = time.monotonic() + timeout
+        while broker_id not in self._brokers_registered(cluster):
+            self._fail_if_dead([node])
+            if time.monotonic() > deadline:
+                raise StartTimeoutError(f"{node.name} did not register within {timeout:.0f} s")
+            time.sleep(0.5)
 
 
 def _metrics_up(node: Node) -> bool:

@@ -117,8 +117,12 @@ def _apply_cluster(admin: AdminClient, changes: tuple[Change, ...]) -> Iterable[
         ]
         yield from _wait(admin.create_topics(new_topics, operation_timeout=_TIMEOUT), creates)
     if increases := by_kind.get(ChangeKind.add_partitions):
-        new_partitions = [NewPartitions(c.topic, c.partitions, replica_assignment=c.replica_assignment)
-                          for c in increases]
+        # confluent-kafka rejects an explicit replica_assignment=None: pass it only when set.
+        new_partitions = [
+            NewPartitions(c.topic, c.partitions, replica_assignment=c.replica_assignment)
+            if c.replica_assignment else NewPartitions(c.topic, c.partitions)
+            for c in increases
+        ]
         yield from _wait(admin.create_partitions(new_partitions, operation_timeout=_TIMEOUT), increases)
     if alters := by_kind.get(ChangeKind.alter_configs):
         resources = [

@@ -1,0 +1,111 @@
+"""`topics plan` sees drift made by hand on a live cluster and `topics apply` repairs it."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType
+
+from conveyor import kafka
+from conveyor.config import Platform, parse_platform
+from conveyor.topics import provisioner
+from conveyor.topics.plan import ChangeKind
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def provisioned(platform: Platform, local_platform) -> Platform:
+    provisioner.apply(platform, provisioner.plan(platform))
+    assert all(p.in_sync for p in provisioner.plan(platform))
+    return platform
+
+
+def _changes(platform: Platform) -> set[tuple[str, str, ChangeKind]]:
+    return {(p.cluster, c.topic, c.kind) for p in provisioner.plan(platform) for c in p.changes}
+
+
+def _partitions(platform: Platform, cluster: str, topic: str) -> int:
+    return len(kafka.admin(platform, cluster).list_topics(topic, timeout=10).topics[topic].partitions)
+
+
+def test_every_declared_topic_exists_everywhere_with_its_replication(provisioned: Platform):
+    for cluster_name, cluster in provisioned.clusters.items():
+        metadata = kafka.admin(provisioned, cluster_name).list_topics(timeout=10)
+        for name, topic in provisioned.topics_on(cluster_name).items():
+            partitions = metadata.topics[name].partitions
+            assert len(partitions) == topic.partitions
+            factor, _ = topic.replication_on(cluster)
+            assert all(len(p.replicas) == factor for p in partitions.values())
+
+
+def test_hand_made_drift_is_planned_and_repaired(provisioned: Platform):
+    central, dc2 = kafka.admin(provisioned, "central"), kafka.admin(provisioned, "dc2")
+    resource = ConfigResource(ResourceType.TOPIC, "notifications", incremental_configs=[
+        ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+    central.incremental_alter_configs([resource])[resource].result()
+    dc2.delete_topics(["notifications"])["notifications"].result()
+
+    assert _changes(provisioned) == {
+        ("central", "notifications", ChangeKind.alter_configs),
+        ("dc2", "notifications", ChangeKind.create),
+    }
+    provisioner.apply(provisioned, provisioner.plan(provisioned))
+    assert all(p.in_sync for p in provisioner.plan(provisioned))
+    assert _partitions(provisioned, "dc2", "notifications") == 3
+
+
+def test_declared_partition_increase_is_applied(provisioned: Platform, platform_data, platform_file: Path):
+    data = copy.deepcopy(platform_data)
+    data["topics"]["notifications"]["partitions"] = 4
+    grown = parse_platform(data, root=platform_file.parent)
+    assert {(c, k) for c, t, k in _changes(grown)} == {(c, ChangeKind.add_partitions) for c in grown.clusters}
+    provisioner.apply(grown, provisioner.plan(grown))
+    assert all(_partitions(grown, c, "notifications") == 4 for c in grown.clusters)
+    # Put the declaration's count back for the other tests: Kafka cannot shrink, so recreate.
+    for cluster in grown.clusters:
+        admin = kafka.admin(grown, cluster)
+        admin.delete_topics(["notifications"])["notifications"].result()
+    _wait_gone(grown, "notifications")
+    provisioner.apply(provisioned, provisioner.plan(provisioned))
+
+
+def test_partition_decrease_is_refused_and_nothing_changes(provisioned: Platform, platform_data, platform_file):
+    data = copy.deepcopy(platform_data)
+    data["topics"]["notifications"]["partitions"] = 2
+    data["topics"]["ad-events"]["retention"] = "1d"  # a valid change that must not be applied either
+    shrunk = parse_platform(data, root=platform_file.parent)
+    plans = provisioner.plan(shrunk)
+    assert all(any("Kafka cannot shrink a topic" in r.reason for r in p.refusals) for p in plans)
+    with pytest.raises(provisioner.ProvisionError, match="nothing was changed"):
+        provisioner.apply(shrunk, plans)
+    assert all(p.in_sync for p in provisioner.plan(provisioned))
+
+
+def test_cli_plan_exits_nonzero_on_refusal(provisioned: Platform, platform_data, platform_file: Path):
+    import yaml
+
+    data = copy.deepcopy(platform_data)
+    data["topics"]["ad-events"]["partitions"] = 6
+    bad = platform_file.parent / "shrunk.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    run = subprocess.run([sys.executable, "-m", "conveyor", "topics", "apply", "--platform", str(bad)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert "Kafka cannot shrink a topic" in run.stdout + run.stderr
+    assert "nothing was changed" in run.stderr
+
+
+def _wait_gone(platform: Platform, topic: str) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if all(topic not in kafka.admin(platform, c).list_topics(timeout=10).topics for c in platform.clusters):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{topic} still listed after deletion")

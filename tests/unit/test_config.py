@@ -1,0 +1,138 @@
+"""platform.yaml validation: the demo file loads; each kind of bad file names its problem."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conveyor.config import ConfigError, load_platform, parse_duration_ms, parse_platform, parse_size_bytes
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = yaml.safe_load((ROOT / "platform.yaml").read_text())
+
+
+def test_demo_platform_loads_with_the_mission_replication():
+    platform = load_platform(ROOT / "platform.yaml")
+    assert set(platform.clusters) == {"dc1", "dc2", "central"}
+    central = platform.clusters["central"]
+    assert central.brokers == 3 and central.racks == ["r1", "r2", "r3"]
+    assert platform.topics["ad-events"].partitions == 12
+    assert platform.topics["notifications"].partitions == 3
+    assert platform.topics["ad-events"].replication_on(central) == (3, 2)
+    assert platform.topics["ad-events"].replication_on(platform.clusters["dc1"]) == (1, 1)
+    assert platform.topics["ad-events"].retention == 7 * 86_400_000
+
+
+def _with(path: str, value):
+    """The demo file with one value replaced (path is dot-separated; None deletes the key)."""
+    data = copy.deepcopy(DEMO)
+    *parents, last = path.split(".")
+    node = data
+    for key in parents:
+        node = node[key]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+BAD_FILES = [
+    ("partitions-zero", _with("topics.ad-events.partitions", 0), "topics.ad-events.partitions: must be >= 1"),
+    ("partitions-missing", _with("topics.ad-events.partitions", None), "topics.ad-events.partitions: is required"),
+    ("partitions-text", _with("topics.ad-events.partitions", "many"), "topics.ad-events.partitions: input should be a valid integer"),
+    ("unknown-key", _with("topics.ad-events.partitons", 3), "topics.ad-events.partitons: is not a known setting"),
+    ("bad-role", _with("clusters.dc1.role", "primary"), "clusters.dc1.role: must be one of 'writable' or 'read'"),
+    ("rf-above-brokers", _with("topics.notifications.replication_factor", 3),
+     "topics.notifications.replication_factor: is 3 but cluster 'dc1' has 1 broker(s)"),
+    ("min-isr-above-rf", _with("clusters.central.replication", {"factor": 3, "min_insync": 4}),
+     "clusters.central.replication.min_insync: is 4, above the replication factor 3"),
+    ("racks-count", _with("clusters.central.racks", ["r1", "r2"]),
+     "clusters.central: racks names 2 racks for 3 brokers"),
+    ("bad-retention", _with("topics.ad-events.retention", "a week"),
+     "topics.ad-events.retention: must be a duration such as 30s, 15m, 7d"),
+    ("unknown-producer", _with("topics.ad-events.producers", ["nobody"]),
+     "topics.ad-events.producers: names unknown service 'nobody'"),
+    ("missing-contract", _with("topics.ad-events.contract", "contracts/none.json"),
+     "topics.ad-events.contract: file contracts/none.json does not exist"),
+    ("route-unknown-cluster", _with("routes.dc1-central.destination", "moon"),
+     "routes.dc1-central.destination: names unknown cluster 'moon'"),
+    ("route-from-read-cluster", _with("routes.dc1-central.source", "central"),
+     "routes.dc1-central.source: cluster 'central' is not writable"),
+    ("route-bad-regex", _with("routes.dc1-central.pattern", "ad-(events"),
+     "routes.dc1-central: pattern is not a valid regular expression"),
+    ("route-unknown-topic", _with("routes.dc1-central.topics", ["clicks"]),
+     "routes.dc1-central.topics: names unknown topic 'clicks'"),
+    ("bad-token", _with("services.adserver.token_sha256", "secret"), "services.adserver.token_sha256: must match"),
+    ("isolation-untagged", _with("topics.ad-events.isolation", "ads"),
+     "topics.ad-events.isolation: no cluster has brokers tagged 'ads'"),
+    ("tag-beyond-brokers", _with("clusters.central.tags", {"ads": [1, 4]}),
+     "clusters.central: tag 'ads' names broker ids [4] beyond the 3 brokers"),
+    ("no-clusters", _with("clusters", {}), "clusters: must have at least 1 item(s)"),
+    ("bad-topic-name", _with("topics.bad topic", {"partitions": 1}), "topics.bad topic.[key]: must match"),
+]
+
+
+@pytest.mark.parametrize("data, expected", [(d, e) for _, d, e in BAD_FILES], ids=[i for i, _, _ in BAD_FILES])
+def test_bad_file_names_the_problem_and_its_path(data, expected):
+    with pytest.raises(ConfigError) as caught:
+        parse_platform(data, root=ROOT)
+    messages = [str(p) for p in caught.value.problems]
+    assert any(m.startswith(expected) for m in messages), messages
+
+
+def test_every_problem_is_reported_at_once():
+    data = _with("topics.ad-events.partitions", 0)
+    data["topics"]["notifications"]["retention"] = "soon"
+    data["clusters"]["dc2"]["brokers"] = -1
+    with pytest.raises(ConfigError) as caught:
+        parse_platform(data, root=ROOT)
+    paths = {p.path for p in caught.value.problems}
+    assert {"topics.ad-events.partitions", "topics.notifications.retention", "clusters.dc2.brokers"} <= paths
+
+
+def test_yaml_syntax_error_gives_line_and_column(tmp_path):
+    bad = tmp_path / "platform.yaml"
+    bad.write_text("clusters:\n  dc1: {role: writable\n")
+    with pytest.raises(ConfigError) as caught:
+        load_platform(bad)
+    assert "line 3" in str(caught.value) and "not valid YAML" in str(caught.value)
+
+
+def test_missing_file_says_how_to_point_at_one(tmp_path):
+    with pytest.raises(ConfigError, match="pass --platform or set CONVEYOR_PLATFORM"):
+        load_platform(tmp_path / "nope.yaml")
+
+
+def test_existing_cluster_by_bootstrap_is_not_local():
+    data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "kafka-1.prod:9092"})
+    platform = parse_platform(data, root=ROOT)
+    assert not platform.clusters["central"].is_local
+    assert set(platform.local_clusters()) == {"dc1", "dc2"}
+
+
+def test_client_secrets_are_masked_in_repr():
+    data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "k:9092",
+                                      "client": {"sasl.password": "hunter2"}})
+    platform = parse_platform(data, root=ROOT)
+    assert "hunter2" not in repr(platform.clusters["central"])
+
+
+@pytest.mark.parametrize("text, ms", [("250ms", 250), ("30s", 30_000), ("15m", 900_000), ("7d", 604_800_000),
+                                      ("1w", 604_800_000), (-1, -1), ("forever", -1), (1000, 1000)])
+def test_durations(text, ms):
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("text, size", [("512MiB", 512 * 2**20), ("10GB", 10**10), (4096, 4096), ("1kb", 1000)])
+def test_sizes(text, size):
+    assert parse_size_bytes(text) == size
+
+
+@pytest.mark.parametrize("bad", ["7 days", True, -5, "1.5h"])
+def test_bad_durations(bad):
+    with pytest.raises(ValueError):
+        parse_duration_ms(bad)

@@ -1,0 +1,52 @@
+"""Ports, folders and broker properties of the local runtime, from the demo platform."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conveyor.config import load_platform
+from conveyor.runtime.layout import CONTROLLER_ID, plan_layout, redis_layout
+from conveyor.runtime.properties import server_properties
+
+ROOT = Path(__file__).resolve().parents[2]
+PLATFORM = load_platform(ROOT / "platform.yaml")
+
+
+def test_every_node_gets_its_own_ports_and_folder():
+    nodes = [n for layout in plan_layout(PLATFORM) for n in layout.nodes]
+    ports = [p for n in nodes for p in (n.client_port, n.controller_port, n.metrics_port)]
+    assert len(ports) == len(set(ports))
+    assert len({n.dir for n in nodes}) == len(nodes)
+    assert redis_layout(PLATFORM).port not in ports
+
+
+def test_single_broker_clusters_are_combined_and_larger_ones_get_a_controller():
+    layouts = {layout.name: layout for layout in plan_layout(PLATFORM)}
+    (dc1,) = layouts["dc1"].nodes
+    assert dc1.is_broker and dc1.is_controller
+    central = layouts["central"]
+    assert [n.node_id for n in central.controllers] == [CONTROLLER_ID]
+    assert [n.node_id for n in central.brokers] == [1, 2, 3]
+    assert [n.rack for n in central.brokers] == ["r1", "r2", "r3"]
+
+
+def test_broker_defaults_follow_the_mission():
+    central = next(layout for layout in plan_layout(PLATFORM) if layout.name == "central")
+    props = server_properties(central, central.brokers[0])
+    assert props["unclean.leader.election.enable"] == "false"
+    assert props["auto.create.topics.enable"] == "false"
+    assert props["default.replication.factor"] == "3"
+    assert props["min.insync.replicas"] == "2"
+    assert props["broker.rack"] == "r1"
+    assert props["process.roles"] == "broker"
+    assert props["listeners"].startswith("CLIENT://127.0.0.1:")
+    controller = server_properties(central, central.controllers[0])
+    assert controller["process.roles"] == "controller"
+    assert "advertised.listeners" not in controller
+
+
+def test_every_listener_is_on_loopback():
+    for layout in plan_layout(PLATFORM):
+        for node in layout.nodes:
+            for listener in server_properties(layout, node)["listeners"].split(","):
+                assert "//127.0.0.1:" in listener
