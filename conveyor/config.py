@@ -412,6 +412,24 @@ def _cross_checks(platform: Platform) -> Iterator[Problem]:
         yield Problem("pipeline.source", f"names unknown cluster {platform.pipeline.source!r}")
 
 
+_SECTIONS = ("clusters", "topics", "services", "routes")
+
+
+def _without_broken_entries(data: dict[str, Any], errors: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``data`` minus the entries (a cluster, a topic...) that failed validation, so the references
+    between the remaining ones can still be checked; None when a failure is outside any entry."""
+    broken: dict[str, set[str]] = {}
+    for error in errors:
+        loc = error["loc"]
+        if len(loc) < 2 or loc[0] not in _SECTIONS:
+            return None
+        broken.setdefault(str(loc[0]), set()).add(str(loc[1]))
+    trimmed = dict(data)
+    for section, names in broken.items():
+        trimmed[section] = {k: v for k, v in (data.get(section) or {}).items() if k not in names}
+    return trimmed
+
+
 def parse_platform(data: Any, root: Path = Path("."), source: str | Path | None = None) -> Platform:
     """Validate already-parsed YAML; raise :class:`ConfigError` listing every problem."""
     if not isinstance(data, dict):
@@ -419,7 +437,18 @@ def parse_platform(data: Any, root: Path = Path("."), source: str | Path | None 
     try:
         platform = Platform.model_validate({**data, "root": root})
     except ValidationError as err:
-        problems = [Problem(_path(e["loc"]), _message(e)) for e in err.errors()]
+        errors = err.errors()
+        problems = [Problem(_path(e["loc"]), _message(e)) for e in errors]
+        trimmed = _without_broken_entries(data, errors)
+        if trimmed is not None:
+            try:
+                partial = Platform.model_validate({**trimmed, "root": root})
+            except ValidationError:
+                pass  # a reference check needs a valid remainder; the shape errors stand alone
+            else:
+                # A reference to an entry set aside is not a second problem, only an echo of the first.
+                set_aside = {f"'{e['loc'][1]}'" for e in errors}
+                problems += [p for p in _cross_checks(partial) if not any(n in p.message for n in set_aside)]
         raise ConfigError(problems, source) from None
     problems = list(_cross_checks(platform))
     if problems:

@@ -136,3 +136,10 @@ def test_sizes(text, size):
 def test_bad_durations(bad):
     with pytest.raises(ValueError):
         parse_duration_ms(bad)
+
+
+def test_broken_entry_does_not_echo_as_unknown_reference():
+    data = _with("clusters.dc1.brokers", 0)
+    with pytest.raises(ConfigError) as caught:
+        parse_platform(data, root=ROOT)
+    assert [str(p) for p in caught.value.problems] == ["clusters.dc1.brokers: must be >= 1"]
