@@ -76,7 +76,13 @@ def parse_size_bytes(value: Any) -> int:
     raise ValueError(f"must be a size such as 512MiB or 10GB (got {value!r})")
 
 
+def _seconds(value: Any) -> Any:
+    return parse_duration_ms(value) / 1000 if isinstance(value, str) else value
+
+
 DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
+#: Seconds, written as a number or a duration string ("5s", "250ms").
+Seconds = Annotated[float, BeforeValidator(_seconds)]
 SizeBytes = Annotated[int, BeforeValidator(parse_size_bytes)]
 Name = Annotated[str, Field(pattern=_NAME, max_length=64)]
 
@@ -111,6 +117,8 @@ class Cluster(_Model):
     #: Extra librdkafka settings for reaching an existing cluster (security.protocol, sasl.*).
     client: dict[str, SecretStr] = Field(default_factory=dict)
     replication: ReplicationDefaults = Field(default_factory=ReplicationDefaults)
+    #: Writable clusters the gateway writes to, in order, while this one cannot take writes.
+    failover: list[Name] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _racks_cover_brokers(self) -> Cluster:
@@ -243,6 +251,24 @@ class Runtime(_Model):
     redis: Redis = Field(default_factory=Redis)
 
 
+class Gateway(_Model):
+    """Settings of every gateway instance (``conveyor gateway serve``)."""
+
+    port: int = Field(default=18080, ge=1024, le=65535, description="first instance's port; --port overrides")
+    #: Seconds the local cluster has to acknowledge before events go to a failover cluster.
+    failover_after: Seconds = Field(default=5.0, gt=0)
+    max_request_bytes: SizeBytes = 16 * 2**20
+    max_event_bytes: SizeBytes = 2**20
+    #: Bulkheads: topics hash into lanes, each with its own worker budget and bounded queue.
+    lanes: int = Field(default=16, ge=1)
+    workers_per_lane: int = Field(default=4, ge=1)
+    queue_per_lane: int = Field(default=32, ge=0)
+    #: Seconds between publications of the audit counts.
+    audit_interval: Seconds = Field(default=2.0, gt=0)
+    #: Requests with more events get a per-partition summary instead of one entry per event.
+    summary_above: int = Field(default=100, ge=0)
+
+
 class Pipeline(_Model):
     """Settings of the Spark pipelines; each pipeline issue adds its own section."""
 
@@ -260,6 +286,7 @@ class Platform(_Model):
     topics: dict[Annotated[str, Field(pattern=_TOPIC_NAME)], Topic] = Field(default_factory=dict)
     services: dict[Name, Service] = Field(default_factory=dict)
     routes: dict[Name, Route] = Field(default_factory=dict)
+    gateway: Gateway = Field(default_factory=Gateway)
     pipeline: Pipeline = Field(default_factory=Pipeline)
 
     #: Folder of the platform file; relative paths inside the file are relative to it.
@@ -346,6 +373,12 @@ def _cross_checks(platform: Platform) -> Iterator[Problem]:
     for name, cluster in platform.clusters.items():
         if cluster.is_local and cluster.client:
             yield Problem(f"clusters.{name}.client", "only applies to a cluster given by bootstrap")
+        for other in cluster.failover:
+            target = platform.clusters.get(other)
+            if target is None:
+                yield Problem(f"clusters.{name}.failover", f"names unknown cluster {other!r}")
+            elif target.role != ClusterRole.writable or other == name:
+                yield Problem(f"clusters.{name}.failover", f"cluster {other!r} is not another writable cluster")
         factor = cluster.default_replication_factor
         if factor > cluster.brokers:
             yield Problem(

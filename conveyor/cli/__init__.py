@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from conveyor.cli import config_cmd, runtime_cmd, topics_cmd
+from conveyor.cli import config_cmd, gateway_cmd, runtime_cmd, topics_cmd
 from conveyor.cli.common import err_console
 from conveyor.config import ConfigError
 from conveyor.errors import ConveyorError
@@ -26,6 +26,7 @@ app = typer.Typer(
 runtime_cmd.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(gateway_cmd.app, name="gateway")
 
 
 def main() -> None:

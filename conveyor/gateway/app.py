@@ -1,0 +1,176 @@
+"""The gateway's HTTP API (FastAPI): ``POST /v1/topics/{topic}/events``, ``/healthz``, ``/metrics``.
+
+A request is all-or-nothing up to Kafka: it is authenticated, authorised, parsed and checked
+against the topic's contract in full before a single event is written, and the answer comes only
+after Kafka acknowledged every event (acks=all). Health and metrics never pass through the
+per-topic lanes, so they answer while a topic is stuck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from conveyor.config import Platform
+from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
+from conveyor.gateway.auth import Authorizer
+from conveyor.gateway.bulkhead import Bulkheads
+from conveyor.gateway.errors import Overloaded, Rejection, TooLarge, UnknownTopic
+from conveyor.gateway.metrics import GatewayMetrics
+from conveyor.gateway.parsing import prepare
+from conveyor.gateway.writer import Delivery, Record, Writer
+from conveyor.topics.contracts import load_contracts
+
+log = logging.getLogger(__name__)
+
+
+def instance_id(dc: str) -> str:
+    """Unique per process run, so cumulative audit counts of a restarted gateway never overwrite
+    the counts of its previous run (the sum over instances stays exact)."""
+    return f"{dc}-{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
+
+
+class Gateway:
+    """Everything one gateway process holds; no I/O until :meth:`start`."""
+
+    def __init__(self, platform: Platform, dc: str, source: str | None = None) -> None:
+        cluster = platform.cluster(dc)
+        self.platform = platform
+        self.dc = dc
+        self.settings = platform.gateway
+        self.source = source or instance_id(dc)
+        self.auth = Authorizer(platform)
+        self.contracts = load_contracts(platform)
+        self.metrics = GatewayMetrics(dc)
+        self.audit = AuditCounts(self.source)
+        self.writer = Writer(platform, dc, list(cluster.failover), self.settings.failover_after,
+                             f"conveyor-gateway-{dc}", on_switch=self._switched)
+        self.bulkheads: Bulkheads | None = None
+        self._audit_task: asyncio.Task[None] | None = None
+
+    def _switched(self, old: str, new: str, why: str) -> None:
+        self.metrics.failovers.labels(old, new).inc()
+        for cluster in self.writer.order:
+            self.metrics.active_cluster.labels(cluster).set(1 if cluster == new else 0)
+
+    async def start(self) -> None:
+        s = self.settings
+        self.bulkheads = Bulkheads(s.lanes, s.workers_per_lane, s.queue_per_lane)
+        self.writer.start()
+        self._switched(self.dc, self.dc, "start")
+        self._audit_task = asyncio.create_task(self._publish_audit_forever())
+        log.info("gateway %s writing to %s (failover: %s)", self.source, self.dc,
+                 ", ".join(self.writer.order[1:]) or "none")
+
+    async def stop(self) -> None:
+        if self._audit_task is not None:
+            self._audit_task.cancel()
+        await self.publish_audit()
+        left = await asyncio.to_thread(self.writer.stop)
+        if left:
+            log.error("%d messages were still undelivered at shutdown", left)
+
+    async def _publish_audit_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.audit_interval)
+            await self.publish_audit()
+
+    async def publish_audit(self) -> None:
+        records = self.audit.take_changed(datetime.now(timezone.utc))
+        if not records:
+            return
+        try:
+            await self.writer.write(AUDIT_TOPIC, [Record(k.encode(), v) for k, v in records])
+            self.metrics.audit_records.inc(len(records))
+        except Rejection as err:
+            log.warning("audit counts not published (%s); retrying at the next interval", err)
+            self.audit.mark_all_changed()
+
+    async def publish(self, topic: str, authorization: str | None, body: bytes, content_type: str) -> dict[str, Any]:
+        service = self.auth.service_of(authorization)
+        if topic not in self.platform.topics or topic not in self.contracts:
+            raise UnknownTopic(f"no topic {topic} takes events through the gateway", topic=topic)
+        self.auth.check_producer(service, topic)
+        prepared = prepare(body, content_type, self.contracts[topic], self.settings)
+        assert self.bulkheads is not None
+        async with self.bulkheads.enter(topic):
+            deliveries = await self.writer.write(topic, prepared.records)
+        self.audit.add(topic, Counter(prepared.hours))
+        for cluster, count in Counter(d.cluster for d in deliveries).items():
+            self.metrics.accepted.labels(topic, cluster).inc(count)
+        return _answer(deliveries, self.settings.summary_above)
+
+
+def _answer(deliveries: list[Delivery], summary_above: int) -> dict[str, Any]:
+    if len(deliveries) <= summary_above:
+        return {"accepted": len(deliveries),
+                "events": [{"cluster": d.cluster, "partition": d.partition, "offset": d.offset} for d in deliveries]}
+    ranges: dict[tuple[str, int], list[int]] = {}
+    for d in deliveries:
+        span = ranges.setdefault((d.cluster, d.partition), [d.offset, d.offset, 0])
+        span[0], span[1], span[2] = min(span[0], d.offset), max(span[1], d.offset), span[2] + 1
+    return {"accepted": len(deliveries),
+            "partitions": [{"cluster": c, "partition": p, "first_offset": lo, "last_offset": hi, "count": n}
+                           for (c, p), (lo, hi, n) in sorted(ranges.items())]}
+
+
+def create_app(gateway: Gateway) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    app = FastAPI(title="Conveyor gateway", lifespan=lifespan, openapi_url="/openapi.json")
+
+    @app.post("/v1/topics/{topic}/events")
+    async def publish(topic: str, request: Request) -> Response:
+        started = time.perf_counter()
+        length = request.headers.get("content-length")
+        try:
+            if length is not None and length.isdigit() and int(length) > gateway.settings.max_request_bytes:
+                raise TooLarge(f"request of {length} bytes is above the limit of "
+                               f"{gateway.settings.max_request_bytes} bytes", limit=gateway.settings.max_request_bytes)
+            body = await request.body()
+            answer = await gateway.publish(topic, request.headers.get("authorization"), body,
+                                           request.headers.get("content-type", "application/json"))
+        except Rejection as err:
+            gateway.metrics.rejected.labels(topic if topic in gateway.platform.topics else "(unknown)",
+                                            err.reason).inc()
+            headers = {"Retry-After": str(err.retry_after)} if isinstance(err, Overloaded) else None
+            return Response(orjson.dumps(err.body()), err.status, headers, media_type="application/json")
+        finally:
+            gateway.metrics.latency.labels(topic if topic in gateway.platform.topics else "(unknown)").observe(
+                time.perf_counter() - started)
+        return Response(orjson.dumps(answer), 200, media_type="application/json")
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        body = {"status": "ok", "source": gateway.source, "writing_to": gateway.writer.active,
+                "local": gateway.dc, "failed_over": gateway.writer.active != gateway.dc}
+        return Response(orjson.dumps(body), 200, media_type="application/json")
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        if gateway.bulkheads is not None:
+            for lane, occupied in gateway.bulkheads.occupancy().items():
+                gateway.metrics.lane_occupied.labels(str(lane)).set(occupied)
+        return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+

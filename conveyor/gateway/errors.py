@@ -1,0 +1,61 @@
+"""Why the gateway refuses a request. Each refusal maps to one HTTP status and one metric reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conveyor.errors import ConveyorError
+
+
+class Rejection(ConveyorError):
+    """A request refused before anything was written; the body names what is wrong."""
+
+    status: int = 400
+    reason: str = "bad_request"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        self.details = details
+        super().__init__(message)
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.reason, "message": str(self), **self.details}
+
+
+class MalformedBody(Rejection):
+    status, reason = 400, "malformed"
+
+
+class Unauthenticated(Rejection):
+    status, reason = 401, "unauthenticated"
+
+
+class Forbidden(Rejection):
+    status, reason = 403, "forbidden"
+
+
+class UnknownTopic(Rejection):
+    status, reason = 404, "unknown_topic"
+
+
+class TooLarge(Rejection):
+    status, reason = 413, "too_large"
+
+
+class ContractViolation(Rejection):
+    status, reason = 422, "contract"
+
+
+class Overloaded(Rejection):
+    """The topic's lane is full: fail at once so one slow topic never holds the others up."""
+
+    status, reason = 503, "overloaded"
+
+    def __init__(self, message: str, retry_after: int, **details: Any) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, **details)
+
+
+class Unavailable(Rejection):
+    """No writable cluster acknowledged the events in time; nothing was acknowledged to the caller."""
+
+    status, reason = 503, "unavailable"

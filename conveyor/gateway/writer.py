@@ -1,0 +1,192 @@
+"""Writes accepted events to Kafka and waits for every acknowledgement, failing over between the
+writable clusters (MISSION.md section 4: losing a data centre must not stop writes).
+
+The local cluster's producer gives up on a message after ``failover_after`` seconds; what it could
+not deliver is written to the next writable cluster named in platform.yaml, and the gateway stays
+there until a probe finds the local cluster answering again. A message that timed out may still
+have reached the local cluster, so across a failover delivery is at-least-once: the event keeps
+its ``event_id``, which the lake de-duplicates on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from conveyor import kafka
+from conveyor.config import Platform
+from conveyor.gateway.errors import Overloaded, Unavailable
+
+log = logging.getLogger(__name__)
+
+#: Producer queue bound; a request that would overflow it is refused before anything is queued.
+QUEUE_LIMIT = 500_000
+
+
+@dataclass(frozen=True)
+class Record:
+    key: bytes
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Delivery:
+    cluster: str
+    partition: int
+    offset: int
+
+
+class _Batch:
+    """Delivery reports of one request's records; resolves its future when all are in."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, size: int) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+        self.results: list[Message | KafkaError | None] = [None] * size
+        self.pending = size
+
+    def on_delivery(self, index: int, err: KafkaError | None, msg: Message) -> None:
+        # Runs on the poll thread.
+        self.results[index] = err if err is not None else msg
+        self.pending -= 1
+        if self.pending == 0:
+            self.loop.call_soon_threadsafe(self._resolve)
+
+    def _resolve(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+class ClusterProducer:
+    """One idempotent producer to one cluster, served by its own poll thread."""
+
+    def __init__(self, platform: Platform, cluster: str, client_id: str, timeout_s: float) -> None:
+        self.cluster = cluster
+        self._config = kafka.producer_config(platform, cluster, client_id, {
+            "message.timeout.ms": int(timeout_s * 1000),
+            "queue.buffering.max.messages": QUEUE_LIMIT,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "batch.size": 1_000_000,
+        })
+        self._producer: Producer | None = None
+        self._running = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._producer = Producer(self._config)
+        self._running.set()
+        self._thread = threading.Thread(target=self._poll, name=f"poll-{self.cluster}", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        assert self._producer is not None
+        while self._running.is_set():
+            self._producer.poll(0.05)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """Deliver what is queued, then stop; returns how many messages were left undelivered."""
+        if self._producer is None:
+            return 0
+        left = self._producer.flush(timeout)
+        self._running.clear()
+        if self._thread is not None:
+            self._thread.join()
+        return left
+
+    def reachable(self, timeout: float = 2.0) -> bool:
+        assert self._producer is not None
+        try:
+            metadata = self._producer.list_topics(timeout=timeout)
+        except KafkaException:
+            return False
+        return bool(metadata.brokers)
+
+    async def write(self, topic: str, records: list[Record]) -> list[Message | KafkaError]:
+        assert self._producer is not None
+        if len(self._producer) + len(records) > QUEUE_LIMIT:
+            raise Overloaded(f"cluster {self.cluster} has {len(self._producer)} messages queued; retry later",
+                             retry_after=1, topic=topic)
+        batch = _Batch(asyncio.get_running_loop(), len(records))
+        for index, record in enumerate(records):
+            self._producer.produce(topic, record.value, record.key,
+                                   on_delivery=functools.partial(batch.on_delivery, index))
+        await batch.future
+        return batch.results  # type: ignore[return-value]
+
+
+class Writer:
+    """The local writable cluster, then the failover clusters in their declared order."""
+
+    def __init__(self, platform: Platform, local: str, failover: list[str], failover_after: float,
+                 client_id: str, on_switch=None) -> None:
+        self.local = local
+        self.order = [local, *failover]
+        self.failover_after = failover_after
+        self._producers = {
+            cluster: ClusterProducer(platform, cluster, client_id,
+                                     failover_after if cluster == local and failover else 60.0)
+            for cluster in self.order
+        }
+        self.active = local
+        self._on_switch = on_switch or (lambda old, new, why: None)
+        self._probe: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def start(self) -> None:
+        for producer in self._producers.values():
+            producer.start()
+
+    def stop(self) -> int:
+        self._stopping.set()
+        return sum(p.stop() for p in self._producers.values())
+
+    async def write(self, topic: str, records: list[Record]) -> list[Delivery]:
+        """Every record acknowledged by some writable cluster, or :class:`Unavailable`."""
+        deliveries: list[Delivery | None] = [None] * len(records)
+        todo = list(range(len(records)))
+        start = self.order.index(self.active)
+        last_error: KafkaError | None = None
+        for cluster in self.order[start:]:
+            results = await self._producers[cluster].write(topic, [records[i] for i in todo])
+            failed = []
+            for index, result in zip(todo, results):
+                if isinstance(result, KafkaError):
+                    failed.append(index)
+                    last_error = result
+                else:
+                    deliveries[index] = Delivery(cluster, result.partition(), result.offset())
+            if not failed:
+                return deliveries  # type: ignore[return-value]
+            todo = failed
+            if cluster == self.local and len(self.order) > 1:
+                self._fail_over(last_error)
+        reason = last_error.str() if last_error else "no writable cluster"
+        raise Unavailable(f"{len(todo)} of {len(records)} events were not acknowledged by any writable cluster "
+                          f"({reason}); none of this request counts as accepted, retry it", topic=topic)
+
+    def _fail_over(self, error: KafkaError | None) -> None:
+        if self.active != self.local:
+            return
+        self.active = self.order[1]
+        why = error.str() if error else "no acknowledgement"
+        log.warning("failover: %s did not acknowledge within %.1f s (%s); writing to %s",
+                    self.local, self.failover_after, why, self.active)
+        self._on_switch(self.local, self.active, why)
+        self._probe = threading.Thread(target=self._probe_local, name="failback-probe", daemon=True)
+        self._probe.start()
+
+    def _probe_local(self) -> None:
+        producer = self._producers[self.local]
+        while not self._stopping.is_set():
+            if producer.reachable():
+                previous, self.active = self.active, self.local
+                log.warning("failback: %s answers again; writing to it instead of %s", self.local, previous)
+                self._on_switch(previous, self.local, "local cluster recovered")
+                return
+            time.sleep(1.0)
