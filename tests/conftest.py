@@ -95,3 +95,86 @@ def topic_factory(platform: Platform, local_platform: LocalPlatform | None) -> I
     for cluster, name in created:
         admin = kafka.admin(platform, cluster)
         admin.delete_topics([name])[name].result()
+
+
+@pytest.fixture(scope="session")
+def provisioned(platform: Platform, local_platform: LocalPlatform | None) -> Platform:
+    """The platform with every declared topic on every cluster."""
+    from conveyor.topics import provisioner
+
+    provisioner.apply(platform, provisioner.plan(platform))
+    return platform
+
+
+@pytest.fixture
+def serve_gateway() -> Iterator[Callable[..., str]]:
+    """Runs gateways on free ports (real uvicorn servers in threads); returns their base URLs.
+    Each is stopped, with its last audit counts published, at the end of the test."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from conveyor.gateway.app import Gateway, create_app
+
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def serve(platform: Platform, dc: str) -> str:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        gateway = Gateway(platform, dc)
+        server = uvicorn.Server(uvicorn.Config(create_app(gateway), host="127.0.0.1", port=port,
+                                               log_level="warning", access_log=False))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "gateway did not start"
+            time.sleep(0.05)
+        servers.append((server, thread))
+        serve.gateways[f"http://127.0.0.1:{port}"] = gateway  # type: ignore[attr-defined]
+        return f"http://127.0.0.1:{port}"
+
+    serve.gateways = {}  # type: ignore[attr-defined]
+    yield serve
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(60)
+
+
+def demo_event(**overrides: Any) -> dict[str, Any]:
+    """A valid ad event with a fresh event_id."""
+    import datetime as dt
+
+    event = {"event_id": str(uuid.uuid4()), "type": "impression", "site_id": "site-1", "user_id": "user-1",
+             "event_time": dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")}
+    return {**event, **overrides}
+
+
+def read_topic(platform: Platform, cluster: str, topic: str, timeout: float = 30.0) -> list[Any]:
+    """Every message of ``topic`` on ``cluster`` up to its current end offsets."""
+    import time
+
+    from confluent_kafka import TopicPartition
+
+    consumer = kafka.consumer(platform, cluster, f"test-read-{uuid.uuid4().hex[:8]}", "test-read")
+    admin = kafka.admin(platform, cluster)
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    positions = dict.fromkeys(partitions, 0)
+    messages = []
+    deadline = time.monotonic() + timeout
+    try:
+        while any(positions[p] < ends[p] for p in partitions):
+            assert time.monotonic() < deadline, f"could not read {topic} on {cluster} to its end"
+            for message in consumer.consume(1000, 0.5):
+                assert message.error() is None, message.error()
+                if message.offset() < ends[message.partition()]:
+                    messages.append(message)
+                positions[message.partition()] = message.offset() + 1
+    finally:
+        consumer.close()
+    return messages

@@ -143,10 +143,12 @@ def create_app(gateway: Gateway) -> FastAPI:
         started = time.perf_counter()
         length = request.headers.get("content-length")
         try:
-            if length is not None and length.isdigit() and int(length) > gateway.settings.max_request_bytes:
-                raise TooLarge(f"request of {length} bytes is above the limit of "
-                               f"{gateway.settings.max_request_bytes} bytes", limit=gateway.settings.max_request_bytes)
+            limit = gateway.settings.max_request_bytes
+            if length is not None and length.isdigit() and int(length) > limit:
+                raise TooLarge(f"request of {length} bytes is above the limit of {limit} bytes", limit=limit)
             body = await request.body()
+            if len(body) > limit:  # a chunked request has no Content-Length to check up front
+                raise TooLarge(f"request of {len(body)} bytes is above the limit of {limit} bytes", limit=limit)
             answer = await gateway.publish(topic, request.headers.get("authorization"), body,
                                            request.headers.get("content-type", "application/json"))
         except Rejection as err:

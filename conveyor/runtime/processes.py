@@ -60,6 +60,14 @@ def start(daemon: Daemon, argv: list[str]) -> int:
             start_new_session=True,
         )
     daemon.pid_file.write_text(f"{proc.pid}\n")
+    # Until the child has exec'd, its command line is still ours, without the marker; anyone
+    # asking in that window would take it for dead. Return only once it shows its marker.
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and time.monotonic() < deadline:
+        cmdline = _cmdline(proc.pid)
+        if cmdline is not None and daemon.marker in cmdline:
+            break
+        time.sleep(0.01)
     return proc.pid
 
 

@@ -1,0 +1,142 @@
+"""The gateway against real brokers: every status with its body, all-or-nothing batches, ACLs,
+events in Kafka keyed by the contract, and audit counts equal to the accepted events."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from confluent_kafka import TopicPartition
+
+from conveyor import kafka
+from conveyor.config import Platform, parse_platform
+from tests.conftest import demo_event, read_topic
+
+pytestmark = pytest.mark.integration
+ADSERVER = {"Authorization": "Bearer demo-adserver-token"}
+
+
+@pytest.fixture(scope="module")
+def gw_platform(provisioned: Platform, platform_data, platform_file: Path) -> Platform:
+    data = copy.deepcopy(platform_data)
+    data["gateway"] = {**data.get("gateway", {}), "max_request_bytes": "64KiB", "max_event_bytes": "4KiB",
+                       "audit_interval": "1s"}
+    return parse_platform(data, root=platform_file.parent)
+
+
+@pytest.fixture
+def url(gw_platform: Platform, serve_gateway) -> str:
+    return serve_gateway(gw_platform, "dc1")
+
+
+def post(url: str, topic: str, body, headers=ADSERVER, content_type="application/json") -> httpx.Response:
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    return httpx.post(f"{url}/v1/topics/{topic}/events", content=content,
+                      headers={**(headers or {}), "Content-Type": content_type}, timeout=60)
+
+
+def end_offsets(platform: Platform, cluster: str, topic: str) -> dict[int, int]:
+    consumer = kafka.consumer(platform, cluster, "offsets-peek", "offsets-peek")
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    finally:
+        consumer.close()
+
+
+def test_accepted_event_answers_with_partition_and_offset(url, gw_platform):
+    event = demo_event()
+    answer = post(url, "ad-events", event)
+    assert answer.status_code == 200, answer.text
+    (placed,) = answer.json()["events"]
+    assert placed["cluster"] == "dc1"
+    landed = read_topic(gw_platform, "dc1", "ad-events")
+    match = [m for m in landed if m.partition() == placed["partition"] and m.offset() == placed["offset"]]
+    assert orjson.loads(match[0].value()) == event and match[0].key() == b"user-1"
+
+
+@pytest.mark.parametrize("topic, body, headers, content_type, status, error, fields", [
+    ("ad-events", b"{oops", ADSERVER, "application/json", 400, "malformed", {}),
+    ("ad-events", None, None, "application/json", 401, "unauthenticated", {}),
+    ("ad-events", None, {"Authorization": "Bearer stolen"}, "application/json", 401, "unauthenticated", {}),
+    ("ad-events", None, {"Authorization": "Bearer demo-notifier-token"}, "application/json", 403, "forbidden",
+     {"service": "notifier", "topic": "ad-events"}),
+    ("no-such-topic", None, ADSERVER, "application/json", 404, "unknown_topic", {"topic": "no-such-topic"}),
+    ("ad-events", b"[" + b",".join([orjson.dumps(demo_event())] * 600) + b"]", ADSERVER, "application/json", 413,
+     "too_large", {}),
+    ("ad-events", b"[" + orjson.dumps(demo_event()) + b"," + orjson.dumps(demo_event(site_id="")) + b"]", ADSERVER,
+     "application/json", 422, "contract", {"index": 1, "field": "site_id", "rule": "minLength"}),
+], ids=["400-malformed", "401-missing", "401-bad-token", "403-not-producer", "404-unknown-topic", "413-request",
+        "422-contract"])
+def test_each_refusal_has_its_status_and_body(url, gw_platform, topic, body, headers, content_type, status, error,
+                                              fields):
+    answer = post(url, topic, body if body is not None else demo_event(), headers, content_type)
+    assert answer.status_code == status, answer.text
+    payload = answer.json()
+    assert payload["error"] == error and payload["message"]
+    assert fields.items() <= payload.items()
+    metrics = httpx.get(f"{url}/metrics").text
+    assert f'reason="{error}"' in metrics
+
+
+def test_a_batch_with_one_bad_event_writes_nothing(url, gw_platform):
+    before = end_offsets(gw_platform, "dc1", "ad-events")
+    batch = [demo_event(user_id=f"u{i}") for i in range(50)] + [demo_event(type="clack")]
+    answer = post(url, "ad-events", batch)
+    assert answer.status_code == 422 and answer.json()["index"] == 50
+    assert end_offsets(gw_platform, "dc1", "ad-events") == before
+
+
+def test_ndjson_batch_lands_whole_and_keys_keep_their_partition(url, gw_platform):
+    events = [demo_event(user_id=f"user-{i % 7}") for i in range(300)]
+    body = b"\n".join(orjson.dumps(e) for e in events)
+    answer = post(url, "ad-events", body, content_type="application/x-ndjson")
+    assert answer.status_code == 200, answer.text
+    summary = answer.json()
+    assert summary["accepted"] == 300 and sum(p["count"] for p in summary["partitions"]) == 300
+    wanted = {e["event_id"]: e for e in events}
+    landed = [m for m in read_topic(gw_platform, "dc1", "ad-events") if orjson.loads(m.value())["event_id"] in wanted]
+    assert len(landed) == 300
+    partitions_of_user = defaultdict(set)
+    for message in landed:
+        partitions_of_user[message.key()].add(message.partition())
+    assert all(len(p) == 1 for p in partitions_of_user.values())
+    # Per-key order: offsets of one user's events follow the order they were sent in.
+    order = {e["event_id"]: i for i, e in enumerate(events)}
+    by_user = defaultdict(list)
+    for message in sorted(landed, key=lambda m: m.offset()):
+        by_user[message.key()].append(order[orjson.loads(message.value())["event_id"]])
+    assert all(seq == sorted(seq) for seq in by_user.values())
+
+
+def test_audit_counts_equal_accepted_events(gw_platform, serve_gateway):
+    url = serve_gateway(gw_platform, "dc1")
+    gateway = serve_gateway.gateways[url]
+    hours = ["2026-11-20T22:15:00Z", "2026-11-20T23:59:59Z", "2026-11-21T00:00:00Z"]
+    sent = Counter()
+    for round_ in range(12):
+        hour = hours[round_ % 3]
+        batch = [demo_event(event_time=hour, user_id=f"u{round_}-{i}") for i in range(round_ * 7 + 1)]
+        assert post(url, "ad-events", batch).status_code == 200
+        sent[hour[:13] + ":00:00Z"] += len(batch)
+    assert post(url, "ad-events", [demo_event(event_time=hours[0]), {"bad": 1}]).status_code == 422  # not counted
+
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + 30
+    counted: dict[str, int] = {}
+    while counted != dict(sent) and time.monotonic() < deadline:
+        time.sleep(1)
+        counted = {}
+        for message in read_topic(gw_platform, "dc1", "_audit"):
+            record = orjson.loads(message.value())
+            if record["source"] == gateway.source and record["topic"] == "ad-events":
+                assert message.key().decode() == f"ad-events|{record['hour']}|{gateway.source}"
+                counted[record["hour"]] = record["count"]  # the latest record per key wins
+    assert counted == dict(sent)
+    del asyncio

@@ -1,0 +1,132 @@
+"""The gateway's pure parts: body parsing, contracts, auth, bulkheads and audit records."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conveyor.config import Gateway as GatewaySettings
+from conveyor.config import load_platform
+from conveyor.gateway.audit import AuditCounts
+from conveyor.gateway.auth import Authorizer
+from conveyor.gateway.bulkhead import Bulkheads
+from conveyor.gateway.errors import (ContractViolation, Forbidden, MalformedBody, Overloaded, TooLarge,
+                                     Unauthenticated)
+from conveyor.gateway.parsing import prepare
+from conveyor.topics.contracts import ContractError, compile_contract, load_contracts
+
+ROOT = Path(__file__).resolve().parents[3]
+PLATFORM = load_platform(ROOT / "platform.yaml")
+CONTRACT = load_contracts(PLATFORM)["ad-events"]
+SETTINGS = GatewaySettings(max_event_bytes=300)
+
+
+def event(**overrides):
+    base = {"event_id": "123e4567-e89b-12d3-a456-426614174000", "event_time": "2026-11-21T05:30:00Z",
+            "type": "click", "site_id": "s1", "user_id": "u1"}
+    return {**base, **overrides}
+
+
+def test_single_event_array_and_ndjson_all_parse_to_keyed_records():
+    one = prepare(orjson.dumps(event()), "application/json", CONTRACT, SETTINGS)
+    many = prepare(orjson.dumps([event(user_id="a"), event(user_id="b")]), "application/json", CONTRACT, SETTINGS)
+    ndjson = b"\n".join(orjson.dumps(event(user_id=u)) for u in "abc") + b"\n"
+    lines = prepare(ndjson, "application/x-ndjson", CONTRACT, SETTINGS)
+    assert [r.key for r in one.records] == [b"u1"]
+    assert [r.key for r in many.records] == [b"a", b"b"]
+    assert [r.key for r in lines.records] == [b"a", b"b", b"c"]
+    assert one.hours == [datetime(2026, 11, 21, 5, tzinfo=timezone.utc)]
+    assert orjson.loads(one.records[0].value) == event()
+
+
+@pytest.mark.parametrize("body, content_type, error, details", [
+    (b"{not json", "application/json", MalformedBody, {}),
+    (b"", "application/json", MalformedBody, {}),
+    (b"[]", "application/json", MalformedBody, {}),
+    (b"[1]", "application/json", MalformedBody, {"index": 0}),
+    (b'{"a":1}\n{oops', "application/x-ndjson", MalformedBody, {"line": 2}),
+    (orjson.dumps([event(), event(type="clack")]), "application/json", ContractViolation,
+     {"index": 1, "field": "type", "rule": "enum"}),
+    (orjson.dumps([event(), event(), {k: v for k, v in event().items() if k != "user_id"}]), "application/json",
+     ContractViolation, {"index": 2, "field": "user_id", "rule": "required"}),
+    (orjson.dumps(event(event_id="not-a-uuid")), "application/json", ContractViolation,
+     {"index": 0, "field": "event_id", "rule": "format"}),
+    (orjson.dumps(event(event_time="yesterday")), "application/json", ContractViolation,
+     {"index": 0, "field": "event_time", "rule": "format"}),
+    (orjson.dumps([event(), event(category="x" * 60, banner_id="y" * 60, site_id="z" * 60)]), "application/json",
+     TooLarge, {"index": 1, "limit": 300}),
+], ids=["bad-json", "empty", "empty-array", "not-object", "bad-ndjson-line", "enum", "required", "uuid",
+        "date-time", "event-too-large"])
+def test_every_bad_body_names_the_event_field_and_rule(body, content_type, error, details):
+    with pytest.raises(error) as caught:
+        prepare(body, content_type, CONTRACT, SETTINGS)
+    assert details.items() <= caught.value.body().items()
+    assert caught.value.body()["error"] == error.reason
+
+
+def test_contract_must_require_event_id_time_and_a_key():
+    schema = json.loads((ROOT / "contracts/ad-events.schema.json").read_text())
+    with pytest.raises(ContractError, match="must require event_id"):
+        compile_contract("t", {**schema, "required": ["event_time", "user_id"]})
+    with pytest.raises(ContractError, match="x-key"):
+        compile_contract("t", {k: v for k, v in schema.items() if k != "x-key"})
+
+
+def test_auth_by_token_digest_and_producer_acl():
+    auth = Authorizer(PLATFORM)
+    assert auth.service_of("Bearer demo-adserver-token") == "adserver"
+    for header in (None, "", "Basic abc", "Bearer ", "Bearer wrong-token"):
+        with pytest.raises(Unauthenticated):
+            auth.service_of(header)
+    auth.check_producer("adserver", "ad-events")
+    with pytest.raises(Forbidden, match="notifier is not among the producers of topic ad-events"):
+        auth.check_producer("notifier", "ad-events")
+
+
+def test_full_lane_refuses_at_once_while_other_lanes_flow():
+    async def scenario():
+        bulkheads = Bulkheads(lanes=8, workers_per_lane=1, queue_per_lane=1, retry_after=2)
+        slow = "slow-topic"
+        fast = next(t for t in (f"fast-{i}" for i in range(100))
+                    if bulkheads.lane_of(t).index != bulkheads.lane_of(slow).index)
+        release = asyncio.Event()
+
+        async def hold():
+            async with bulkheads.enter(slow):
+                await release.wait()
+
+        holders = [asyncio.create_task(hold()) for _ in range(2)]  # one writing, one queued
+        await asyncio.sleep(0)
+        with pytest.raises(Overloaded) as caught:
+            async with bulkheads.enter(slow):
+                pass
+        assert caught.value.retry_after == 2
+        async with bulkheads.enter(fast):
+            pass  # another topic's lane is unaffected
+        release.set()
+        await asyncio.gather(*holders)
+        assert set(bulkheads.occupancy().values()) == {0}
+
+    asyncio.run(scenario())
+
+
+def test_audit_records_are_cumulative_per_topic_hour_and_source():
+    counts = AuditCounts("dc1-test")
+    h5, h6 = datetime(2026, 11, 21, 5, tzinfo=timezone.utc), datetime(2026, 11, 21, 6, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 21, 6, 30, tzinfo=timezone.utc)
+    counts.add("ad-events", Counter({h5: 3, h6: 1}))
+    counts.add("ad-events", Counter({h5: 2}))
+    records = dict(counts.take_changed(now))
+    assert set(records) == {"ad-events|2026-11-21T05:00:00Z|dc1-test", "ad-events|2026-11-21T06:00:00Z|dc1-test"}
+    assert orjson.loads(records["ad-events|2026-11-21T05:00:00Z|dc1-test"]) == {
+        "topic": "ad-events", "hour": "2026-11-21T05:00:00Z", "source": "dc1-test", "count": 5,
+        "updated_at": "2026-11-21T06:30:00Z"}
+    assert counts.take_changed(now) == []
+    counts.mark_all_changed()
+    assert len(counts.take_changed(now)) == 2
