@@ -108,8 +108,11 @@ def _apply_cluster(admin: AdminClient, changes: tuple[Change, ...]) -> Iterable[
         by_kind.setdefault(change.kind, []).append(change)
 
     if creates := by_kind.get(ChangeKind.create):
+        # confluent-kafka 2.16 wants num_partitions equal to the assignment's length (not -1, as
+        # its docstring says) and no replication_factor beside an assignment.
         new_topics = [
-            NewTopic(c.topic, replica_assignment=c.replica_assignment, config=c.configs)
+            NewTopic(c.topic, num_partitions=len(c.replica_assignment), replica_assignment=c.replica_assignment,
+                     config=c.configs)
             if c.replica_assignment
             else NewTopic(c.topic, num_partitions=c.partitions, replication_factor=c.replication_factor,
                           config=c.configs)

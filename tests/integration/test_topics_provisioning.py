@@ -109,3 +109,20 @@ def _wait_gone(platform: Platform, topic: str) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"{topic} still listed after deletion")
+
+
+def test_isolated_topic_is_created_only_on_its_tagged_brokers(provisioned: Platform, platform_data, platform_file):
+    data = copy.deepcopy(platform_data)
+    data["clusters"]["central"]["tags"] = {"ads": [1, 2]}
+    data["topics"]["ads-only"] = {"partitions": 4, "replication_factor": 2, "isolation": "ads",
+                                  "clusters": ["central"]}
+    isolated = parse_platform(data, root=platform_file.parent)
+    provisioner.apply(isolated, provisioner.plan(isolated, ["central"]))
+    try:
+        admin = kafka.admin(isolated, "central")
+        partitions = admin.list_topics("ads-only", timeout=10).topics["ads-only"].partitions
+        assert len(partitions) == 4
+        assert all(set(p.replicas) <= {1, 2} and len(p.replicas) == 2 for p in partitions.values())
+        assert sorted(p.replicas[0] for p in partitions.values()) == [1, 1, 2, 2]
+    finally:
+        admin.delete_topics(["ads-only"])["ads-only"].result()
