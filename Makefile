@@ -25,11 +25,15 @@ system-deps:
 	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
 	@command -v mvn >/dev/null 2>&1 || { echo "mvn is required to resolve Kafka's jars"; exit 1; }
 
-# The demo platform end to end: clusters up, topics everywhere, a round trip through each cluster.
+# The demo platform end to end: clusters up, topics everywhere, a round trip through each cluster,
+# a gateway per data centre and realistic ad traffic through both.
 demo: setup
 	$(BIN)/conveyor up
 	$(BIN)/conveyor topics apply
 	$(BIN)/conveyor smoke
+	$(BIN)/conveyor gateway start --dc dc1
+	$(BIN)/conveyor gateway start --dc dc2
+	$(BIN)/conveyor generate --rate 2000 --duration 20 --token demo-adserver-token
 	$(BIN)/conveyor status
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
 

@@ -111,4 +111,5 @@ def consumer(
 def admin(platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None) -> AdminClient:
     """An admin client. Keep it referenced until its futures resolve: librdkafka fails the pending
     requests of a destroyed handle (_DESTROY), which a chained ``admin(...).create_topics(...)`` does."""
-    return AdminClient(client_config(platform, cluster_name, overrides))
+    # librdkafka logs an informational line for every admin client torn down with queued events.
+    return AdminClient(client_config(platform, cluster_name, {"log_level": 4, **(overrides or {})}))

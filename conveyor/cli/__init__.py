@@ -27,6 +27,7 @@ runtime_cmd.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(gateway_cmd.app, name="gateway")
+app.command()(gateway_cmd.generate)
 
 
 def main() -> None:

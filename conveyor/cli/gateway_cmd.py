@@ -1,37 +1,114 @@
-"""``conveyor gateway serve``: the HTTP produce API of one data centre."""
+"""``conveyor gateway serve|start`` and ``conveyor generate``: the HTTP produce API and its load."""
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Annotated
 
+import httpx
 import typer
-import uvicorn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, platform_from
-from conveyor.config import ClusterRole, ConfigError, Problem
+from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
+from conveyor.config import ClusterRole, ConfigError, Platform, Problem
+from conveyor.errors import ConveyorError
 
 app = typer.Typer(help="The data bus gateway: services publish events over HTTP.", no_args_is_help=True)
 
+DcOption = Annotated[str, typer.Option("--dc", envvar="CONVEYOR_DC", help="The writable cluster of this data centre.")]
+PortOption = Annotated[int | None, typer.Option(envvar="CONVEYOR_GATEWAY_PORT",
+                                                help="Port on 127.0.0.1 (default: gateway.port + the data "
+                                                     "centre's position among writable clusters).")]
+
+
+def default_port(platform: Platform, dc: str) -> int:
+    writable = [name for name, c in platform.clusters.items() if c.role == ClusterRole.writable]
+    return platform.gateway.port + writable.index(dc)
+
+
+def _writable(platform: Platform, dc: str) -> None:
+    if platform.cluster(dc).role != ClusterRole.writable:
+        raise ConfigError([Problem(f"clusters.{dc}.role", "the gateway writes only to a writable cluster")])
+
 
 @app.command()
-def serve(
-    dc: Annotated[str, typer.Option("--dc", envvar="CONVEYOR_DC", help="The writable cluster of this data centre.")],
-    platform: PlatformOption = DEFAULT_PLATFORM,
-    port: Annotated[int | None, typer.Option(envvar="CONVEYOR_GATEWAY_PORT",
-                                             help="Port on 127.0.0.1 (default: gateway.port).")] = None,
-    host: Annotated[str, typer.Option(envvar="CONVEYOR_GATEWAY_HOST", help="Address to listen on.")] = "127.0.0.1",
-) -> None:
-    """Serve POST /v1/topics/{topic}/events, /healthz and /metrics. Answers only after Kafka
-    acknowledged every event; fails over to the cluster's `failover` list. SIGTERM drains and
-    publishes the last audit counts before exiting."""
+def serve(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortOption = None,
+          host: Annotated[str, typer.Option(envvar="CONVEYOR_GATEWAY_HOST", help="Address to listen on.")]
+          = "127.0.0.1") -> None:
+    """Serve POST /v1/topics/{topic}/events, /healthz and /metrics in the foreground. Answers only
+    after Kafka acknowledged every event; fails over to the cluster's `failover` list. SIGTERM
+    drains and publishes the last audit counts before exiting."""
+    import uvicorn
+
     from conveyor.gateway.app import Gateway, create_app
 
     model = platform_from(platform)
-    cluster = model.cluster(dc)
-    if cluster.role != ClusterRole.writable:
-        raise ConfigError([Problem(f"clusters.{dc}.role", "the gateway writes only to a writable cluster")])
+    _writable(model, dc)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    gateway = Gateway(model, dc)
-    uvicorn.run(create_app(gateway), host=host, port=port or model.gateway.port, log_level="warning",
-                access_log=False, timeout_graceful_shutdown=30)
+    uvicorn.run(create_app(Gateway(model, dc)), host=host, port=port or default_port(model, dc),
+                log_level="warning", access_log=False, timeout_graceful_shutdown=30)
+
+
+@app.command()
+def start(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortOption = None) -> None:
+    """Start `gateway serve` as a background service of the local platform (stopped by
+    `conveyor down`) and wait until it answers /healthz."""
+    from conveyor.runtime.services import service_log_tail, start_service
+
+    model = platform_from(platform)
+    _writable(model, dc)
+    port = port or default_port(model, dc)
+    name = f"gateway-{dc}"
+    pid, started = start_service(model, name, ["gateway", "serve", "--dc", dc, "--port", str(port),
+                                               "--platform", str(platform.resolve())])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"{url}/healthz", timeout=2).raise_for_status()
+            break
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise ConveyorError(f"{name} did not answer on {url}:\n{service_log_tail(model, name)}") from None
+            time.sleep(0.3)
+    console.print(f"{name} {'started' if started else 'already running'} (pid {pid}): {url}")
+
+
+def generate(
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    rate: Annotated[float, typer.Option(min=1, help="Events per second, over all gateways.")] = 5000,
+    duration: Annotated[float, typer.Option(min=1, help="Seconds to run.")] = 60,
+    topic: Annotated[str, typer.Option(help="Topic to publish to.")] = "ad-events",
+    batch: Annotated[int, typer.Option(min=1, help="Events per request.")] = 200,
+    url: Annotated[list[str] | None, typer.Option(help="Gateway URL (repeatable; default: every local "
+                                                       "gateway's default address).")] = None,
+    token: Annotated[str, typer.Option(envvar="CONVEYOR_TOKEN", help="The publishing service's token.")] = "",
+) -> None:
+    """Publish realistic ad events (page views, impressions, clicks from many sites, keyed by user)
+    through the gateways at a steady rate, and print what was accepted and how fast."""
+    from conveyor.gateway.client import Publisher
+    from conveyor.gateway.generate import run
+
+    if not token:
+        raise typer.BadParameter("give the publishing service's token (--token or CONVEYOR_TOKEN)")
+    model = platform_from(platform)
+    urls = url or [f"http://127.0.0.1:{default_port(model, dc)}" for dc, c in model.clusters.items()
+                   if c.role == ClusterRole.writable]
+    publishers = [Publisher(u, token, batch_size=batch) for u in urls]
+    with Progress(TextColumn("publishing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("events", total=int(rate * duration))
+        result = run(publishers, topic, rate, duration, batch,
+                     progress=lambda done, total: progress.update(task, completed=done))
+    for publisher in publishers:
+        publisher.close()
+    latencies = sorted(result.batch_latencies)
+    table = Table(title=f"generated {topic} through {len(urls)} gateway(s)")
+    for column in ("accepted", "seconds", "events/s", "batch p50", "batch p99"):
+        table.add_column(column)
+    table.add_row(str(result.accepted), f"{result.seconds:.1f}", f"{result.rate:,.0f}",
+                  f"{latencies[len(latencies) // 2] * 1000:.1f} ms" if latencies else "",
+                  f"{latencies[int(len(latencies) * 0.99)] * 1000:.1f} ms" if latencies else "")
+    console.print(table)

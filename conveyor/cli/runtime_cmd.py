@@ -8,7 +8,9 @@ from rich.table import Table
 
 from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
 from conveyor.kafka import bootstrap_servers
+from conveyor.runtime import processes
 from conveyor.runtime.local import LocalPlatform, PlatformState
+from conveyor.runtime.services import service_daemons
 from conveyor.runtime.smoke import smoke as smoke_cluster
 
 
@@ -63,6 +65,10 @@ def status(platform: PlatformOption = DEFAULT_PLATFORM) -> None:
     if state.redis is not None:
         pid = f"[green]{state.redis.pid}[/]" if state.redis.pid else "[red]stopped[/]"
         table.add_row("", "redis", "", "", pid, str(state.redis.layout.port), "", "")
+    for daemon in service_daemons(local.platform):
+        service_pid = processes.running_pid(daemon)
+        table.add_row("", daemon.name, "service", "", f"[green]{service_pid}[/]" if service_pid else "stopped",
+                      "", "", "")
     console.print(table)
     platform_model = local.platform
     for name, cluster in platform_model.clusters.items():

@@ -27,6 +27,7 @@ from conveyor.runtime.jars import Jars, java_binary, resolve_jars
 from conveyor.runtime.layout import ClusterLayout, Node, RedisLayout, plan_layout, redis_layout
 from conveyor.runtime.processes import Daemon
 from conveyor.runtime.properties import render, server_properties
+from conveyor.runtime.services import service_daemons
 
 _HERE = Path(__file__).parent
 LOG4J_CONFIG = _HERE / "log4j2.properties"
@@ -286,10 +287,12 @@ class LocalPlatform:
     # -- down and single nodes -----------------------------------------------------------------
 
     def down(self, timeout: float = 30.0) -> list[str]:
-        """Stop exactly the processes this platform started: brokers first (a controlled shutdown
-        needs the controller), then controllers, then Redis."""
+        """Stop exactly the processes this platform started: Conveyor's services first (they drain
+        into Kafka), then brokers (a controlled shutdown needs the controller), then controllers,
+        then Redis."""
         nodes = self._all_node_daemons()
-        stopped = processes.stop([d for n, d in nodes if n.is_broker], timeout)
+        stopped = processes.stop(service_daemons(self.platform), timeout)
+        stopped += processes.stop([d for n, d in nodes if n.is_broker], timeout)
         stopped += processes.stop([d for n, d in nodes if not n.is_broker], timeout)
         redis_daemon = self.redis_daemon()
         if redis_daemon is not None:
