@@ -47,14 +47,15 @@ def stamp(event: dict[str, Any]) -> dict[str, Any]:
 
 class Publisher:
     def __init__(self, url: str, token: str, *, batch_size: int = 500, max_attempts: int = 8,
-                 backoff: float = 0.2, max_backoff: float = 10.0, timeout: float = 60.0) -> None:
+                 backoff: float = 0.2, max_backoff: float = 10.0, timeout: float = 60.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
         self.url = url.rstrip("/")
         self.batch_size = batch_size
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.max_backoff = max_backoff
-        self._http = httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {token}",
-                                                             "Content-Type": "application/json"})
+        self._http = httpx.Client(timeout=timeout, transport=transport,
+                                  headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
         self._pending: dict[str, list[dict[str, Any]]] = {}
 
     def __enter__(self) -> Publisher:

@@ -140,3 +140,15 @@ def test_audit_counts_equal_accepted_events(gw_platform, serve_gateway):
                 counted[record["hour"]] = record["count"]  # the latest record per key wins
     assert counted == dict(sent)
     del asyncio
+
+
+def test_publisher_and_generator_through_a_real_gateway(url, gw_platform):
+    from conveyor.gateway.client import Publisher
+    from conveyor.gateway.generate import AdTraffic, run
+
+    with Publisher(url, "demo-adserver-token", batch_size=100) as publisher:
+        result = run([publisher], "ad-events", rate=2000, duration=1.5, batch=100, traffic=AdTraffic(seed=11))
+    assert result.accepted == result.sent >= 100  # pace depends on the machine; correctness does not
+    sent_ids = {AdTraffic(seed=11).event()["event_id"]}
+    landed = {orjson.loads(m.value())["event_id"] for m in read_topic(gw_platform, "dc1", "ad-events")}
+    assert sent_ids <= landed
