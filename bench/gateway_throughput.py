@@ -1,0 +1,179 @@
+"""Events/s accepted by one gateway process, side by side with producing the same events directly
+with confluent-kafka (the ceiling), plus request latency and resident memory.
+
+- ceiling: the platform's own producer (acks=all, idempotence, lz4) from one Python process.
+- gateway: one `conveyor gateway serve` process on dc1, loaded by wrk (C, so the load generator
+  takes little of the two cores) with ~300-byte ad events in batches of 1, 100, 500 and 1,000.
+- single events at a fixed 1,000 requests/s: an open-loop paced client; latency counts from each
+  request's scheduled time, so a stall is not hidden (coordinated omission).
+
+    python -m bench.gateway_throughput [--seconds 15] [--base-port 39092]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import yaml
+
+from conveyor import kafka
+from conveyor.config import Platform, parse_platform
+from conveyor.gateway.generate import AdTraffic
+from conveyor.runtime.local import LocalPlatform
+from conveyor.topics import provisioner
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+TOPIC = "ad-events"
+TOKEN = "demo-adserver-token"
+
+
+def _platform(home: Path, base_port: int) -> tuple[Platform, Path]:
+    data = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    data["runtime"]["home"] = str(home)
+    data["runtime"]["base_port"] = base_port
+    data["gateway"]["port"] = base_port + 500
+    for topic in data["topics"].values():  # the file is written elsewhere: keep contracts findable
+        if "contract" in topic:
+            topic["contract"] = str(ROOT / topic["contract"])
+    path = home.parent / "bench-platform.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return parse_platform(data, root=ROOT), path
+
+
+def ceiling(platform: Platform, events: list[dict]) -> dict:
+    producer = kafka.producer(platform, "dc1", "bench-direct",
+                              {"queue.buffering.max.messages": 1_000_000, "batch.size": 1_000_000})
+    records = [(e["user_id"].encode(), orjson.dumps(e)) for e in events]
+    started = time.perf_counter()
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(TOPIC, value, key)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    seconds = time.perf_counter() - started
+    return {"events": len(records), "seconds": round(seconds, 2), "events_per_s": round(len(records) / seconds)}
+
+
+def _wrk(url: str, body: bytes, seconds: int, connections: int) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write('wrk.method = "POST"\n'
+                     f'wrk.headers["Authorization"] = "Bearer {TOKEN}"\n'
+                     'wrk.headers["Content-Type"] = "application/json"\n'
+                     f"wrk.body = {json.dumps(body.decode())}\n")
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script.name,
+                          f"{url}/v1/topics/{TOPIC}/events"], capture_output=True, text=True, check=True).stdout
+    Path(script.name).unlink()
+
+    def latency_ms(label: str) -> float:
+        value, unit = re.search(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()  # type: ignore[union-attr]
+        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
+            "p50_ms": latency_ms("50%"), "p99_ms": latency_ms("99%"),
+            "non_2xx": int(non_2xx.group(1)) if non_2xx else 0}
+
+
+async def _paced(url: str, body: bytes, rate: int, seconds: int) -> dict:
+    latencies: list[float] = []
+    failures = 0
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64), timeout=30,
+                                 headers={"Authorization": f"Bearer {TOKEN}",
+                                          "Content-Type": "application/json"}) as client:
+        started = time.perf_counter()
+
+        async def one(scheduled: float) -> None:
+            nonlocal failures
+            await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+            answer = await client.post(f"{url}/v1/topics/{TOPIC}/events", content=body)
+            latencies.append(time.perf_counter() - scheduled)
+            failures += answer.status_code != 200
+
+        await asyncio.gather(*(one(started + i / rate) for i in range(rate * seconds)))
+    latencies.sort()
+    return {"rate": rate, "requests": len(latencies), "failures": failures,
+            "p50_ms": round(latencies[len(latencies) // 2] * 1000, 2),
+            "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2)}
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def run(seconds: int, base_port: int) -> dict:
+    traffic = AdTraffic(seed=3)
+    events = [traffic.event() for _ in range(1000)]
+    size = statistics.mean(len(orjson.dumps(e)) for e in events)
+    result: dict = {"event_bytes_mean": round(size), "gateway": {}}
+    with tempfile.TemporaryDirectory(prefix="conveyor-bench-gw-") as tmp:
+        platform, platform_file = _platform(Path(tmp) / "home", base_port)
+        local = LocalPlatform(platform)
+        local.up()
+        gateway = None
+        try:
+            provisioner.apply(platform, provisioner.plan(platform))
+            result["direct_ceiling"] = ceiling(platform, [traffic.event() for _ in range(300_000)])
+            port = platform.gateway.port
+            url = f"http://127.0.0.1:{port}"
+            gateway = subprocess.Popen([sys.executable, "-m", "conveyor", "gateway", "serve", "--dc", "dc1",
+                                        "--port", str(port), "--platform", str(platform_file)],
+                                       stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "gateway.log", "wb"))
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    httpx.get(f"{url}/healthz", timeout=1).raise_for_status()
+                    break
+                except httpx.HTTPError:
+                    if gateway.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit("gateway did not start:\n" + (Path(tmp) / "gateway.log").read_text())
+                    time.sleep(0.3)
+            for batch in (1, 100, 500, 1000):
+                body = orjson.dumps(events[:batch]) if batch > 1 else orjson.dumps(events[0])
+                measured = _wrk(url, body, seconds, connections=16 if batch == 1 else 8)
+                measured["events_per_s"] = round(measured["requests_per_s"] * batch)
+                result["gateway"][str(batch)] = measured
+                print(f"batch {batch}: {measured}", flush=True)
+            result["single_events_paced"] = asyncio.run(_paced(url, orjson.dumps(events[0]), 1000, seconds))
+            result["gateway_rss_mib"] = _rss_mib(gateway.pid)
+        finally:
+            if gateway is not None:
+                gateway.terminate()
+                gateway.wait(60)
+            local.down()
+    at500 = result["gateway"]["500"]["events_per_s"]
+    result["batch500_share_of_ceiling"] = round(at500 / result["direct_ceiling"]["events_per_s"], 2)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=15, help="duration of each measurement")
+    parser.add_argument("--base-port", type=int, default=39092)
+    args = parser.parse_args()
+    result = run(args.seconds, args.base_port)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "gateway_throughput.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
