@@ -205,6 +205,13 @@ class Service(_Model):
     description: str = ""
 
 
+class ReplicationMode(str, Enum):
+    #: Records and source offsets in one destination transaction: each record lands once.
+    exactly_once = "exactly-once"
+    #: Plain idempotent writes, offsets committed after: lower latency, duplicates after a crash.
+    at_least_once = "at-least-once"
+
+
 class Route(_Model):
     """Replication of topics from a writable cluster into another cluster."""
 
@@ -213,6 +220,15 @@ class Route(_Model):
     topics: list[str] = Field(default_factory=list)
     #: A regular expression over topic names, instead of (or besides) the list.
     pattern: str | None = None
+    mode: ReplicationMode = ReplicationMode.exactly_once
+    #: Units of work: source partitions hash into buckets, workers own buckets. Fixed for a route's
+    #: life (changing it moves every partition), so pick it above the most workers you will run.
+    buckets: int = Field(default=8, ge=1, le=256)
+    #: Most records per transaction, and the longest a batch waits to fill.
+    batch_records: int = Field(default=2000, ge=1)
+    batch_wait: Seconds = Field(default=0.05, gt=0)
+    #: How often source metadata is polled for new topics and partitions.
+    discovery_interval: Seconds = Field(default=2.0, gt=0)
 
     @model_validator(mode="after")
     def _selects_something(self) -> Route:
@@ -226,6 +242,9 @@ class Route(_Model):
         return self
 
     def selects(self, topic: str) -> bool:
+        # Kafka's internal topics and Conveyor's own bookkeeping topics are never copied.
+        if topic.startswith("__") or topic.startswith("_conveyor"):
+            return False
         return topic in self.topics or (
             self.pattern is not None and re.fullmatch(self.pattern, topic) is not None
         )
@@ -269,6 +288,28 @@ class Gateway(_Model):
     summary_above: int = Field(default=100, ge=0)
 
 
+class Spark(_Model):
+    """How the pipelines run Spark (``conveyor.pipeline.spark`` builds every session from this)."""
+
+    #: local[N] here; a cluster URL (or spark-submit's --master) in production.
+    master: str = "local[2]"
+    driver_memory: str = Field(default="1g", pattern=r"^\d+[mg]$")
+    shuffle_partitions: int = Field(default=4, ge=1)
+
+
+class Lake(_Model):
+    """The exactly-once lake ingestion job (``conveyor pipeline lake``)."""
+
+    #: Topics to land; default: every topic whose consumers name the ``lake`` service.
+    topics: list[str] | None = None
+    #: How late an event may arrive after its hour; an hour is complete only after this.
+    allowed_lateness: Seconds = Field(default=600.0, ge=0)
+    #: Drop an event_id already landed within this window (producer retries); 0 turns it off.
+    dedup_window: Seconds = Field(default=3600.0, ge=0)
+    #: Seconds a run waits for another run holding the warehouse lock.
+    lock_timeout: Seconds = Field(default=120.0, ge=0)
+
+
 class Pipeline(_Model):
     """Settings of the Spark pipelines; each pipeline issue adds its own section."""
 
@@ -276,6 +317,94 @@ class Pipeline(_Model):
     source: Name | None = None
     #: Iceberg warehouse folder (relative to platform.yaml) or URI.
     warehouse: str = ".conveyor/warehouse"
+    spark: Spark = Field(default_factory=Spark)
+    lake: Lake = Field(default_factory=Lake)
+
+
+class Dispatch(_Model):
+    """Settings of every consumer dispatcher node (``conveyor dispatch serve``)."""
+
+    #: Cluster the dispatcher reads; default: pipeline.source, else the only read cluster.
+    cluster: Name | None = None
+    port: int = Field(default=18090, ge=1024, le=65535, description="gRPC port; --port overrides")
+    metrics_port: int = Field(default=18190, ge=1024, le=65535, description="/metrics and /healthz")
+    #: A delivered message not acked within this is delivered again.
+    ack_deadline: Seconds = Field(default=30.0, gt=0)
+    #: Deliveries of one message before it goes to the dead-letter topic instead.
+    max_attempts: int = Field(default=5, ge=1)
+    #: Dead-letter topic per (topic, group); created on first use with the cluster's replication.
+    dead_letter_topic: str = Field(default="{topic}.{group}.dead", pattern=r"\{topic\}.*\{group\}|\{group\}.*\{topic\}")
+    #: Seconds between offset commits (committed offset plus the acks above it in the metadata).
+    commit_interval: Seconds = Field(default=0.5, gt=0)
+    #: The broker's offset.metadata.max.bytes; the dispatcher fetches no further ahead than fits.
+    metadata_max_bytes: int = Field(default=4096, ge=64)
+    #: Fetched messages a partition may hold before the first delivery; the fetch pauses beyond.
+    prefetch: int = Field(default=2000, ge=1)
+    #: Most messages in one frame to a client.
+    batch: int = Field(default=500, ge=1)
+    #: Highest credit (unacked messages) one client stream may hold.
+    max_credit: int = Field(default=10_000, ge=1)
+
+
+class OpsPanel(_Model):
+    """A dashboard panel that components fill through their /metrics (interface in docs/ops.md)."""
+
+    title: str = Field(min_length=1)
+    #: Metric family names, or globs over them (``conveyor_replicate_*lag*``); each label set is a series.
+    metrics: list[str] = Field(min_length=1)
+
+
+def _default_panels() -> dict[str, OpsPanel]:
+    return {name: OpsPanel(title=title, metrics=metrics) for name, title, metrics in (
+        ("gateway", "Gateway: events accepted and request time",
+         ["conveyor_gateway_events_accepted", "conveyor_gateway_request_seconds"]),
+        ("replication", "Replication lag and latency", ["conveyor_replicate_*lag*", "conveyor_replicate_*latency*"]),
+        ("lake", "Lake completeness and audit per hour", ["conveyor_lake_*", "conveyor_audit_*"]),
+        ("dispatch", "Dispatcher backlog", ["conveyor_dispatch_*backlog*"]),
+        ("realtime", "Real-time view latency", ["conveyor_realtime_*latency*"]),
+    )}
+
+
+class Ops(_Model):
+    """Settings of the operations watcher (``conveyor ops watch``) and its dashboard."""
+
+    port: int = Field(default=18070, ge=1024, le=65535, description="/metrics, /healthz, /api and the dashboard")
+    #: Seconds between samples of offsets and broker metrics.
+    interval: Seconds = Field(default=5.0, gt=0)
+    #: Samples per partition window (Burrow's intervals); the lag rules judge a whole window.
+    window: int = Field(default=10, ge=2, le=100)
+    #: Points kept per consumer group and panel series for the dashboard's sparklines.
+    history: int = Field(default=120, ge=2, le=10_000)
+    #: Optional lag thresholds that turn an otherwise OK partition into WARN.
+    max_lag_records: int | None = Field(default=None, ge=0)
+    max_lag_seconds: Seconds | None = Field(default=None, ge=0)
+    #: Regular expressions over group ids that are not watched (tools, tests).
+    exclude_groups: list[str] = Field(default_factory=list)
+    #: Request time p99 (Produce, FetchConsumer, Metadata): warning above, alarm above (MISSION: 10 s).
+    request_p99_warn: Seconds = Field(default=1.0, gt=0)
+    request_p99_alarm: Seconds = Field(default=10.0, gt=0)
+    #: Load skew across brokers (max over mean) above this is a warning.
+    skew_warn: float = Field(default=1.5, gt=1)
+    #: Byte rates below this per broker (mean) are too small for skew to matter.
+    skew_min_bytes: SizeBytes = 1_048_576
+    #: Read rate over write rate that counts as read amplification (the mission's incident was 4x).
+    amplification: float = Field(default=3.0, gt=1)
+    #: JMX exporter URLs of the brokers of clusters given by bootstrap (local ones are known).
+    metrics: dict[Name, list[str]] = Field(default_factory=dict)
+    #: Component name -> its /metrics URL, read for the panels.
+    components: dict[Name, str] = Field(default_factory=dict)
+    panels: dict[Name, OpsPanel] = Field(default_factory=_default_panels)
+
+    @model_validator(mode="after")
+    def _valid(self) -> Ops:
+        if self.request_p99_warn > self.request_p99_alarm:
+            raise ValueError("request_p99_warn must not be above request_p99_alarm")
+        for pattern in self.exclude_groups:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"exclude_groups: {pattern!r} is not a valid regular expression: {err}") from None
+        return self
 
 
 class Platform(_Model):
@@ -288,6 +417,8 @@ class Platform(_Model):
     routes: dict[Name, Route] = Field(default_factory=dict)
     gateway: Gateway = Field(default_factory=Gateway)
     pipeline: Pipeline = Field(default_factory=Pipeline)
+    dispatch: Dispatch = Field(default_factory=Dispatch)
+    ops: Ops = Field(default_factory=Ops)
 
     #: Folder of the platform file; relative paths inside the file are relative to it.
     root: Path = Field(default=Path("."), exclude=True)
@@ -443,6 +574,11 @@ def _cross_checks(platform: Platform) -> Iterator[Problem]:
 
     if platform.pipeline.source is not None and platform.pipeline.source not in platform.clusters:
         yield Problem("pipeline.source", f"names unknown cluster {platform.pipeline.source!r}")
+    for topic in platform.pipeline.lake.topics or []:
+        if topic not in platform.topics:
+            yield Problem("pipeline.lake.topics", f"names unknown topic {topic!r}")
+        elif platform.topics[topic].contract is None:
+            yield Problem("pipeline.lake.topics", f"topic {topic!r} has no contract (the lake's columns come from it)")
 
 
 _SECTIONS = ("clusters", "topics", "services", "routes")

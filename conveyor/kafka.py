@@ -23,6 +23,9 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable.idempotence": True,
     "linger.ms": 5,
     "compression.type": "lz4",
+    # The Java client's partitioner: a key lands in the same partition whichever client wrote it,
+    # so per-key order holds across the gateway, the replicator and any Java producer.
+    "partitioner": "murmur2_random",
     # Give a failed-over partition time to find its new leader before a delivery is failed.
     "message.timeout.ms": 60_000,
 }

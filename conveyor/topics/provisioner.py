@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -23,7 +23,7 @@ from confluent_kafka.admin import (
 )
 
 from conveyor import kafka
-from conveyor.config import Platform
+from conveyor.config import Platform, Topic
 from conveyor.errors import ConveyorError
 from conveyor.topics.plan import BrokerInfo, Change, ChangeKind, ClusterPlan, LiveTopic, plan_cluster
 
@@ -47,12 +47,15 @@ def _unreachable(platform: Platform, cluster: str, exc: KafkaException) -> Provi
     )
 
 
-def snapshot(platform: Platform, cluster: str, admin: AdminClient, managed_configs: Iterable[str]) -> ClusterSnapshot:
-    """The cluster's brokers and topics, with the values of the configs Conveyor manages."""
+def snapshot(platform: Platform, cluster: str, admin: AdminClient, managed_configs: Iterable[str],
+             only: set[str] | None = None) -> ClusterSnapshot:
+    """The cluster's brokers and topics (or just ``only``), with the values of the configs
+    Conveyor manages."""
     try:
         description = admin.describe_cluster(request_timeout=_TIMEOUT).result()
         metadata = admin.list_topics(timeout=_TIMEOUT)
-        names = [name for name in metadata.topics if not metadata.topics[name].error]
+        names = [name for name in metadata.topics
+                 if not metadata.topics[name].error and (only is None or name in only)]
         resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
         configs = {}
         if resources:
@@ -80,6 +83,17 @@ def plan(platform: Platform, clusters: Iterable[str] | None = None, prune: bool 
         snap = snapshot(platform, name, kafka.admin(platform, name), managed)
         plans.append(plan_cluster(name, cluster, desired, snap.topics, snap.brokers, prune))
     return plans
+
+
+def ensure_topics(platform: Platform, cluster_name: str, specs: dict[str, Topic]) -> list[Change]:
+    """Create, grow or re-configure exactly these topics on one cluster; never deletes. The same
+    planner and apply path as `conveyor topics apply`, for topics that services discover at run
+    time (the replicator's copies of pattern-matched topics, their own bookkeeping topics)."""
+    cluster = platform.cluster(cluster_name)
+    managed = {key for topic in specs.values() for key in topic.kafka_configs(cluster)}
+    snap = snapshot(platform, cluster_name, kafka.admin(platform, cluster_name), managed, only=set(specs))
+    cluster_plan = plan_cluster(cluster_name, cluster, specs, snap.topics, snap.brokers)
+    return [change for _, change in apply(platform, [cluster_plan])]
 
 
 def apply(platform: Platform, plans: list[ClusterPlan]) -> list[tuple[str, Change]]:
@@ -142,5 +156,10 @@ def _apply_cluster(admin: AdminClient, changes: tuple[Change, ...]) -> Iterable[
 
 def _wait(futures: dict, changes: list[Change]) -> Iterable[Change]:
     for change in changes:
-        futures[change.topic].result()
+        try:
+            futures[change.topic].result()
+        except KafkaException as exc:
+            # Another process (a second replicator worker) created it first: the goal is met.
+            if not (change.kind == ChangeKind.create and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise
         yield change

@@ -1,0 +1,277 @@
+"""Copies one bucket of a route: its source partitions into the destination, exactly once.
+
+One transactional producer per bucket, its ``transactional.id`` derived from route and bucket:
+``init_transactions`` on taking the bucket aborts whatever a previous owner left open and fences
+it, so a zombie worker can never commit again. Each transaction holds the copied records and the
+next source offset of every partition they came from, written to the bucket's partition of the
+route topic; a new owner reads those back (read_committed) and resumes exactly there.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from conveyor import kafka
+from conveyor.config import Platform, ReplicationMode, Route
+from conveyor.replicate import plan
+from conveyor.replicate.metrics import ReplicateMetrics
+from conveyor.replicate.plan import SourcePartition
+
+log = logging.getLogger(__name__)
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
+_TIMEOUT = 60.0
+
+
+class Fenced(Exception):
+    """Another worker owns this bucket now; this copier must stop without touching anything."""
+
+
+@dataclass
+class RouteState:
+    """What every copier of a worker shares, kept current by the worker's discovery loop."""
+
+    platform: Platform
+    name: str
+    route: Route
+    worker_id: str
+    metrics: ReplicateMetrics
+    #: Partition counts per topic on the source and on the destination.
+    source_counts: dict[str, int] = field(default_factory=dict)
+    destination_counts: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def bucket_partitions(self, bucket: int) -> set[SourcePartition]:
+        with self.lock:
+            ready = {t: n for t, n in self.source_counts.items() if self.destination_counts.get(t, 0) > 0}
+        return plan.partitions_by_bucket(ready, self.route.buckets)[bucket]
+
+
+def read_bucket_offsets(state: RouteState, bucket: int) -> dict[SourcePartition, int]:
+    """The committed next offsets of a bucket's partitions (read_committed, to the end)."""
+    route_topic = plan.route_topic(state.name)
+    consumer = kafka.consumer(state.platform, state.route.destination, f"{plan.group_id(state.name)}-offsets",
+                              f"{state.worker_id}-offsets", {"enable.partition.eof": True})
+    offsets: dict[SourcePartition, int] = {}
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(route_topic, bucket), timeout=_TIMEOUT)
+        if high <= low:
+            return offsets
+        consumer.assign([TopicPartition(route_topic, bucket, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + _TIMEOUT
+        while time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    return offsets
+                raise KafkaException(message.error())
+            topic, partition, next_offset = plan.parse_offset_record(message.value())
+            offsets[SourcePartition(topic, partition)] = next_offset
+        raise TimeoutError(f"could not read the offsets of bucket {bucket} of route {state.name}")
+    finally:
+        consumer.close()
+
+
+class BucketCopier(threading.Thread):
+    def __init__(self, state: RouteState, bucket: int) -> None:
+        super().__init__(name=f"copy-{state.name}-{bucket}", daemon=True)
+        self.state = state
+        self.bucket = bucket
+        self.next: dict[SourcePartition, int] = {}
+        self.stopped: dict[SourcePartition, str] = {}
+        self._assigned: set[SourcePartition] = set()
+        self._stopping = threading.Event()
+        self._last_copy: dict[SourcePartition, float] = {}
+        self._had_backlog: dict[SourcePartition, bool] = {}
+        self._lag_checked = 0.0
+        self.error: BaseException | None = None
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    # -- life ----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        route, name = self.state.route, self.state.name
+        exactly_once = route.mode == ReplicationMode.exactly_once
+        overrides = {"linger.ms": 5, "batch.size": 1_000_000, "client.id": f"{self.state.worker_id}-b{self.bucket}"}
+        if exactly_once:
+            overrides |= {"transactional.id": plan.transactional_id(name, self.bucket),
+                          "transaction.timeout.ms": 60_000, "message.timeout.ms": 30_000}
+        self.producer = Producer(kafka.producer_config(self.state.platform, route.destination,
+                                                       overrides["client.id"], overrides))
+        self.consumer: Consumer | None = None
+        try:
+            if exactly_once:
+                self.producer.init_transactions(_TIMEOUT)
+            self.next = read_bucket_offsets(self.state, self.bucket)
+            self.consumer = kafka.consumer(self.state.platform, route.source, f"{plan.group_id(name)}-source",
+                                           overrides["client.id"], {"fetch.wait.max.ms": 50})
+            self.state.metrics.buckets_owned.labels(name, self.state.worker_id).inc()
+            log.info("bucket %d of %s: taken over with %d stored offsets", self.bucket, name, len(self.next))
+            while not self._stopping.is_set():
+                self._sync_assignment()
+                messages = self.consumer.consume(route.batch_records, route.batch_wait)
+                batch = [m for m in messages if self._usable(m)]
+                if batch:
+                    self._copy(batch, exactly_once)
+                self._measure_lag()
+        except Fenced:
+            log.warning("bucket %d of %s: fenced by a newer owner; stopping", self.bucket, name)
+        except BaseException as err:  # surfaced by the worker, which exits non-zero
+            self.error = err
+            log.exception("bucket %d of %s failed", self.bucket, name)
+        finally:
+            self.state.metrics.buckets_owned.labels(name, self.state.worker_id).dec()
+            if self.consumer is not None:
+                self.consumer.close()
+            self.producer.flush(10)
+
+    def _sync_assignment(self) -> None:
+        assert self.consumer is not None
+        wanted = self.state.bucket_partitions(self.bucket) - set(self.stopped)
+        new = wanted - self._assigned
+        if new:
+            self.consumer.incremental_assign([
+                TopicPartition(p.topic, p.partition, self.next.get(p, OFFSET_BEGINNING)) for p in sorted(
+                    new, key=lambda p: (p.topic, p.partition))])
+            self._assigned |= new
+            for p in new:
+                self._last_copy.setdefault(p, time.monotonic())
+
+    def _usable(self, message: Message) -> bool:
+        error = message.error()
+        if error is None:
+            return True
+        if error.code() != KafkaError._PARTITION_EOF:
+            self.state.metrics.errors.labels(self.state.name, "source").inc()
+            log.warning("%s: source error on %s[%s]: %s", self.state.name, message.topic(), message.partition(),
+                        error.str())
+        return False
+
+    # -- copying -------------------------------------------------------------------------------
+
+    def _copy(self, batch: list[Message], exactly_once: bool) -> None:
+        state, producer = self.state, self.producer
+        with state.lock:
+            source_counts, destination_counts = dict(state.source_counts), dict(state.destination_counts)
+        failures: list[tuple[SourcePartition, int, KafkaError]] = []
+        first: dict[SourcePartition, int] = {}
+        touched: dict[SourcePartition, int] = {}
+        if exactly_once:
+            producer.begin_transaction()
+        for message in batch:
+            source = SourcePartition(message.topic(), message.partition())
+            first.setdefault(source, message.offset())
+            target = plan.destination_partition(source.partition, source_counts.get(source.topic, 0),
+                                                destination_counts.get(source.topic, 0))
+            headers = [*(message.headers() or []),
+                       (plan.ORIGIN_HEADER, plan.origin(state.route.source, source.topic, source.partition,
+                                                        message.offset()))]
+            extra = {"partition": target} if target is not None else {}
+            try:
+                self._produce(source.topic, message.value(), message.key(), headers=headers,
+                              timestamp=message.timestamp()[1],
+                              on_delivery=functools.partial(_collect, failures, source, message.offset()), **extra)
+            except KafkaException as exc:
+                failures.append((source, message.offset(), exc.args[0]))
+                break
+            touched[source] = message.offset() + 1
+        if not failures:
+            for source, next_offset in touched.items():
+                key, value = plan.offset_record(source.topic, source.partition, next_offset)
+                self._produce(plan.route_topic(state.name), value, key, partition=self.bucket)
+            failures += self._finish(exactly_once)
+        if failures:
+            self._undo(exactly_once, first, failures)
+            return
+        now = time.monotonic()
+        self.next.update(touched)
+        for message in batch:
+            state.metrics.copied(state.name, message, now)
+        for source in touched:
+            if self._had_backlog.get(source):
+                state.metrics.pause(state.name, source, now - self._last_copy.get(source, now))
+            self._last_copy[source] = now
+
+    def _produce(self, topic: str, value, key, **kwargs) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, value, key, **kwargs)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def _finish(self, exactly_once: bool) -> list[tuple[SourcePartition, int, KafkaError]]:
+        """Commit the transaction (or flush); the failures that make it void, if any."""
+        if not exactly_once:
+            left = self.producer.flush(_TIMEOUT)
+            return [(SourcePartition("", -1), -1, KafkaError(KafkaError._TIMED_OUT))] if left else []
+        while True:
+            try:
+                self.producer.commit_transaction(_TIMEOUT)
+                return []
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+                    raise Fenced() from exc
+                if error.txn_requires_abort():
+                    return [(SourcePartition("", -1), -1, error)]
+                if not error.retriable():
+                    raise
+                self.state.metrics.errors.labels(self.state.name, "commit-retry").inc()
+                log.warning("%s bucket %d: commit retried (%s)", self.state.name, self.bucket, error.str())
+                time.sleep(1.0)
+
+    def _undo(self, exactly_once: bool, first: dict[SourcePartition, int],
+              failures: list[tuple[SourcePartition, int, KafkaError]]) -> None:
+        """Abort, rewind every partition of the batch to its last committed offset, and stop a
+        partition whose record the destination can never take (nothing is skipped)."""
+        assert self.consumer is not None
+        if exactly_once:
+            try:
+                self.producer.abort_transaction(_TIMEOUT)
+            except KafkaException as exc:
+                if exc.args[0].fatal():
+                    raise Fenced() from exc
+                raise
+        for source, offset in first.items():
+            self.consumer.seek(TopicPartition(source.topic, source.partition, self.next.get(source, offset)))
+        for source, offset, error in failures:
+            if error.code() in _TOO_LARGE and source.partition >= 0:
+                reason = (f"{source.topic}[{source.partition}] offset {offset}: record too large for "
+                          f"{self.state.route.destination} ({error.str()}); this partition is stopped and nothing "
+                          "was skipped: raise max.message.bytes of the destination topic, then restart the worker")
+                self.stopped[source] = reason
+                self.consumer.incremental_unassign([TopicPartition(source.topic, source.partition)])
+                self._assigned.discard(source)
+                self.state.metrics.stopped.labels(self.state.name, source.topic, str(source.partition)).set(1)
+                log.error("%s: %s", self.state.name, reason)
+        self.state.metrics.errors.labels(self.state.name, "aborted").inc()
+        time.sleep(0.2)
+
+    def _measure_lag(self) -> None:
+        now = time.monotonic()
+        if now - self._lag_checked < 1.0 or self.consumer is None:
+            return
+        self._lag_checked = now
+        for source in self._assigned:
+            _, high = self.consumer.get_watermark_offsets(TopicPartition(source.topic, source.partition),
+                                                          cached=True) or (None, -1)
+            if high is None or high < 0:
+                continue
+            lag = max(0, high - self.next.get(source, 0))
+            self._had_backlog[source] = lag > 0
+            self.state.metrics.lag.labels(self.state.name, source.topic, str(source.partition)).set(lag)
+
+
+def _collect(failures: list, source: SourcePartition, offset: int, error: KafkaError | None, _msg: Message) -> None:
+    if error is not None:
+        failures.append((source, offset, error))

@@ -1,0 +1,155 @@
+"""A replicator worker: a member of its route's group, copying the buckets the group gives it.
+
+Workers share nothing but Kafka. Kafka's own group protocol (cooperative-sticky) hands out the
+partitions of the route topic, one per bucket, so a worker joining or leaving moves only some
+buckets and the others keep copying. A discovery loop polls source metadata; new topics and
+partitions are created on the destination through the topic provisioner and fall into buckets
+their owners already copy, with no rebalance.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from conveyor import kafka
+from conveyor.config import CleanupPolicy, Platform, Topic
+from conveyor.errors import ConveyorError
+from conveyor.httpserve import serve_metrics
+from conveyor.replicate import plan
+from conveyor.replicate.copier import BucketCopier, RouteState
+from conveyor.replicate.metrics import ReplicateMetrics
+from conveyor.topics.provisioner import ensure_topics
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    def __init__(self, platform: Platform, route_name: str, worker_id: str | None = None) -> None:
+        if route_name not in platform.routes:
+            raise ConveyorError(f"no route {route_name} in the platform file (routes: {', '.join(platform.routes)})")
+        self.route = platform.routes[route_name]
+        self.worker_id = worker_id or f"{route_name}-{socket.gethostname()}-{os.getpid()}"
+        self.metrics = ReplicateMetrics()
+        self.state = RouteState(platform, route_name, self.route, self.worker_id, self.metrics)
+        self.copiers: dict[int, BucketCopier] = {}
+        self._stop = threading.Event()
+        self._backoff = 1.0
+
+    def stop(self, *_: object) -> None:
+        self._stop.set()
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def _route_topic_spec(self) -> Topic:
+        return Topic(partitions=self.route.buckets, cleanup_policy=CleanupPolicy.compact, retention=-1,
+                     config={"segment.ms": "600000"})
+
+    def discover(self) -> None:
+        """Source topics of the route, created or grown on the destination before they are copied."""
+        platform, route = self.state.platform, self.route
+        source_admin = kafka.admin(platform, route.source)
+        metadata = source_admin.list_topics(timeout=10)
+        counts = {name: len(t.partitions) for name, t in metadata.topics.items()
+                  if not t.error and route.selects(name)}
+        specs = {}
+        for name, count in counts.items():
+            declared = platform.topics.get(name)
+            base = declared if declared is not None else Topic(partitions=count)
+            specs[name] = base.model_copy(update={"partitions": max(count, base.partitions), "clusters": None})
+        if specs:
+            changes = ensure_topics(platform, route.destination, specs)
+            for change in changes:
+                log.info("%s: destination %s: %s %s", self.state.name, change.topic, change.kind.value, change.detail)
+        destination = kafka.admin(platform, route.destination).list_topics(timeout=10)
+        with self.state.lock:
+            self.state.source_counts = counts
+            self.state.destination_counts = {name: len(destination.topics[name].partitions)
+                                             for name in counts if name in destination.topics}
+        self.metrics.topics.labels(self.state.name).set(len(counts))
+
+    def _discover_forever(self) -> None:
+        while not self._stop.wait(self.route.discovery_interval):
+            self._discover_guarded()
+
+    def _discover_guarded(self) -> None:
+        try:
+            self.discover()
+            for cluster in (self.route.source, self.route.destination):
+                self.metrics.unreachable.labels(self.state.name, cluster).set(0)
+            self._backoff = 1.0
+        except (KafkaException, ConveyorError) as err:
+            # Unreachable clusters are retried with back-off; copiers keep what they have meanwhile.
+            for cluster in (self.route.source, self.route.destination):
+                self.metrics.unreachable.labels(self.state.name, cluster).set(1)
+            log.warning("%s: discovery failed (%s); retrying in %.0f s", self.state.name, err, self._backoff)
+            self._stop.wait(self._backoff)
+            self._backoff = min(self._backoff * 2, 30.0)
+
+    # -- buckets -------------------------------------------------------------------------------
+
+    def _assigned(self, _consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            copier = BucketCopier(self.state, tp.partition)
+            self.copiers[tp.partition] = copier
+            copier.start()
+        self._pause_pending = True
+        log.info("%s: %s owns buckets %s", self.state.name, self.worker_id, sorted(self.copiers))
+
+    def _revoked(self, _consumer, partitions: list[TopicPartition]) -> None:
+        leaving = [self.copiers.pop(tp.partition) for tp in partitions if tp.partition in self.copiers]
+        for copier in leaving:
+            copier.stop()
+        for copier in leaving:
+            copier.join(90)
+        log.info("%s: %s released buckets %s", self.state.name, self.worker_id, [c.bucket for c in leaving])
+
+    def run(self) -> int:
+        """Copy until SIGTERM or SIGINT; returns the exit status."""
+        route, platform = self.route, self.state.platform
+        ensure_topics(platform, route.destination, {plan.route_topic(self.state.name): self._route_topic_spec()})
+        self.discover()
+        discovery = threading.Thread(target=self._discover_forever, name="discovery", daemon=True)
+        discovery.start()
+        membership = kafka.consumer(platform, route.destination, plan.group_id(self.state.name), self.worker_id, {
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+            "partition.assignment.strategy": "cooperative-sticky"})
+        self._pause_pending = False
+        membership.subscribe([plan.route_topic(self.state.name)], on_assign=self._assigned,
+                             on_revoke=self._revoked, on_lost=self._revoked)
+        status = 0
+        try:
+            while not self._stop.is_set():
+                membership.poll(0.2)  # membership only: the offsets in these partitions are read by copiers
+                if self._pause_pending:
+                    membership.pause(membership.assignment())
+                    self._pause_pending = False
+                failed = [c for c in self.copiers.values() if c.error is not None]
+                if failed:
+                    log.error("%s: bucket %d failed: %s", self.state.name, failed[0].bucket, failed[0].error)
+                    status = 1
+                    break
+        finally:
+            for copier in self.copiers.values():
+                copier.stop()
+            for copier in self.copiers.values():
+                copier.join(90)
+            membership.close()  # leaves the group at once, so the others take the buckets now
+        return status
+
+
+def run_worker(platform: Platform, route_name: str, worker_id: str | None = None,
+               metrics_port: int | None = None) -> int:
+    worker = Worker(platform, route_name, worker_id)
+    signal.signal(signal.SIGTERM, worker.stop)
+    signal.signal(signal.SIGINT, worker.stop)
+    if metrics_port is not None:
+        serve_metrics(worker.metrics.registry, metrics_port, lambda: {
+            "worker": worker.worker_id, "route": route_name, "buckets": sorted(worker.copiers)})
+    return worker.run()
+
