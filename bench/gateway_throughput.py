@@ -30,6 +30,7 @@ import yaml
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.gateway.generate import AdTraffic
+from conveyor.httpserve import wait_healthy
 from conveyor.runtime.local import LocalPlatform
 from conveyor.topics import provisioner
 
@@ -137,15 +138,8 @@ def run(seconds: int, base_port: int) -> dict:
             gateway = subprocess.Popen([sys.executable, "-m", "conveyor", "gateway", "serve", "--dc", "dc1",
                                         "--port", str(port), "--platform", str(platform_file)],
                                        stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "gateway.log", "wb"))
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    httpx.get(f"{url}/healthz", timeout=1).raise_for_status()
-                    break
-                except httpx.HTTPError:
-                    if gateway.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit("gateway did not start:\n" + (Path(tmp) / "gateway.log").read_text())
-                    time.sleep(0.3)
+            if not wait_healthy(f"{url}/healthz", 60, alive=lambda: gateway.poll() is None):
+                raise SystemExit("gateway did not start:\n" + (Path(tmp) / "gateway.log").read_text())
             for batch in (1, 100, 500, 1000):
                 body = orjson.dumps(events[:batch]) if batch > 1 else orjson.dumps(events[0])
                 measured = _wrk(url, body, seconds, connections=16 if batch == 1 else 8)

@@ -36,3 +36,21 @@ def serve_metrics(registry: CollectorRegistry, port: int, health: Callable[[], d
     server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
     return server
+
+
+def wait_healthy(url: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Poll ``url`` (a /healthz) until it answers 200; False after ``timeout`` s or once ``alive()``
+    says the process behind it has died."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive():
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    return False

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Annotated
 
-import httpx
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -14,6 +12,7 @@ from rich.table import Table
 from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
 from conveyor.config import ClusterRole, ConfigError, Platform, Problem
 from conveyor.errors import ConveyorError
+from conveyor.httpserve import wait_healthy
 
 app = typer.Typer(help="The data bus gateway: services publish events over HTTP.", no_args_is_help=True)
 
@@ -64,15 +63,8 @@ def start(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortO
     pid, started = start_service(model, name, ["gateway", "serve", "--dc", dc, "--port", str(port),
                                                "--platform", str(platform.resolve())])
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{url}/healthz", timeout=2).raise_for_status()
-            break
-        except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise ConveyorError(f"{name} did not answer on {url}:\n{service_log_tail(model, name)}") from None
-            time.sleep(0.3)
+    if not wait_healthy(f"{url}/healthz", 60):
+        raise ConveyorError(f"{name} did not answer on {url}:\n{service_log_tail(model, name)}")
     console.print(f"{name} {'started' if started else 'already running'} (pid {pid}): {url}")
 
 
