@@ -7,7 +7,7 @@ from rich.table import Table
 
 from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
 
-app = typer.Typer(help="The platform file.", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode="markdown", help="The platform file.", no_args_is_help=True)
 
 
 @app.command()

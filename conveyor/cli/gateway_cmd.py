@@ -14,7 +14,7 @@ from conveyor.config import ClusterRole, ConfigError, Platform, Problem
 from conveyor.errors import ConveyorError
 from conveyor.httpserve import wait_healthy
 
-app = typer.Typer(help="The data bus gateway: services publish events over HTTP.", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode="markdown", help="The data bus gateway: services publish events over HTTP.", no_args_is_help=True)
 
 DcOption = Annotated[str, typer.Option("--dc", envvar="CONVEYOR_DC", help="The writable cluster of this data centre.")]
 PortOption = Annotated[int | None, typer.Option(envvar="CONVEYOR_GATEWAY_PORT",

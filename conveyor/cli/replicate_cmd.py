@@ -16,7 +16,7 @@ from conveyor import kafka
 from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
 from conveyor.config import ConfigError, Platform, Problem
 
-app = typer.Typer(help="The federation replicator: routes of platform.yaml, exactly once.", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode="markdown", help="The federation replicator: routes of platform.yaml, exactly once.", no_args_is_help=True)
 
 RouteOption = Annotated[str, typer.Option("--route", "-r", envvar="CONVEYOR_ROUTE", help="A route of platform.yaml.")]
 MetricsPortOption = Annotated[int | None, typer.Option(envvar="CONVEYOR_METRICS_PORT",

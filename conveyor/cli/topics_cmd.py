@@ -11,7 +11,7 @@ from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, err_c
 from conveyor.topics import provisioner
 from conveyor.topics.plan import ChangeKind, ClusterPlan
 
-app = typer.Typer(help="Make every cluster's topics match platform.yaml.", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode="markdown", help="Make every cluster's topics match platform.yaml.", no_args_is_help=True)
 
 ClusterOption = Annotated[
     list[str] | None,
