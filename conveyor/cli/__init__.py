@@ -12,7 +12,6 @@ import sys
 import typer
 
 from conveyor.cli import config_cmd, gateway_cmd, replicate_cmd, runtime_cmd, topics_cmd
-from conveyor.cli import lake_cmd, pipeline_cmd
 from conveyor.cli.common import err_console
 from conveyor.config import ConfigError
 from conveyor.errors import ConveyorError
@@ -30,8 +29,6 @@ app.add_typer(config_cmd.app, name="config")
 app.add_typer(gateway_cmd.app, name="gateway")
 app.command()(gateway_cmd.generate)
 app.add_typer(replicate_cmd.app, name="replicate")
-app.add_typer(pipeline_cmd.app, name="pipeline")
-app.add_typer(lake_cmd.app, name="lake")
 
 
 def main() -> None:
