@@ -43,8 +43,12 @@ test: setup
 test-unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
+# Every benchmark; each writes bench/results/<name>.json. wrk (Debian) loads the gateway.
+BENCHES := runtime_startup gateway_throughput replicate_vs_mm2 lag_eval
+
 bench: setup
-	$(BIN)/python -m bench.runtime_startup
+	@command -v wrk >/dev/null 2>&1 || apt-get install -y -qq wrk >/dev/null
+	@for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b || exit 1; done
 
 down:
 	$(BIN)/conveyor down
