@@ -108,13 +108,14 @@ class BucketCopier(threading.Thread):
         self.producer = Producer(kafka.producer_config(self.state.platform, route.destination,
                                                        overrides["client.id"], overrides))
         self.consumer: Consumer | None = None
+        owned = False
         try:
-            if exactly_once:
-                self.producer.init_transactions(_TIMEOUT)
-            self.next = read_bucket_offsets(self.state, self.bucket)
+            if not self._take_over(exactly_once):
+                return
             self.consumer = kafka.consumer(self.state.platform, route.source, f"{plan.group_id(name)}-source",
                                            overrides["client.id"], {"fetch.wait.max.ms": 50})
             self.state.metrics.buckets_owned.labels(name, self.state.worker_id).inc()
+            owned = True
             log.info("bucket %d of %s: taken over with %d stored offsets", self.bucket, name, len(self.next))
             while not self._stopping.is_set():
                 self._sync_assignment()
@@ -129,10 +130,31 @@ class BucketCopier(threading.Thread):
             self.error = err
             log.exception("bucket %d of %s failed", self.bucket, name)
         finally:
-            self.state.metrics.buckets_owned.labels(name, self.state.worker_id).dec()
+            if owned:
+                self.state.metrics.buckets_owned.labels(name, self.state.worker_id).dec()
             if self.consumer is not None:
                 self.consumer.close()
             self.producer.flush(10)
+
+    def _take_over(self, exactly_once: bool) -> bool:
+        """Fence the previous owner and read the bucket's offsets, retrying while the destination
+        does not answer; False when asked to stop first."""
+        backoff = 1.0
+        while not self._stopping.is_set():
+            try:
+                if exactly_once:
+                    self.producer.init_transactions(_TIMEOUT)
+                self.next = read_bucket_offsets(self.state, self.bucket)
+                return True
+            except (KafkaException, TimeoutError) as err:
+                error = err.args[0] if isinstance(err, KafkaException) and err.args else None
+                if isinstance(error, KafkaError) and error.fatal():
+                    raise Fenced() from err
+                log.warning("bucket %d of %s: takeover retried in %.0f s (%s)", self.bucket, self.state.name,
+                            backoff, err)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+        return False
 
     def _sync_assignment(self) -> None:
         assert self.consumer is not None

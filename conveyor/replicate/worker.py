@@ -109,11 +109,26 @@ class Worker:
             copier.join(90)
         log.info("%s: %s released buckets %s", self.state.name, self.worker_id, [c.bucket for c in leaving])
 
+    def _prepare(self) -> bool:
+        """The route topic and the destination topics, retried until the clusters answer."""
+        while not self._stop.is_set():
+            try:
+                ensure_topics(self.state.platform, self.route.destination,
+                              {plan.route_topic(self.state.name): self._route_topic_spec()})
+                self.discover()
+                return True
+            except (KafkaException, ConveyorError) as err:
+                log.warning("%s: cannot prepare the route yet (%s); retrying in %.0f s", self.state.name, err,
+                            self._backoff)
+                self._stop.wait(self._backoff)
+                self._backoff = min(self._backoff * 2, 30.0)
+        return False
+
     def run(self) -> int:
         """Copy until SIGTERM or SIGINT; returns the exit status."""
         route, platform = self.route, self.state.platform
-        ensure_topics(platform, route.destination, {plan.route_topic(self.state.name): self._route_topic_spec()})
-        self.discover()
+        if not self._prepare():
+            return 0
         discovery = threading.Thread(target=self._discover_forever, name="discovery", daemon=True)
         discovery.start()
         membership = kafka.consumer(platform, route.destination, plan.group_id(self.state.name), self.worker_id, {
