@@ -34,6 +34,7 @@ demo: setup
 	$(BIN)/conveyor gateway start --dc dc1
 	$(BIN)/conveyor gateway start --dc dc2
 	$(BIN)/conveyor generate --rate 2000 --duration 20 --token demo-adserver-token
+	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
 	$(BIN)/conveyor status
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
 
@@ -44,7 +45,7 @@ test-unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
 # Every benchmark; each writes bench/results/<name>.json. wrk (Debian) loads the gateway.
-BENCHES := runtime_startup gateway_throughput replicate_vs_mm2 lag_eval
+BENCHES := runtime_startup gateway_throughput replicate_vs_mm2 lag_eval dispatch_throughput
 
 bench: setup
 	@command -v wrk >/dev/null 2>&1 || apt-get install -y -qq wrk >/dev/null

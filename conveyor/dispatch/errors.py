@@ -46,3 +46,23 @@ class StaleAckMetadataError(AckMetadataError):
         )
         self.committed_offset = committed_offset
         self.metadata_base = metadata_base
+
+
+class AccessError(DispatchError):
+    """A client may not read what it asked for; the server answers with a gRPC status."""
+
+
+class UnknownTopic(AccessError):
+    """The topic is not declared in platform.yaml, or not on the dispatcher's cluster."""
+
+
+class UnknownGroup(AccessError):
+    """Groups are named after a consumer service of the topic: ``<service>`` or ``<service>.<name>``."""
+
+
+class ForeignGroup(AccessError):
+    """The group belongs to another consumer service of the topic."""
+
+
+class NodeStopping(DispatchError):
+    """The node is shutting down and takes no new subscriptions; clients go to another node."""

@@ -21,6 +21,7 @@ class Authorizer:
     def __init__(self, platform: Platform) -> None:
         self._by_digest = {service.token_sha256: name for name, service in platform.services.items()}
         self._producers = {topic: frozenset(spec.producers) for topic, spec in platform.topics.items()}
+        self._consumers = {topic: frozenset(spec.consumers) for topic, spec in platform.topics.items()}
 
     def service_of(self, authorization: str | None) -> str:
         """The service a ``Bearer <token>`` header belongs to."""
@@ -38,4 +39,10 @@ class Authorizer:
     def check_producer(self, service: str, topic: str) -> None:
         if service not in self._producers.get(topic, frozenset()):
             raise Forbidden(f"service {service} is not among the producers of topic {topic}",
+                            service=service, topic=topic)
+
+    def check_consumer(self, service: str, topic: str) -> None:
+        """The dispatcher's check: reading a topic takes being among its declared consumers."""
+        if service not in self._consumers.get(topic, frozenset()):
+            raise Forbidden(f"service {service} is not among the consumers of topic {topic}",
                             service=service, topic=topic)

@@ -1,0 +1,372 @@
+"""One Kafka consumer per (topic, group) on a node, feeding the node's clients.
+
+Nodes share a topic's partitions through Kafka's own group protocol (cooperative-sticky, from
+``conveyor.kafka``), so no other consensus is needed. On assignment a partition's committed offset
+and metadata seed its ack tracker, so what was acked before a takeover is skipped; on revocation
+the last commit is written before the partition goes. The reader thread owns the consumer and the
+dead-letter producer; gRPC threads reach the shared state only through ``handle``/``connect``/
+``disconnect``, under one lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from conveyor import kafka
+from conveyor.config import Dispatch, Platform
+from conveyor.dispatch.acktracker import PartitionAcks
+from conveyor.dispatch.deadletter import dead_letter_headers, dead_letter_producer
+from conveyor.dispatch.errors import AckMetadataError
+from conveyor.dispatch.fanout import Client, CommitPoint, Fanout, Unconfirmed
+from conveyor.dispatch.metrics import ReaderMetrics
+from conveyor.dispatch.partition import DeadLetter, Limits, PartitionQueue, Record
+from conveyor.dispatch.protos import dispatch_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+#: Members of a dispatcher's group carry ``client.id = CLIENT_ID_PREFIX + host:port``; Discovery
+#: reads the addresses back from the group's membership.
+CLIENT_ID_PREFIX = "conveyor-dispatch@"
+#: Longest wait for Kafka in one turn of the loop; deadlines and nack delays are checked as often.
+_POLL_WAIT = 0.05
+_METRICS_EVERY = 1.0
+#: Seconds to wait for Kafka's answer to a commit before sending the next one regardless.
+_COMMIT_ANSWER_WAIT = 30.0
+_CONSUMER_OVERRIDES = {
+    # A dead node's partitions move after this; Kafka's 45 s default would stall them that long.
+    "session.timeout.ms": 10_000,
+    "heartbeat.interval.ms": 1_000,
+}
+
+
+class GroupReader:
+    def __init__(self, platform: Platform, cluster: str, topic: str, group: str, advertise: str,
+                 metrics: ReaderMetrics) -> None:
+        settings: Dispatch = platform.dispatch
+        self.topic, self.group = topic, group
+        self.dead_letter_topic = settings.dead_letter_topic.format(topic=topic, group=group)
+        self._platform, self._cluster, self._advertise = platform, cluster, advertise
+        self._settings = settings
+        self._limits = Limits(settings.ack_deadline, settings.max_attempts, settings.metadata_max_bytes,
+                              settings.prefetch)
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._fanout = Fanout(metrics, settings.batch, settings.max_credit)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._paused: set[int] = set()
+        self._failed: BaseException | None = None
+        #: The asynchronous commit awaiting Kafka's answer, with the acks it makes durable.
+        self._in_flight: tuple[list[CommitPoint], Unconfirmed] | None = None
+        self._in_flight_since = 0.0
+
+    # -- called from gRPC threads -------------------------------------------------------------
+
+    def start(self) -> None:
+        consumer = kafka.consumer(self._platform, self._cluster, self.group, CLIENT_ID_PREFIX + self._advertise,
+                                  {**_CONSUMER_OVERRIDES, "on_commit": self._on_commit})
+        consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                           on_lost=self._on_lost)
+        self._consumer = consumer
+        self._thread = threading.Thread(target=self._run, name=f"reader-{self.topic}-{self.group}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Commit what was acked, leave the group, end the streams."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the reader thread died, if it did."""
+        return self._failed
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def partitions(self) -> list[int]:
+        with self._lock:
+            return sorted(self._fanout.partitions)
+
+    def connect(self, client: Client) -> None:
+        with self._lock:
+            self._fanout.add_client(client)
+            self._fanout.dispatch(time.monotonic(), time.time())
+
+    def disconnect(self, client: Client) -> None:
+        with self._lock:
+            self._fanout.remove_client(client, time.monotonic())
+            self._fanout.dispatch(time.monotonic(), time.time())
+
+    def handle(self, client: Client, request: pb.ReadRequest) -> None:
+        """Acks, nacks and credit of one frame, then send what that frees up."""
+        now = time.monotonic()
+        with self._lock:
+            if request.HasField("acks"):
+                self._fanout.ack(client, request.acks)
+            for nack in request.nacks:
+                self._fanout.nack(client, nack, now)
+            if request.credit:
+                self._fanout.give_credit(client, request.credit)
+            self._fanout.dispatch(now, time.time())
+
+    # -- the reader thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        next_commit = next_metrics = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                first = consumer.poll(_POLL_WAIT)
+                messages = [first, *consumer.consume(self._settings.batch, 0)] if first is not None else []
+                now = time.monotonic()
+                with self._lock:
+                    self._ingest(messages)
+                    self._fanout.expire(now)
+                    self._fanout.dispatch(now, time.time())
+                    dead = [(p, letter) for p, q in self._fanout.partitions.items() for letter in q.take_dead()]
+                    wanted = {p for p, q in self._fanout.partitions.items() if not q.wants_fetch()}
+                self._dead_letter(dead)
+                self._pause(wanted)
+                if now >= next_commit:
+                    self._commit_soon(consumer)
+                    next_commit = now + self._settings.commit_interval
+                if now >= next_metrics:
+                    self._refresh_metrics()
+                    next_metrics = now + _METRICS_EVERY
+        except BaseException as exc:  # the node reports a dead reader on /healthz and replaces it
+            self._failed = exc
+            log.exception("reader of %s/%s failed", self.topic, self.group)
+        finally:
+            self._close(consumer)
+            with self._lock:  # end the streams: their clients locate again and reconnect
+                for client in list(self._fanout.clients):
+                    client.outbox.put(None)
+
+    def _ingest(self, messages: list[Message]) -> None:
+        partitions = self._fanout.partitions
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise KafkaException(error)
+                log.warning("fetch from %s/%s: %s", self.topic, self.group, error.str())
+                continue
+            partition = partitions.get(message.partition())
+            if partition is None:
+                continue  # revoked since librdkafka fetched it
+            headers = tuple((k, v or b"") for k, v in message.headers() or ())
+            partition.add(message.offset(), Record(message.key(), message.value() or b"", headers,
+                                                   message.timestamp()[1]))
+
+    def _pause(self, wanted: set[int]) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        pause, resume = wanted - self._paused, self._paused - wanted
+        if pause:
+            consumer.pause([TopicPartition(self.topic, p) for p in pause])
+        if resume:
+            consumer.resume([TopicPartition(self.topic, p) for p in resume])
+        self._paused = wanted
+
+    def _commit_soon(self, consumer: Consumer) -> None:
+        """The periodic commit of (lowest unacked offset, acks above it) per partition. It is
+        asynchronous, so fetching and delivering go on meanwhile; one at a time, settled in
+        ``_on_commit``, after which each client hears which of its acks the commit carried."""
+        if self._in_flight is not None:
+            if time.monotonic() - self._in_flight_since > _COMMIT_ANSWER_WAIT:
+                self._settle(KafkaError(KafkaError._TIMED_OUT))  # the acks go with the next one
+            return
+        with self._lock:
+            points, snapshot = self._fanout.commit_points(None)
+            if not points:
+                # Nothing moved since the last commit, so every ack applied is in it already.
+                self._fanout.committed([], snapshot)
+                return
+        self._in_flight, self._in_flight_since = (points, snapshot), time.monotonic()
+        try:
+            consumer.commit(offsets=_offsets(self.topic, points), asynchronous=True)
+        except KafkaException as exc:
+            self._settle(exc.args[0])
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        pending = self._in_flight
+        if pending is None or {(tp.partition, tp.offset) for tp in partitions} != \
+                {(p.partition, p.offset) for p in pending[0]}:
+            return  # a synchronous commit's report, handled where it was made
+        self._settle(error or next((tp.error for tp in partitions if tp.error is not None), None))
+
+    def _settle(self, error: KafkaError | None) -> None:
+        assert self._in_flight is not None
+        points, snapshot = self._in_flight
+        self._in_flight = None
+        ok = self._commit_outcome(points, error)
+        with self._lock:
+            if ok:
+                self._fanout.committed(points, snapshot)
+            else:
+                self._fanout.commit_failed(snapshot)
+
+    def _commit_now(self, consumer: Consumer, points: list[CommitPoint]) -> bool:
+        """A synchronous commit, for a partition about to go (revocation, shutdown)."""
+        if not points:
+            return True
+        try:
+            results = consumer.commit(offsets=_offsets(self.topic, points), asynchronous=False)
+        except KafkaException as exc:
+            return self._commit_outcome(points, exc.args[0])
+        return self._commit_outcome(points, next((tp.error for tp in results or [] if tp.error is not None), None))
+
+    def _commit_outcome(self, points: list[CommitPoint], error: KafkaError | None) -> bool:
+        if error is not None and error.code() != KafkaError._NO_OFFSET:
+            log.warning("commit of %s/%s failed: %s", self.topic, self.group, error.str())
+            self._metrics.commit_failures.inc()
+            return False
+        if points:
+            self._metrics.metadata_bytes.set(max(len(p.metadata) for p in points))
+        return True
+
+    # -- rebalance callbacks (run inside poll, on the reader thread) ----------------------------
+
+    def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
+        if not assigned:
+            return
+        with self._lock:
+            # Assignments are incremental; a partition already served keeps its state.
+            assigned = [tp for tp in assigned if tp.partition not in self._fanout.partitions]
+        if not assigned:
+            return
+        committed = _committed(consumer, assigned, self._stop.is_set)
+        queues: dict[int, PartitionQueue[Client]] = {}
+        for tp in committed:
+            acks: PartitionAcks | None = None
+            if tp.offset >= 0:
+                try:
+                    acks = PartitionAcks.restore(tp.offset, tp.metadata or "")
+                except AckMetadataError as exc:
+                    log.warning("partition %s/%d: %s", self.topic, tp.partition, exc)
+                    self._metrics.stale_metadata.inc()
+                    acks = PartitionAcks(tp.offset)
+            queues[tp.partition] = PartitionQueue(acks, self._limits)
+        with self._lock:
+            for partition_id, partition in queues.items():
+                self._fanout.assign(partition_id, partition)
+        log.info("%s/%s: assigned partitions %s", self.topic, self.group, sorted(queues))
+
+    def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
+        ids = [tp.partition for tp in revoked]
+        # The last commit's content and the drop happen at once: an ack arriving between them
+        # would be applied and then never committed.
+        with self._lock:
+            points, snapshot = self._fanout.commit_points(ids)
+            self._drop(ids)
+        ok = self._commit_now(consumer, points)
+        with self._lock:
+            if ok:
+                self._fanout.committed(points, snapshot)
+        log.info("%s/%s: partitions %s revoked%s", self.topic, self.group, sorted(ids),
+                 "" if ok else " (last commit failed: their latest acks will be redelivered)")
+
+    def _on_lost(self, consumer: Consumer, lost: list[TopicPartition]) -> None:
+        # Another node may own them already: a commit now could overwrite its progress.
+        ids = [tp.partition for tp in lost]
+        with self._lock:
+            self._drop(ids)
+        log.warning("%s/%s: partitions %s lost; acks since the last commit will be redelivered",
+                    self.topic, self.group, sorted(ids))
+
+    def _drop(self, ids: list[int]) -> None:
+        for partition_id in ids:
+            self._fanout.revoke(partition_id)
+            self._paused.discard(partition_id)
+
+    # -- dead letters ---------------------------------------------------------------------------
+
+    def _dead_letter(self, dead: list[tuple[int, DeadLetter]]) -> None:
+        if dead and self._producer is None:
+            self._producer = dead_letter_producer(self._platform, self._cluster, self.dead_letter_topic, self.group)
+        producer = self._producer
+        if producer is None:
+            return
+        for partition_id, letter in dead:
+            headers = [*letter.record.headers, *dead_letter_headers(self.topic, self.group, partition_id, letter)]
+            producer.produce(self.dead_letter_topic, letter.record.value, letter.record.key, headers=headers,
+                             on_delivery=self._dead_lettered(partition_id, letter))
+        producer.poll(0)
+
+    def _dead_lettered(self, partition_id: int, letter: DeadLetter) -> Callable[[KafkaError | None, Message], None]:
+        def settle(error: KafkaError | None, _: Message) -> None:
+            with self._lock:
+                partition = self._fanout.partitions.get(partition_id)
+                if partition is None:
+                    return  # revoked meanwhile: the next owner delivers it again
+                if error is not None:
+                    log.warning("dead-lettering %s/%d@%d failed: %s", self.topic, partition_id, letter.offset,
+                                error.str())
+                    partition.dead_again(letter)
+                    return
+                partition.ack(letter.offset)
+            self._metrics.dead_lettered.inc()
+        return settle
+
+    # -- housekeeping ---------------------------------------------------------------------------
+
+    def _refresh_metrics(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        with self._lock:
+            partitions = dict(self._fanout.partitions)
+            in_flight = sum(q.in_flight for q in partitions.values())
+        backlog = 0
+        for partition_id, partition in partitions.items():
+            _, end = consumer.get_watermark_offsets(TopicPartition(self.topic, partition_id), cached=True)
+            acks = partition.acks
+            if end >= 0 and acks is not None:
+                backlog += acks.backlog(end)
+        self._metrics.backlog.set(backlog)
+        self._metrics.in_flight.set(in_flight)
+        self._metrics.paused.set(len(self._paused))
+
+    def _close(self, consumer: Consumer) -> None:
+        with self._lock:
+            if self._in_flight is not None:  # its acks get confirmed by the last commit instead
+                self._fanout.commit_failed(self._in_flight[1])
+                self._in_flight = None
+            points, snapshot = self._fanout.commit_points(None)
+        try:
+            if self._commit_now(consumer, points):
+                with self._lock:
+                    self._fanout.committed(points, snapshot)
+            consumer.close()  # leaves the group: the other nodes take over at once
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("closing the reader of %s/%s: %s", self.topic, self.group, exc)
+        if self._producer is not None:
+            self._producer.flush(30)
+            self._producer = None
+
+
+def _offsets(topic: str, points: list[CommitPoint]) -> list[TopicPartition]:
+    return [TopicPartition(topic, p.partition, p.offset, metadata=p.metadata) for p in points]
+
+
+def _committed(consumer: Consumer, partitions: list[TopicPartition],
+               stopping: Callable[[], bool]) -> list[TopicPartition]:
+    """The group's committed offsets and metadata; retried, since serving without them could hand
+    out acked messages again."""
+    while True:
+        try:
+            return consumer.committed(partitions, timeout=10)
+        except KafkaException as exc:
+            if stopping() or not exc.args[0].retriable():
+                raise
+            log.warning("reading committed offsets: %s; retrying", exc.args[0].str())

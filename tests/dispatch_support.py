@@ -1,0 +1,112 @@
+"""What the dispatcher's integration and chaos tests share: a platform that declares the test's
+topic, producing numbered messages, a ledger of deliveries and confirmed acks, waiting."""
+
+from __future__ import annotations
+
+import copy
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from conveyor import kafka
+from conveyor.config import Platform, load_platform
+from conveyor.dispatch.server import DispatchNode
+
+MAILER_TOKEN = "demo-mailer-token"
+NOTIFIER_TOKEN = "demo-notifier-token"
+
+
+def dispatch_platform(platform_file: Path, platform_data: dict[str, Any], topic: str,
+                      **dispatch: Any) -> tuple[Path, Platform]:
+    """The test platform plus ``topic`` (read by the service mailer) and ``dispatch`` settings,
+    written next to the session's platform file so that subprocesses can load it too."""
+    data = copy.deepcopy(platform_data)
+    data["topics"][topic] = {"partitions": 3, "producers": ["notifier"], "consumers": ["mailer"],
+                             "clusters": ["central"]}
+    data["dispatch"] = {**data.get("dispatch", {}), **dispatch}
+    path = platform_file.parent / f"dispatch-{topic}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path, load_platform(path)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_node(platform: Platform) -> DispatchNode:
+    node = DispatchNode(platform, port=free_port(), metrics_port=free_port())
+    node.start()
+    return node
+
+
+def produce(platform: Platform, topic: str, count: int, start: int = 0) -> list[bytes]:
+    """``count`` messages whose values are their numbers, spread over the partitions by key."""
+    producer = kafka.producer(platform, "central", "dispatch-test")
+    values = [str(i).encode() for i in range(start, start + count)]
+    for value in values:
+        producer.produce(topic, value, key=value)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return values
+
+
+class Ledger:
+    """Deliveries and confirmed acks by message id, from any number of threads."""
+
+    def __init__(self) -> None:
+        self.deliveries: Counter[tuple[int, int]] = Counter()
+        self.values: dict[tuple[int, int], bytes] = {}
+        self.confirmed: set[tuple[int, int]] = set()
+        self.by_client: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def delivered(self, client: int, partition: int, offset: int, value: bytes) -> None:
+        with self._lock:
+            self.deliveries[(partition, offset)] += 1
+            self.values[(partition, offset)] = value
+            self.by_client[client] += 1
+
+    def committed(self, ids: list[tuple[int, int]]) -> None:
+        with self._lock:
+            self.confirmed.update(ids)
+
+    def confirmed_values(self) -> set[bytes]:
+        with self._lock:
+            return {self.values[i] for i in self.confirmed if i in self.values}
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(0.1)
+
+
+def committed_offsets(platform: Platform, topic: str, group: str) -> dict[int, tuple[int, str]]:
+    """The group's committed (offset, metadata) per partition, as Kafka stores them."""
+    from confluent_kafka import TopicPartition
+
+    consumer = kafka.consumer(platform, "central", group, "dispatch-test-inspect")
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+    finally:
+        consumer.close()
+    return {tp.partition: (tp.offset, tp.metadata or "") for tp in tps}
+
+
+def end_offsets(platform: Platform, topic: str) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    consumer = kafka.consumer(platform, "central", "dispatch-test-ends", "dispatch-test-ends")
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(3)}
+    finally:
+        consumer.close()
