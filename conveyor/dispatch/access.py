@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conveyor.config import Platform
 from conveyor.dispatch.errors import ForeignGroup, UnknownGroup, UnknownTopic
-from conveyor.gateway.auth import Authorizer
+from conveyor.auth import Authorizer
 
 
 class Access:
@@ -18,7 +18,7 @@ class Access:
     def check(self, authorization: str | None, topic: str, group: str) -> str:
         """The service behind ``authorization`` if it may read ``topic`` as ``group``.
 
-        Raises the gateway's Unauthenticated or Forbidden, or UnknownTopic, UnknownGroup,
+        Raises Unauthenticated or Forbidden (conveyor.auth), or UnknownTopic, UnknownGroup,
         ForeignGroup. A group is ``<service>`` or ``<service>.<name>`` for a consumer service of
         the topic, and only that service may use it, so one service cannot drain another's group.
         """

@@ -28,7 +28,7 @@ from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.dispatch.reader import GroupReader
-from conveyor.gateway.errors import Forbidden, Unauthenticated
+from conveyor.auth import Forbidden, Unauthenticated
 
 log = logging.getLogger(__name__)
 

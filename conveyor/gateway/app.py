@@ -24,9 +24,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from conveyor.auth import AccessDenied, Authorizer
 from conveyor.config import Platform
 from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
-from conveyor.gateway.auth import Authorizer
 from conveyor.gateway.bulkhead import Bulkheads
 from conveyor.gateway.errors import Overloaded, Rejection, TooLarge, UnknownTopic
 from conveyor.gateway.metrics import GatewayMetrics
@@ -151,7 +151,7 @@ def create_app(gateway: Gateway) -> FastAPI:
                 raise TooLarge(f"request of {len(body)} bytes is above the limit of {limit} bytes", limit=limit)
             answer = await gateway.publish(topic, request.headers.get("authorization"), body,
                                            request.headers.get("content-type", "application/json"))
-        except Rejection as err:
+        except (Rejection, AccessDenied) as err:
             gateway.metrics.rejected.labels(topic if topic in gateway.platform.topics else "(unknown)",
                                             err.reason).inc()
             headers = {"Retry-After": str(err.retry_after)} if isinstance(err, Overloaded) else None

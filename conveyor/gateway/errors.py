@@ -25,13 +25,6 @@ class MalformedBody(Rejection):
     status, reason = 400, "malformed"
 
 
-class Unauthenticated(Rejection):
-    status, reason = 401, "unauthenticated"
-
-
-class Forbidden(Rejection):
-    status, reason = 403, "forbidden"
-
 
 class UnknownTopic(Rejection):
     status, reason = 404, "unknown_topic"

@@ -20,7 +20,7 @@ from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.dispatch.partition import Limits, PartitionQueue, Record
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.reader import CLIENT_ID_PREFIX
-from conveyor.gateway.errors import Forbidden, Unauthenticated
+from conveyor.auth import Forbidden, Unauthenticated
 
 LIMITS = Limits(ack_deadline=10.0, max_attempts=3)
 

@@ -14,10 +14,9 @@ import pytest
 from conveyor.config import Gateway as GatewaySettings
 from conveyor.config import load_platform
 from conveyor.gateway.audit import AuditCounts
-from conveyor.gateway.auth import Authorizer
+from conveyor.auth import Authorizer, Forbidden, Unauthenticated
 from conveyor.gateway.bulkhead import Bulkheads
-from conveyor.gateway.errors import (ContractViolation, Forbidden, MalformedBody, Overloaded, TooLarge,
-                                     Unauthenticated)
+from conveyor.gateway.errors import ContractViolation, MalformedBody, Overloaded, TooLarge
 from conveyor.gateway.parsing import prepare
 from conveyor.topics.contracts import ContractError, compile_contract, load_contracts
 

@@ -1,16 +1,41 @@
-"""Service tokens and topic ACLs from platform.yaml.
+"""Service tokens and topic ACLs from platform.yaml, for every service that lets others in (the
+gateway for producers, the dispatcher for consumers).
 
 Tokens are stored only as SHA-256 digests (platform.yaml's ``token_sha256``); a presented token
-is hashed and looked up, so the gateway never holds a plaintext token and never logs one.
+is hashed and looked up, so no service holds a plaintext token or logs one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Any
 
 from conveyor.config import Platform
-from conveyor.gateway.errors import Forbidden, Unauthenticated
+from conveyor.errors import ConveyorError
+
+
+class AccessDenied(ConveyorError):
+    """Refused before anything was read or written. ``status`` is the HTTP status; the dispatcher
+    maps the class to its gRPC code."""
+
+    status: int = 403
+    reason: str = "forbidden"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        self.details = details
+        super().__init__(message)
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.reason, "message": str(self), **self.details}
+
+
+class Unauthenticated(AccessDenied):
+    status, reason = 401, "unauthenticated"
+
+
+class Forbidden(AccessDenied):
+    status, reason = 403, "forbidden"
 
 
 def token_digest(token: str) -> str:
