@@ -49,7 +49,7 @@ def _platform(home: Path, base_port: int) -> tuple[Platform, Path]:
         if "contract" in topic:
             topic["contract"] = str(ROOT / topic["contract"])
     path = home.parent / "bench-platform.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return parse_platform(data, root=ROOT), path
 
 

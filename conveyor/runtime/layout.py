@@ -120,8 +120,9 @@ def kraft_cluster_id(platform_name: str, cluster_name: str) -> str:
 
 
 def plan_layout(platform: Platform) -> list[ClusterLayout]:
-    """Every local cluster with its nodes. A one-broker cluster runs one combined node; a larger
-    one gets a dedicated controller so that stopping brokers never takes the quorum with it."""
+    """Every local cluster with its nodes, ports handed out in the order the file declares the
+    clusters. A one-broker cluster runs one combined node; a larger one gets a dedicated controller
+    so that stopping brokers never takes the quorum with it."""
     layouts: list[ClusterLayout] = []
     port = platform.runtime.base_port
     for name, cluster in platform.local_clusters().items():

@@ -40,7 +40,7 @@ def route_platform(provisioned: Platform, platform_data, platform_file: Path) ->
     for name in ROUTES:
         data["routes"][name] = {**data["routes"][name], "topics": [], "pattern": "rep-.*", "buckets": 6}
     path = platform_file.parent / "replicate-platform.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return parse_platform(data, root=platform_file.parent), path
 
 

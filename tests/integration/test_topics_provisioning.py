@@ -92,7 +92,7 @@ def test_cli_plan_exits_nonzero_on_refusal(provisioned: Platform, platform_data,
     data = copy.deepcopy(platform_data)
     data["topics"]["ad-events"]["partitions"] = 6
     bad = platform_file.parent / "shrunk.yaml"
-    bad.write_text(yaml.safe_dump(data))
+    bad.write_text(yaml.safe_dump(data, sort_keys=False))
     run = subprocess.run([sys.executable, "-m", "conveyor", "topics", "apply", "--platform", str(bad)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1
