@@ -22,6 +22,9 @@ system-deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server from Debian"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium from Debian (the dashboard test drives it headless)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
 	@command -v mvn >/dev/null 2>&1 || { echo "mvn is required to resolve Kafka's jars"; exit 1; }
 
@@ -30,12 +33,14 @@ system-deps:
 demo: setup
 	$(BIN)/conveyor up
 	$(BIN)/conveyor topics apply
+	$(BIN)/conveyor dashboard
 	$(BIN)/conveyor smoke
 	$(BIN)/conveyor gateway start --dc dc1
 	$(BIN)/conveyor gateway start --dc dc2
 	$(BIN)/conveyor generate --rate 2000 --duration 20 --token demo-adserver-token
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
 	$(BIN)/conveyor status
+	$(BIN)/conveyor dashboard
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
 
 test: setup
@@ -45,7 +50,7 @@ test-unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
 # Every benchmark; each writes bench/results/<name>.json. wrk (Debian) loads the gateway.
-BENCHES := runtime_startup gateway_throughput replicate_vs_mm2 lag_eval dispatch_throughput
+BENCHES := runtime_startup gateway_throughput replicate_vs_mm2 lag_eval ops_sampling dispatch_throughput
 
 bench: setup
 	@command -v wrk >/dev/null 2>&1 || apt-get install -y -qq wrk >/dev/null

@@ -35,6 +35,8 @@ def platform_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         home = tmp_path_factory.mktemp("conveyor")
         data["runtime"]["home"] = str(home / "home")
         data["runtime"]["base_port"] = int(os.environ.get("CONVEYOR_TEST_BASE_PORT", "29092"))
+        # A loaded CI machine starts six JVMs slowly; fail on a real fault, not on a busy host.
+        data["runtime"]["start_timeout"] = 300
     return data
 
 

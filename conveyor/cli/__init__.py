@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from conveyor.cli import config_cmd, dispatch_cmd, gateway_cmd, replicate_cmd, runtime_cmd, topics_cmd
+from conveyor.cli import config_cmd, dispatch_cmd, gateway_cmd, ops_cmd, replicate_cmd, runtime_cmd, topics_cmd
 from conveyor.cli.common import err_console
 from conveyor.config import ConfigError
 from conveyor.errors import ConveyorError
@@ -30,6 +30,8 @@ app.add_typer(gateway_cmd.app, name="gateway")
 app.add_typer(dispatch_cmd.app, name="dispatch")
 app.command()(gateway_cmd.generate)
 app.add_typer(replicate_cmd.app, name="replicate")
+app.add_typer(ops_cmd.app, name="ops")
+ops_cmd.register(app)
 
 
 def main() -> None:

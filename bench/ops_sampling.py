@@ -1,0 +1,158 @@
+"""Benchmark: what one sampling round costs the brokers with 2,000 topics (MISSION.md section 3).
+
+A one-broker cluster of its own gets 2,000 one-partition topics and 50 consumer groups that each
+committed offsets on 40 of them (every topic is consumed). Per round we count the requests the
+broker served, by type, from its own JMX exporter (``kafka_network_requestmetrics_requests_total``),
+and time the round, for:
+
+- ``ours``: :class:`conveyor.ops.sampler.OffsetSampler` (one Metadata, one ListGroups, one
+  OffsetFetch per group, ListOffsets for every partition in one call for the end and one for the
+  start offsets);
+- ``peer``: the per-partition way many lag exporters start with: each group's
+  ``Consumer.committed()`` and ``get_watermark_offsets()`` for each of its partitions.
+
+Ours is measured first with 50 topics (one per group), then with all 2,000 on the same 50
+groups: its request count depends on the groups, not on the topics or partitions.
+Writes ``bench/results/ops_sampling.json``. Run: ``python -m bench.ops_sampling [--topics 2000]
+[--base-port 35692]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform as host
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic
+from rich.console import Console
+from rich.table import Table
+
+from conveyor import kafka
+from conveyor.config import Platform, parse_platform
+from conveyor.ops.health import reading_from_samples
+from conveyor.ops.sampler import OffsetSampler
+from conveyor.ops.scrape import parse_page
+from conveyor.runtime.layout import plan_layout
+from conveyor.runtime.local import LocalPlatform
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "ops_sampling.json"
+CLUSTER = "bench"
+GROUPS = 50
+COUNTED = ("Metadata", "ListGroups", "OffsetFetch", "ListOffsets", "FindCoordinator", "DescribeCluster")
+
+
+def _platform(home: Path, base_port: int) -> Platform:
+    data = {"name": "ops-bench", "runtime": {"home": str(home), "base_port": base_port, "redis": {"enabled": False}},
+            "clusters": {CLUSTER: {"role": "writable", "brokers": 1}}}
+    return parse_platform(data, root=home)
+
+
+def _requests(metrics_url: str) -> Counter[str]:
+    page = httpx.get(metrics_url, timeout=10).text
+    samples = (s for f in parse_page(page) for s in f.samples)
+    return Counter(reading_from_samples("bench", 0, samples).requests)
+
+
+def _populate(platform: Platform, topics: list[str], console: Console) -> None:
+    """Create ``topics`` with ten records each; group g commits offset 5 on every GROUPS-th of them."""
+    admin = kafka.admin(platform, CLUSTER)
+    with console.status(f"creating {len(topics):,} topics"):
+        for start in range(0, len(topics), 200):
+            futures = admin.create_topics([NewTopic(t, 1, 1) for t in topics[start:start + 200]])
+            for future in futures.values():
+                future.result()
+    producer = kafka.producer(platform, CLUSTER, "ops-bench")
+    for topic in topics:
+        for _ in range(10):
+            producer.produce(topic, b"x" * 100)
+        producer.poll(0)
+    producer.flush(120)
+    for group, owned in _groups(topics).items():
+        consumer = kafka.consumer(platform, CLUSTER, group, "ops-bench")
+        consumer.commit(offsets=[TopicPartition(t, 0, 5) for t in owned], asynchronous=False)
+        consumer.close()
+
+
+def _groups(topics: list[str]) -> dict[str, list[str]]:
+    return {f"bench-group-{g:03d}": topics[g::GROUPS] for g in range(GROUPS)}
+
+
+def _ours(platform: Platform, topics: set[str]) -> None:
+    snapshot = OffsetSampler(platform, CLUSTER).sample(topics)
+    assert len(snapshot.ends) >= len(topics), "every watched partition must get its end offset"
+
+
+def _peer(platform: Platform, groups: dict[str, list[str]]) -> None:
+    for group, owned in groups.items():
+        consumer = kafka.consumer(platform, CLUSTER, group, "ops-bench-peer")
+        partitions = [TopicPartition(t, 0) for t in owned]
+        committed = consumer.committed(partitions, timeout=30)
+        ends = [consumer.get_watermark_offsets(tp, timeout=30) for tp in partitions]
+        assert len(committed) == len(ends) == len(owned)
+        consumer.close()
+
+
+def _measure(name: str, metrics_url: str, work: Callable[[], None]) -> dict:
+    before = _requests(metrics_url)
+    started = time.perf_counter()
+    work()
+    seconds = time.perf_counter() - started
+    time.sleep(1)
+    after = _requests(metrics_url)
+    counts = {r: int(after[r] - before[r]) for r in COUNTED if after[r] - before[r] > 0}
+    return {"method": name, "seconds": round(seconds, 3), "requests": counts, "total_requests": sum(counts.values())}
+
+
+def run(topic_count: int, base_port: int, console: Console) -> dict:
+    with tempfile.TemporaryDirectory(prefix="conveyor-ops-bench-") as tmp:
+        platform = _platform(Path(tmp) / "home", base_port)
+        local = LocalPlatform(platform)
+        try:
+            with console.status("starting a one-broker cluster"):
+                local.up()
+            metrics_url = plan_layout(platform)[0].nodes[0].metrics_url
+            topics = [f"bench-{i:05d}" for i in range(topic_count)]
+            rows, created = [], 0
+            for upto in (GROUPS, topic_count):  # first one topic per group, then all of them
+                _populate(platform, topics[created:upto], console)
+                created, watched = upto, topics[:upto]
+                rows.append({"topics": upto, **_measure("ours", metrics_url, lambda: _ours(platform, set(watched)))})
+            rows.append({"topics": topic_count,
+                         **_measure("peer", metrics_url, lambda: _peer(platform, _groups(topics)))})
+        finally:
+            local.down()
+    table = Table(title=f"one sampling round: {topic_count:,} topics, {GROUPS} groups, one broker")
+    for column in ("method", "topics", "round", "requests served by the broker", "total"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["method"], f"{row['topics']:,}", f"{row['seconds']:.2f} s",
+                      ", ".join(f"{k} {v:,}" for k, v in row["requests"].items()), f"{row['total_requests']:,}")
+    console.print(table)
+    return {"topics": topic_count, "partitions": topic_count, "groups": GROUPS, "rounds": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.ops_sampling", description=__doc__.split("\n")[0])
+    parser.add_argument("--topics", type=int, default=2000)
+    parser.add_argument("--base-port", type=int, default=35692, help="for the one-broker cluster this run starts")
+    args = parser.parse_args()
+    console = Console()
+    result = run(args.topics, args.base_port, console)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"benchmark": "ops_sampling", "python": host.python_version(),
+                                   "cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2),
+                                   **result}, indent=2))
+    console.print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

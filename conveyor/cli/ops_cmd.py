@@ -1,0 +1,227 @@
+"""``conveyor lag``, ``conveyor health``, ``conveyor dashboard`` and ``conveyor ops watch``.
+
+`lag` and `health` show the watcher's state: from a running watch service (``--url``), or sampled
+here for a few rounds. Both print the same JSON shape the dashboard draws (``conveyor.ops.report``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.table import Table
+
+from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
+from conveyor.config import Platform
+from conveyor.errors import ConveyorError
+from conveyor.ops.errors import WatchUnreachableError
+
+app = typer.Typer(help="Operations: the watch service behind lag, health, alerts and the dashboard.",
+                  no_args_is_help=True)
+
+STATUS_STYLE = {"OK": "green", "WARN": "yellow", "STALL": "dark_orange", "STOP": "red", "REWIND": "magenta",
+                "ERR": "bold red", "WARNING": "yellow", "CRITICAL": "bold red"}
+CRITICAL_STATUSES = ("STOP", "REWIND", "ERR")
+
+UrlOption = Annotated[str | None, typer.Option(
+    "--url", envvar="CONVEYOR_OPS_URL", help="A running watch service (http://127.0.0.1:18070); "
+    "without it, sample here for --samples rounds.")]
+SamplesOption = Annotated[int, typer.Option(min=1, help="Rounds to sample when no --url is given.")]
+IntervalOption = Annotated[float, typer.Option(min=0.1, help="Seconds between those rounds.")]
+ClusterOption = Annotated[str | None, typer.Option("--cluster", "-c", help="Only this cluster.")]
+PortOption = Annotated[int | None, typer.Option(envvar="CONVEYOR_OPS_PORT", help="Port on 127.0.0.1 "
+                                                "(default: ops.port).")]
+
+
+def register(root: typer.Typer) -> None:
+    root.command()(lag)
+    root.command()(health)
+    root.command()(dashboard)
+
+
+def _styled(value: str) -> str:
+    return f"[{STATUS_STYLE.get(value, 'white')}]{value}[/]"
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "–"
+    fraction = isinstance(value, float) and not value.is_integer()
+    return (f"{value:,.1f}" if fraction else f"{value:,.0f}") + unit
+
+
+def fetch_state(url: str, group: str | None, cluster: str | None) -> dict[str, Any]:
+    params = {k: v for k, v in (("group", group), ("cluster", cluster)) if v}
+    if group:
+        params["partitions"] = "all"
+    try:
+        response = httpx.get(f"{url.rstrip('/')}/api/state", params=params, timeout=10)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise WatchUnreachableError(url, str(exc) or type(exc).__name__) from None
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def sample_state(platform: Platform, samples: int, interval: float, group: str | None,
+                 cluster: str | None) -> dict[str, Any]:
+    from conveyor.ops.report import state_json
+    from conveyor.ops.watch import Watcher
+
+    watcher = Watcher(platform, [cluster] if cluster else None)
+    try:
+        with console.status(f"sampling {samples} round(s), {interval:g} s apart"):
+            for i in range(samples):
+                started = time.monotonic()
+                state = watcher.cycle()
+                if i < samples - 1:
+                    time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    finally:
+        watcher.close()
+    return state_json(state, group, cluster, all_partitions=group is not None)
+
+
+def _state(platform: PlatformOption, url: str | None, samples: int, interval: float, group: str | None,
+           cluster: str | None) -> dict[str, Any]:
+    if url:
+        return fetch_state(url, group, cluster)
+    return sample_state(platform_from(platform), samples, interval, group, cluster)
+
+
+def _alerts_table(alerts: list[dict[str, Any]], title: str) -> None:
+    if not alerts:
+        console.print(f"[green]{title}: none[/]")
+        return
+    table = Table(title=title, show_lines=True)
+    for column in ("severity", "rule", "subject", "what is wrong", "look at"):
+        table.add_column(column, overflow="fold")
+    for a in alerts:
+        table.add_row(_styled(a["severity"]), a["rule"], a["subject"], a["message"], a["look_at"])
+    console.print(table)
+
+
+def lag(
+    group: Annotated[str | None, typer.Option("--group", "-g", help="One group, with every partition.")] = None,
+    cluster: ClusterOption = None,
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    url: UrlOption = None,
+    samples: SamplesOption = 3,
+    interval: IntervalOption = 1.0,
+) -> None:
+    """Consumer lag per group with Burrow's statuses (OK, WARN, STALL, STOP, REWIND, ERR), seconds
+    behind, and rewind and reset findings. Exits 1 when a group is STOP, REWIND or ERR."""
+    state = _state(platform, url, samples, interval, group, cluster)
+    groups = [g for c in state["clusters"] for g in c["groups"]]
+    if group and not groups:
+        raise ConveyorError(f"no consumer group {group!r} with committed offsets"
+                            + (f" on cluster {cluster}" if cluster else ""))
+    table = Table(title="consumer groups")
+    for column in ("cluster", "group", "state", "status", "lag", "behind", "partitions", "worst"):
+        table.add_column(column, overflow="fold", justify="right" if column in ("lag", "behind") else "left")
+    for g in groups:
+        worst = g["partitions"][0]["message"] if g["partitions"] and g["status"] != "OK" else ""
+        table.add_row(g["cluster"], g["group"], g["state"], _styled(g["status"]), _num(g["total_lag"]),
+                      _num(g["max_seconds_behind"], " s"), f"{g['partitions_not_ok']} not OK of "
+                      f"{g['partitions_tracked']}", worst)
+    console.print(table)
+    if group:
+        for g in groups:
+            parts = Table(title=f"{g['cluster']} / {g['group']}: partitions")
+            for column in ("topic", "partition", "status", "committed", "end", "lag", "behind", "reason"):
+                parts.add_column(column, justify="right" if column in ("committed", "end", "lag", "behind") else "left")
+            for p in g["partitions"]:
+                parts.add_row(p["topic"], str(p["partition"]), _styled(p["status"]), _num(p["committed"]),
+                              _num(p["end"]), _num(p["lag"]), _num(p["seconds_behind"], " s"), p["reason"])
+            console.print(parts)
+    lag_alerts = [a for a in state["alerts"] if a["rule"].startswith(("lag_", "offset_", "read_"))]
+    _alerts_table(lag_alerts, "lag and offset alerts")
+    raise typer.Exit(1 if any(g["status"] in CRITICAL_STATUSES for g in groups) else 0)
+
+
+def health(
+    cluster: ClusterOption = None,
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    url: UrlOption = None,
+    samples: SamplesOption = 2,
+    interval: IntervalOption = 2.0,
+) -> None:
+    """Broker health from each broker's JMX exporter: replication, controller, elections, request
+    times, load per broker and its skew, with alerts. Exits 1 on a critical alert."""
+    state = _state(platform, url, samples, interval, None, cluster)
+    for c in state["clusters"]:
+        h = c["health"]
+        console.print(f"[bold]{c['name']}[/] {_styled(h['severity'])}  under-replicated {h['under_replicated']}  "
+                      f"under min ISR {h['under_min_isr']}  offline {_num(h['offline_partitions'])}  "
+                      f"leader changes {h['leader_changes']} in {_num(h['leader_change_span_s'])} s  skew "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in h["skew"].items() if v is not None))
+        table = Table()
+        for column in ("node", "up", "leaders", "replicas", "URP", "<min ISR", "in/s", "out/s", "ISR -/s",
+                       "follower lag", "p99 ms produce/fetch/metadata"):
+            table.add_column(column, justify="left" if column in ("node", "up") else "right")
+        for b in h["brokers"]:
+            p99 = " / ".join(_num(b["p99_ms"].get(r)) for r in ("Produce", "FetchConsumer", "Metadata"))
+            up = "[green]up[/]" if b["up"] else f"[red]down[/] {b['error']}"
+            table.add_row(b["node"], up, _num(b["leaders"]), _num(b["replicas"]), _num(b["under_replicated"]),
+                          _num(b["under_min_isr"]), _bytes(b["bytes_in_per_s"]), _bytes(b["bytes_out_per_s"]),
+                          _num(b["isr_shrinks_per_s"]), _num(b["max_follower_lag"]), p99)
+        console.print(table)
+    health_alerts = [a for a in state["alerts"] if not a["rule"].startswith(("lag_", "offset_", "read_"))]
+    _alerts_table(health_alerts, "health alerts")
+    raise typer.Exit(1 if any(a["severity"] == "CRITICAL" for a in health_alerts) else 0)
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "–"
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:,.0f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} GiB"
+
+
+@app.command()
+def watch(
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    port: PortOption = None,
+    host: Annotated[str, typer.Option(envvar="CONVEYOR_OPS_HOST", help="Address to listen on.")] = "127.0.0.1",
+) -> None:
+    """Run the watch service in the foreground: every ops.interval seconds it samples every
+    cluster's consumer groups and scrapes every broker, and serves the dashboard (/), its JSON API
+    (/api/state), /metrics and /healthz."""
+    import uvicorn
+
+    from conveyor.ops.watch import Watcher
+    from conveyor.web.app import create_app
+
+    model = platform_from(platform)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(create_app(Watcher(model)), host=host, port=port or model.ops.port, log_level="warning",
+                access_log=False)
+
+
+def dashboard(platform: PlatformOption = DEFAULT_PLATFORM, port: PortOption = None) -> None:
+    """Start the watch service in the background (stopped by `conveyor down`) unless it runs, wait
+    for its first round, and print the dashboard's address."""
+    from conveyor.runtime.services import service_log_tail, start_service
+
+    model = platform_from(platform)
+    port = port or model.ops.port
+    pid, started = start_service(model, "ops", ["ops", "watch", "--port", str(port),
+                                                "--platform", str(platform.resolve())])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            httpx.get(f"{url}/healthz", timeout=2).raise_for_status()
+            break
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise ConveyorError(f"the ops service did not answer on {url}:\n{service_log_tail(model, 'ops')}") \
+                    from None
+            time.sleep(0.5)
+    console.print(f"ops watch {'started' if started else 'already running'} (pid {pid})")
+    console.print(f"dashboard: [bold]{url}/[/]   metrics: {url}/metrics   API: {url}/api/state")

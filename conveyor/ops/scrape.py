@@ -1,0 +1,101 @@
+"""Scraping Prometheus pages: each broker's JMX exporter, and the components that fill panels.
+
+Where the pages are: a local cluster's nodes are known from the runtime's layout (each node's
+``metrics_url``); a cluster given by ``bootstrap`` lists its exporters under ``ops.metrics``.
+Parsing is prometheus_client's own text parser; what the values mean is ``conveyor.ops.health``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from conveyor.config import ConfigError, Platform, Problem
+from conveyor.ops.health import BrokerReading, reading_from_samples
+from conveyor.ops.panels import Family
+from conveyor.runtime.layout import plan_layout
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    node: str
+    url: str
+    broker_id: int | None = None
+    #: False for a dedicated controller; None when unknown (inferred from its metrics).
+    broker: bool | None = None
+
+
+def metrics_targets(platform: Platform, cluster: str) -> tuple[Target, ...]:
+    """Every node of ``cluster`` whose exporter can be scraped."""
+    spec = platform.cluster(cluster)
+    if spec.is_local:
+        layout = next(layout for layout in plan_layout(platform) if layout.name == cluster)
+        return tuple(Target(n.name, n.metrics_url, n.node_id if n.is_broker else None, n.is_broker)
+                     for n in layout.nodes)
+    return tuple(Target(urlsplit(url).netloc or url, url) for url in platform.ops.metrics.get(cluster, ()))
+
+
+def check_metrics_config(platform: Platform) -> None:
+    """``ops.metrics`` may only name clusters given by bootstrap (local ones are known)."""
+    problems = []
+    for name in platform.ops.metrics:
+        cluster = platform.clusters.get(name)
+        if cluster is None:
+            problems.append(Problem(f"ops.metrics.{name}", f"names unknown cluster {name!r}"))
+        elif cluster.is_local:
+            problems.append(Problem(f"ops.metrics.{name}", "only for a cluster given by bootstrap; a local "
+                                                           "cluster's metrics URLs come from its layout"))
+    if problems:
+        raise ConfigError(problems)
+
+
+def parse_page(text: str) -> tuple[Family, ...]:
+    return tuple(Family(f.name, f.type, tuple((s.name, s.labels, s.value) for s in f.samples))
+                 for f in text_string_to_metric_families(text))
+
+
+def fetch(client: httpx.Client, url: str) -> tuple[Family, ...]:
+    """The page at ``url``, parsed. Raises httpx.HTTPError or ValueError (not a Prometheus page)."""
+    response = client.get(url)
+    response.raise_for_status()
+    return parse_page(response.text)
+
+
+def _read(client: httpx.Client, target: Target) -> BrokerReading:
+    at_ms = time.time_ns() // 1_000_000
+    try:
+        families = fetch(client, target.url)
+    except (httpx.HTTPError, ValueError) as exc:
+        return BrokerReading(target.node, at_ms, target.broker_id, f"{type(exc).__name__}: {exc}", target.broker)
+    samples = (sample for family in families for sample in family.samples)
+    return reading_from_samples(target.node, at_ms, samples, target.broker_id, target.broker)
+
+
+class Scraper:
+    """Scrapes many pages at once over one HTTP client; a dead node costs at most ``timeout``."""
+
+    def __init__(self, timeout: float = 3.0, workers: int = 8) -> None:
+        self.client = httpx.Client(timeout=timeout)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ops-scrape")
+
+    def readings(self, targets: Sequence[Target]) -> list[BrokerReading]:
+        return list(self.pool.map(lambda t: _read(self.client, t), targets))
+
+    def pages(self, urls: Sequence[str]) -> list[tuple[Family, ...] | str]:
+        """Each page parsed, or the reason it could not be read."""
+        def one(url: str) -> tuple[Family, ...] | str:
+            try:
+                return fetch(self.client, url)
+            except (httpx.HTTPError, ValueError) as exc:
+                return f"{type(exc).__name__}: {exc}"
+        return list(self.pool.map(one, urls))
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        self.client.close()

@@ -1,0 +1,124 @@
+"""The watch service and its dashboard against the running platform, checked in headless Chromium
+(Debian's chromium package; `make system-deps` installs it).
+
+`conveyor dashboard` starts the watch service as a background service of the platform; the page
+must show every cluster with its brokers, a consumer group with its lag, and the gateway
+panel filled through the panel interface (a gateway's /metrics listed under ops.components). The
+screenshots land in test-artifacts/ for a person to look at.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from confluent_kafka import TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
+
+from conveyor import kafka
+from conveyor.cli import app as cli
+from conveyor.config import Platform, load_platform
+from conveyor.runtime import processes
+from conveyor.runtime.services import service_daemons
+from tests.conftest import ROOT, demo_event
+
+pytestmark = pytest.mark.integration
+ARTIFACTS = ROOT / "test-artifacts"
+ADSERVER = {"Authorization": "Bearer demo-adserver-token"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def ops_url(provisioned: Platform, platform_data, platform_file: Path,
+            serve_gateway) -> Iterator[tuple[str, Platform, str]]:
+    """`conveyor dashboard` over a platform whose panels read a real gateway's /metrics."""
+    gateway = serve_gateway(provisioned, "dc1")
+    data = copy.deepcopy(platform_data)
+    data["ops"] = {"interval": "1s", "window": 6, "components": {"gateway-dc1": f"{gateway}/metrics"}}
+    path = platform_file.parent / "ops-platform.yaml"  # next to contracts/, which it names
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    platform = load_platform(path)
+    port = free_port()
+    started = CliRunner().invoke(cli, ["dashboard", "--platform", str(path), "--port", str(port)])
+    try:
+        assert started.exit_code == 0, started.output
+        assert f"dashboard: http://127.0.0.1:{port}/" in started.output
+        yield f"http://127.0.0.1:{port}", platform, gateway
+    finally:
+        assert processes.stop([d for d in service_daemons(platform) if d.name == "ops"]) == ["ops"]
+
+
+def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    binary = shutil.which("chromium")
+    assert binary, "Debian's chromium is needed for the dashboard test: run `make system-deps`"
+    return subprocess.run([binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={profile}", "--virtual-time-budget=3000", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_dashboard_shows_clusters_groups_and_panels(ops_url, topic_factory, tmp_path):
+    url, platform, gateway = ops_url
+    topic = topic_factory("central", partitions=1)
+    group = f"dash-{uuid.uuid4().hex[:6]}"
+    producer = kafka.producer(platform, "central", "dash-test")
+    for _ in range(50):
+        producer.produce(topic, b"x" * 100)
+    assert producer.flush(30) == 0
+    consumer = kafka.consumer(platform, "central", group, "dash-test")
+    consumer.commit(offsets=[TopicPartition(topic, 0, 20)], asynchronous=False)
+    consumer.close()
+
+    deadline = time.monotonic() + 90
+    while True:  # until the group is sampled and the gateway panel has values from two scrapes
+        httpx.post(f"{gateway}/v1/topics/ad-events/events", json=[demo_event() for _ in range(5)], headers=ADSERVER,
+                   timeout=30).raise_for_status()
+        response = httpx.get(f"{url}/api/state", timeout=10)
+        state = response.json() if response.status_code == 200 else None
+        groups = {g["group"]: g for c in (state or {}).get("clusters", []) for g in c["groups"]}
+        panel = next((p for p in (state or {}).get("panels", []) if p["name"] == "gateway"), None)
+        filled = panel is not None and any(s["value"] for s in panel["series"])
+        if group in groups and filled:
+            break
+        assert time.monotonic() < deadline, f"state never showed {group} and a filled gateway panel: {state}"
+        time.sleep(1)
+    assert groups[group]["total_lag"] == 30
+    assert httpx.get(f"{url}/healthz", timeout=10).json()["status"] == "ok"
+
+    dom = chromium("--dump-dom", f"{url}/", profile=tmp_path / "profile").stdout
+    for text in ("Conveyor operations", ">dc1 <", ">dc2 <", ">central <", "broker 1", "broker 3", group,
+                 "Gateway: events accepted and request time", "conveyor_gateway_events_accepted", "gateway-dc1"):
+        assert text in dom, f"{text!r} is not on the page"
+    assert '<span class="pill OK">' in dom  # drawn by the page's script, not just served
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    for name, size in (("dashboard.png", "1400,900"), ("dashboard-full.png", "1400,1800")):
+        shot = ARTIFACTS / name
+        shot.unlink(missing_ok=True)
+        chromium(f"--screenshot={shot}", f"--window-size={size}", f"{url}/", profile=tmp_path / "profile")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+    metrics = {(s.name, s.labels.get("group")): s.value for f in
+               text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text) for s in f.samples}
+    assert metrics[("conveyor_ops_group_lag_records", group)] == 30
+
+    runner = CliRunner()
+    lag = runner.invoke(cli, ["lag", "--url", url, "--group", group])
+    assert group in lag.output and topic in lag.output, lag.output
+    health = runner.invoke(cli, ["health", "--url", url, "--cluster", "central"])
+    assert "central-broker-1" in health.output and "central-broker-3" in health.output, health.output

@@ -1,0 +1,157 @@
+"""Lag evaluation against real brokers: a stopped consumer goes STOP, a slow one WARN, and a group
+whose offsets are reset backwards raises REWIND with rewind and reset findings.
+
+Each test drives one cluster's watcher round by round (``ClusterWatch.cycle``), producing and
+committing between rounds, so what each window holds is decided by the test, not by timing.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from typer.testing import CliRunner
+
+from conveyor import kafka
+from conveyor.cli import app
+from conveyor.config import Platform, parse_platform
+from conveyor.ops.health import Severity
+from conveyor.ops.lag import Status
+from conveyor.ops.rewind import FindingKind
+from conveyor.ops.scrape import Scraper
+from conveyor.ops.tracker import GroupReport
+from conveyor.ops.watch import ClusterReport, ClusterWatch
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def ops_platform(platform_data, platform_file: Path, local_platform) -> Platform:
+    data = copy.deepcopy(platform_data)
+    data["ops"] = {"interval": "1s", "window": 6}
+    return parse_platform(data, root=platform_file.parent)
+
+
+@pytest.fixture
+def watch(ops_platform: Platform):
+    scraper = Scraper()
+    watch = ClusterWatch(ops_platform, "central", scraper)
+    yield watch
+    watch.close()
+    scraper.close()
+
+
+def produce(producer: Producer, topic: str, count: int, partitions: int = 1) -> None:
+    for i in range(count):
+        producer.produce(topic, value=b"x" * 100, partition=i % partitions)
+    assert producer.flush(30) == 0
+
+
+def consume_and_commit(consumer: Consumer, topic: str, count: int) -> None:
+    """Read ``count`` records of a one-partition topic and commit past them, as a consumer does."""
+    last = None
+    while count:
+        for message in consumer.consume(count, 1.0):
+            assert message.error() is None, message.error()
+            last, count = message.offset(), count - 1
+    consumer.commit(offsets=[TopicPartition(topic, 0, last + 1)], asynchronous=False)
+
+
+@pytest.fixture
+def one_partition(ops_platform: Platform, topic_factory, request) -> Iterator[tuple[str, str, Producer, Consumer]]:
+    """A one-partition topic on central, its producer, and a consumer of a fresh group assigned to it."""
+    topic = topic_factory("central", partitions=1)
+    group = f"ops-{request.node.name[5:20]}-{uuid.uuid4().hex[:6]}"
+    producer = kafka.producer(ops_platform, "central", "ops-test")
+    consumer = kafka.consumer(ops_platform, "central", group, "ops-test")
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    yield topic, group, producer, consumer
+    consumer.close()
+
+
+def group_in(report: ClusterReport, group: str) -> GroupReport:
+    return next(g for g in report.groups if g.group == group)
+
+
+def rules_for(report: ClusterReport, group: str) -> dict[str, Severity]:
+    return {a.rule: a.severity for a in report.alerts if a.subject == group}
+
+
+def test_a_slow_consumer_goes_warn(ops_platform, watch, one_partition):
+    topic, group, producer, consumer = one_partition
+    statuses = []
+    for _ in range(6):
+        produce(producer, topic, 60)
+        consume_and_commit(consumer, topic, 20)  # reads a third of what is written
+        report = watch.cycle()
+        statuses.append(group_in(report, group).status.status)
+        if statuses[-1] is Status.WARN:
+            break
+    assert statuses[-1] is Status.WARN, statuses
+    assert Status.STOP not in statuses and Status.ERR not in statuses
+    assert rules_for(report, group) == {"lag_warn": Severity.WARNING}
+    alert = next(a for a in report.alerts if a.subject == group)
+    assert "not shrinking across the window" in alert.message
+
+    # `conveyor lag` sampling by itself shows the group and every partition.
+    result = CliRunner().invoke(app, ["lag", "--group", group, "--cluster", "central", "--samples", "1",
+                                      "--platform", str(ops_platform.root / "platform.yaml")])
+    assert result.exit_code == 0, result.output
+    assert group in result.output and f"{topic}" in result.output
+
+
+def test_a_stopped_consumer_goes_stop(watch, one_partition):
+    topic, group, producer, consumer = one_partition
+    for _ in range(3):
+        produce(producer, topic, 40)
+        consume_and_commit(consumer, topic, 20)
+        last_commit_round = watch.cycle()
+    consumer.unassign()  # the consumer stops; producers go on
+    statuses = []
+    for _ in range(12):
+        produce(producer, topic, 40)
+        report = watch.cycle()
+        statuses.append(group_in(report, group).status.status)
+        if statuses[-1] is Status.STOP:
+            break
+    assert statuses[-1] is Status.STOP, statuses
+    stopped = group_in(report, group)
+    assert stopped.state == "EMPTY"
+    assert stopped.status.problems[0].since_ms == last_commit_round.at_ms  # when the last commit was seen
+    assert rules_for(report, group) == {"lag_stop": Severity.CRITICAL}
+
+
+def test_resetting_offsets_backwards_raises_rewind(ops_platform, watch, topic_factory):
+    topic = topic_factory("central", partitions=2)
+    group = f"ops-rewind-{uuid.uuid4().hex[:6]}"
+    produce(kafka.producer(ops_platform, "central", "ops-test"), topic, 200, partitions=2)
+    consumer = kafka.consumer(ops_platform, "central", group, "ops-test")
+    for offset in (50, 80):
+        consumer.commit(offsets=[TopicPartition(topic, p, offset) for p in (0, 1)], asynchronous=False)
+        report = watch.cycle()
+    consumer.close()
+    assert group_in(report, group).status.status is Status.OK
+
+    # What `kafka-consumer-groups --reset-offsets` does: partition 0 back to 20, partition 1 to the start.
+    admin = kafka.admin(ops_platform, "central")
+    reset = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 20), TopicPartition(topic, 1, 0)])]
+    admin.alter_consumer_group_offsets(reset)[group].result()
+    report = watch.cycle()
+
+    rewound = group_in(report, group)
+    assert rewound.status.status is Status.REWIND
+    found = {(f.partition, f.kind, f.from_offset, f.to_offset, f.records) for f in rewound.findings.offsets}
+    assert found == {(0, FindingKind.REWIND, 80, 20, 60), (1, FindingKind.RESET_EARLIEST, 80, 0, 80)}
+    rules = rules_for(report, group)
+    # The finding alerts carry the amounts, so no second alert for the REWIND status; moving offsets on
+    # a topic nobody writes to also reads as re-reading (read amplification).
+    assert set(rules) - {"read_amplification"} == {"offset_rewind", "offset_reset_earliest"}
+    assert rules["offset_rewind"] is rules["offset_reset_earliest"] is Severity.WARNING
+    assert watch.findings_total[(group, "rewind")] == 1
+
+    watch.cycle()  # still in the window: reported again, counted once
+    assert watch.findings_total[(group, "rewind")] == 1

@@ -1,0 +1,114 @@
+"""The panel interface: components' /metrics pages into panel series (no servers)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conveyor.config import OpsPanel
+from conveyor.ops.panels import MAX_SERIES, PanelTracker, histogram_quantile, series_values, unit_of
+from conveyor.ops.scrape import parse_page
+
+T0 = 1_700_000_000_000
+
+
+def page(accepted: float, buckets: tuple[float, float, float], backlog: float = 7.0) -> str:
+    b1, b2, inf = buckets
+    return f"""# HELP conveyor_gateway_events_accepted_total Events
+# TYPE conveyor_gateway_events_accepted_total counter
+conveyor_gateway_events_accepted_total{{topic="ad-events",cluster="dc1"}} {accepted}
+# HELP conveyor_gateway_request_seconds Time
+# TYPE conveyor_gateway_request_seconds histogram
+conveyor_gateway_request_seconds_bucket{{topic="ad-events",le="0.01"}} {b1}
+conveyor_gateway_request_seconds_bucket{{topic="ad-events",le="0.1"}} {b2}
+conveyor_gateway_request_seconds_bucket{{topic="ad-events",le="+Inf"}} {inf}
+conveyor_gateway_request_seconds_count{{topic="ad-events"}} {inf}
+conveyor_gateway_request_seconds_sum{{topic="ad-events"}} 1.0
+# HELP conveyor_dispatch_backlog_messages Backlog
+# TYPE conveyor_dispatch_backlog_messages gauge
+conveyor_dispatch_backlog_messages{{topic="notifications",group="mailer"}} {backlog}
+# HELP conveyor_realtime_latency_seconds Latency
+# TYPE conveyor_realtime_latency_seconds summary
+conveyor_realtime_latency_seconds{{quantile="0.5"}} 0.2
+conveyor_realtime_latency_seconds{{quantile="0.99"}} 0.9
+conveyor_realtime_latency_seconds_count 10
+conveyor_realtime_latency_seconds_sum 3
+"""
+
+
+def families(text: str) -> dict:
+    return {f.name: f for f in parse_page(text)}
+
+
+@pytest.mark.parametrize("q, buckets, expected", [
+    pytest.param(0.99, [(0.01, 0), (0.1, 100), (math.inf, 100)], 0.0991, id="inside-a-bucket"),
+    pytest.param(0.5, [(0.01, 50), (0.1, 100), (math.inf, 100)], 0.01, id="at-a-bound"),
+    pytest.param(0.99, [(0.01, 10), (0.1, 10), (math.inf, 100)], 0.1, id="beyond-the-last-finite-bound"),
+    pytest.param(0.99, [(0.01, 0), (math.inf, 0)], None, id="no-observations"),
+])
+def test_histogram_quantile(q, buckets, expected):
+    result = histogram_quantile(q, buckets)
+    assert result == pytest.approx(expected) if expected is not None else result is None
+
+
+@pytest.mark.parametrize("name, kind, unit", [
+    pytest.param("conveyor_realtime_latency_seconds", "summary", "s", id="seconds"),
+    pytest.param("conveyor_gateway_events_accepted", "counter", "/s", id="counter-rate"),
+    pytest.param("conveyor_replicate_copied_bytes", "counter", "B/s", id="bytes-rate"),
+    pytest.param("conveyor_dispatch_backlog_messages", "gauge", "messages", id="gauge"),
+])
+def test_unit_of(name, kind, unit):
+    assert unit_of(name, kind) == unit
+
+
+def test_series_value_per_type():
+    before = families(page(100, (10, 20, 20)))
+    after = families(page(160, (10, 120, 120)))
+    accepted = series_values(after["conveyor_gateway_events_accepted"], before["conveyor_gateway_events_accepted"], 10)
+    assert accepted == {(("cluster", "dc1"), ("topic", "ad-events")): 6.0}
+    p99 = series_values(after["conveyor_gateway_request_seconds"], before["conveyor_gateway_request_seconds"], 10)
+    assert p99[(("topic", "ad-events"),)] == pytest.approx(0.0991)  # from the 100 new observations only
+    assert series_values(after["conveyor_dispatch_backlog_messages"], None, 0) == {
+        (("group", "mailer"), ("topic", "notifications")): 7.0}
+    assert series_values(after["conveyor_realtime_latency_seconds"], None, 0) == {(): 0.9}
+    first = series_values(after["conveyor_gateway_events_accepted"], None, 0)
+    assert list(first.values()) == [None]  # a rate needs two scrapes
+
+
+def test_counter_reset_gives_no_rate():
+    before = families(page(500, (0, 0, 0)))
+    after = families(page(20, (0, 0, 0)))
+    values = series_values(after["conveyor_gateway_events_accepted"], before["conveyor_gateway_events_accepted"], 5)
+    assert list(values.values()) == [None]
+
+
+PANELS = {
+    "gateway": OpsPanel(title="Gateway", metrics=["conveyor_gateway_*"]),
+    "dispatch": OpsPanel(title="Dispatcher backlog", metrics=["conveyor_dispatch_*backlog*"]),
+    "lake": OpsPanel(title="Lake", metrics=["conveyor_lake_*"]),
+}
+
+
+def test_tracker_fills_matching_panels_and_keeps_history():
+    tracker = PanelTracker(PANELS, history=3)
+    for i, accepted in enumerate((100, 150, 250, 300)):
+        tracker.push(T0 + i * 10_000, {"gw": parse_page(page(accepted, (0, i * 10, i * 10), backlog=i)),
+                                       "spark": "ConnectError: refused"})
+    views = {v.name: v for v in tracker.views()}
+    gateway = views["gateway"]
+    assert [(s.metric, s.unit) for s in gateway.series] == [("conveyor_gateway_events_accepted", "/s"),
+                                                           ("conveyor_gateway_request_seconds", "s")]
+    accepted = gateway.series[0]
+    assert accepted.value == 5.0 and accepted.component == "gw" and accepted.labels == "cluster=dc1, topic=ad-events"
+    assert [v for _, v in accepted.history] == [5.0, 10.0, 5.0]  # the first (no rate yet) fell out
+    assert views["dispatch"].series[0].value == 3.0
+    assert views["lake"].series == () and views["lake"].down == (("spark", "ConnectError: refused"),)
+
+
+def test_a_panel_shows_at_most_max_series():
+    lines = "\n".join(f'conveyor_lake_rows{{topic="t{i}"}} {i}' for i in range(MAX_SERIES + 5))
+    tracker = PanelTracker(PANELS)
+    tracker.push(T0, {"lake": parse_page(f"# TYPE conveyor_lake_rows gauge\n{lines}\n")})
+    lake = next(v for v in tracker.views() if v.name == "lake")
+    assert len(lake.series) == MAX_SERIES and lake.more == 5
