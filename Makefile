@@ -37,8 +37,12 @@ demo: setup
 	$(BIN)/conveyor smoke
 	$(BIN)/conveyor gateway start --dc dc1
 	$(BIN)/conveyor gateway start --dc dc2
+	$(BIN)/conveyor replicate start --route dc1-central
+	$(BIN)/conveyor replicate start --route dc2-central
 	$(BIN)/conveyor generate --rate 2000 --duration 20 --token demo-adserver-token
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
+	$(BIN)/conveyor pipeline lake --once
+	$(BIN)/conveyor pipeline audit
 	$(BIN)/conveyor status
 	$(BIN)/conveyor dashboard
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
@@ -50,7 +54,7 @@ test-unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
 # Every benchmark; each writes bench/results/<name>.json. wrk (Debian) loads the gateway.
-BENCHES := runtime_startup gateway_throughput replicate_vs_mm2 lag_eval ops_sampling dispatch_throughput
+BENCHES := runtime_startup gateway_throughput replicate_vs_mm2 lag_eval ops_sampling dispatch_throughput lake_ingest
 
 bench: setup
 	@command -v wrk >/dev/null 2>&1 || apt-get install -y -qq wrk >/dev/null

@@ -359,7 +359,9 @@ def _default_panels() -> dict[str, OpsPanel]:
         ("gateway", "Gateway: events accepted and request time",
          ["conveyor_gateway_events_accepted", "conveyor_gateway_request_seconds"]),
         ("replication", "Replication lag and latency", ["conveyor_replicate_*lag*", "conveyor_replicate_*latency*"]),
-        ("lake", "Lake completeness and audit per hour", ["conveyor_lake_*", "conveyor_audit_*"]),
+        ("lake", "Lake completeness and audit per hour",
+         ["conveyor_lake_rows_landed", "conveyor_lake_gaps", "conveyor_lake_lost_records", "conveyor_lake_*complete*",
+          "conveyor_audit_*"]),
         ("dispatch", "Dispatcher backlog", ["conveyor_dispatch_*backlog*"]),
         ("realtime", "Real-time view latency", ["conveyor_realtime_*latency*"]),
     )}

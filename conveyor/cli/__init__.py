@@ -12,11 +12,13 @@ import sys
 import typer
 
 from conveyor.cli import config_cmd, dispatch_cmd, gateway_cmd, ops_cmd, replicate_cmd, runtime_cmd, topics_cmd
+from conveyor.cli import lake_cmd, pipeline_cmd
 from conveyor.cli.common import err_console
 from conveyor.config import ConfigError
 from conveyor.errors import ConveyorError
 
-app = typer.Typer(rich_markup_mode="markdown", 
+app = typer.Typer(
+    rich_markup_mode="markdown",
     name="conveyor",
     help="Conveyor: event data on Apache Kafka, from services to the lake. Start with `conveyor up`.",
     no_args_is_help=True,
@@ -32,6 +34,8 @@ app.command()(gateway_cmd.generate)
 app.add_typer(replicate_cmd.app, name="replicate")
 app.add_typer(ops_cmd.app, name="ops")
 ops_cmd.register(app)
+app.add_typer(pipeline_cmd.app, name="pipeline")
+app.add_typer(lake_cmd.app, name="lake")
 
 
 def main() -> None:

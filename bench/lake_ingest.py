@@ -1,0 +1,174 @@
+"""Lake ingestion rate for ~1 KB JSON events, side by side in one run on this machine:
+
+- ``librdkafka``: the raw consume rate of one confluent-kafka consumer over the same partitions,
+  the ceiling (no parsing, no writing);
+- ``plain_sink``: Spark's plain Structured Streaming Kafka-to-Parquet file sink (trigger
+  availableNow, its own checkpoint), the peer: raw Kafka columns to Parquet, no parsing, no contract;
+- ``lake`` and ``lake_no_dedup``: ``conveyor pipeline lake`` (one run of :func:`run_once`): parse
+  and check every record against the contract, quarantine, Iceberg commits carrying the offsets,
+  with and without the event_id de-duplication window.
+
+Spark's start is excluded from every Spark figure (one session serves all); each Spark figure is the
+best of ``--rounds`` runs over the whole topic, into fresh output each time. The platform is the
+demo's central cluster alone (3 brokers, RF 3) on its own ports and folder.
+
+    python -m bench.lake_ingest [--events 200000] [--rounds 2] [--base-port 31700]
+
+Writes bench/results/lake_ingest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+import yaml
+from confluent_kafka import TopicPartition
+from rich.console import Console
+from rich.table import Table
+
+from conveyor import kafka
+from conveyor.config import Platform, parse_platform
+from conveyor.pipeline.guard import state_dir
+from conveyor.pipeline.kafka_source import java_client_options
+from conveyor.pipeline.lake import run_once
+from conveyor.pipeline.spark import spark_session
+from conveyor.pipeline.tables import GAPS_TABLE, data_table, quarantine_table
+from conveyor.runtime.local import LocalPlatform
+from conveyor.topics import provisioner
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "lake_ingest.json"
+TOPIC = "bench-events"
+PARTITIONS = 6
+
+
+def _platform(folder: Path, base_port: int, dedup: str) -> Platform:
+    demo = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    data = {
+        "name": "lake-bench",
+        "runtime": {**demo["runtime"], "home": str(folder / "home"), "base_port": base_port,
+                    "redis": {"enabled": False}},
+        "clusters": {"central": demo["clusters"]["central"]},
+        "topics": {TOPIC: {"partitions": PARTITIONS, "contract": str(ROOT / "contracts" / "ad-events.schema.json")}},
+        "pipeline": {**demo["pipeline"], "warehouse": str(folder / "warehouse"),
+                     "lake": {"topics": [TOPIC], "dedup_window": dedup}},
+    }
+    return parse_platform(data, root=folder)
+
+
+def _produce(platform: Platform, events: int, size: int) -> int:
+    producer = kafka.producer(platform, "central", "lake-bench", {"linger.ms": 50, "batch.size": 1_000_000})
+    now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    total = 0
+    for i in range(events):
+        event = {"event_id": str(uuid.uuid4()), "event_time": now, "type": "impression", "site_id": f"site-{i % 50}",
+                 "user_id": f"user-{i % 5000}", "price_micros": i, "payload": ""}
+        event["payload"] = "x" * max(0, size - len(orjson.dumps(event)))  # outside the contract: raw value only
+        value = orjson.dumps(event)
+        total += len(value)
+        while True:
+            try:
+                producer.produce(TOPIC, value, key=event["user_id"].encode())
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    return total
+
+
+def _librdkafka(platform: Platform, events: int) -> float:
+    consumer = kafka.consumer(platform, "central", f"bench-{uuid.uuid4().hex[:6]}", "lake-bench",
+                              {"fetch.max.bytes": 50 * 2**20, "max.partition.fetch.bytes": 10 * 2**20})
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    seen = 0
+    started = time.monotonic()
+    while seen < events:
+        for message in consumer.consume(10_000, 1.0):
+            if message.error() is None:
+                seen += 1
+    seconds = time.monotonic() - started
+    consumer.close()
+    return seconds
+
+
+def _plain_sink(spark, platform: Platform, folder: Path) -> float:
+    out = folder / f"plain-{uuid.uuid4().hex[:6]}"
+    stream = (spark.readStream.format("kafka").options(**java_client_options(platform, "central"))
+              .option("subscribe", TOPIC).option("startingOffsets", "earliest").load())
+    started = time.monotonic()
+    query = (stream.writeStream.format("parquet").option("path", str(out / "data"))
+             .option("checkpointLocation", str(out / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    shutil.rmtree(out)
+    return seconds
+
+
+def _lake(spark, platform: Platform, events: int) -> float:
+    for table in (data_table(TOPIC), quarantine_table(TOPIC), GAPS_TABLE):
+        spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
+    shutil.rmtree(state_dir(platform), ignore_errors=True)
+    summary = run_once(spark, platform)
+    assert summary.topics[0].landed == events, summary
+    return summary.seconds
+
+
+def run(events: int, size: int, rounds: int, base_port: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="conveyor-lake-bench-") as tmp:
+        folder = Path(tmp)
+        platform = _platform(folder, base_port, "1h")
+        local = LocalPlatform(platform)
+        local.up()
+        try:
+            provisioner.apply(platform, provisioner.plan(platform))
+            produced_bytes = _produce(platform, events, size)
+            spark = spark_session(platform, "lake-bench")
+            seconds = {"librdkafka": _librdkafka(platform, events)}
+            for name, measure in (
+                ("plain_sink", lambda: _plain_sink(spark, platform, folder)),
+                ("lake", lambda: _lake(spark, platform, events)),
+                ("lake_no_dedup", lambda: _lake(spark, _platform(folder, base_port, "0s"), events)),
+            ):
+                seconds[name] = min(measure() for _ in range(rounds))
+        finally:
+            local.down()
+    return {
+        "events": events,
+        "event_bytes": round(produced_bytes / events),
+        "partitions": PARTITIONS,
+        "rounds": rounds,
+        "seconds": {k: round(v, 2) for k, v in seconds.items()},
+        "events_per_second": {k: round(events / v) for k, v in seconds.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=1024, help="bytes per event (JSON)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--base-port", type=int, default=31700)
+    args = parser.parse_args()
+    result = run(args.events, args.size, args.rounds, args.base_port)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2))
+    table = Table(title=f"lake ingestion: {result['events']:,} events of ~{result['event_bytes']} bytes")
+    for column in ("path", "seconds", "events/s", "MB/s"):
+        table.add_column(column)
+    for name, seconds in result["seconds"].items():
+        rate = result["events_per_second"][name]
+        table.add_row(name, f"{seconds:.2f}", f"{rate:,}", f"{rate * result['event_bytes'] / 1e6:.1f}")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""``conveyor pipeline lake`` and ``conveyor pipeline audit``: the PySpark jobs over the central cluster.
+
+Exit statuses: 0 done; 1 an error (nothing half-done is visible); 2 a bad platform file;
+3 the lake run found data lost to retention (recorded in lake.ops.gaps, and it went on);
+4 the audit found events lost or duplicated in a complete hour.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.filesize import decimal
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, err_console, platform_from
+from conveyor.config import Platform, parse_duration_ms
+from conveyor.kafka import KafkaOperationError
+from conveyor.pipeline.errors import LakeBusyError, RunFailedError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from conveyor.pipeline.lake import RunSummary, TopicRun
+
+app = typer.Typer(help="The PySpark pipelines: land topics in the lake exactly once, audit what landed.",
+                  no_args_is_help=True)
+
+EXIT_DATA_LOST = 3
+EXIT_AUDIT_FAILED = 4
+
+TopicsOption = Annotated[
+    list[str] | None,
+    typer.Option("--topics", "-t", envvar="CONVEYOR_TOPICS",
+                 help="Only these topics (repeatable; default: pipeline.lake.topics)."),
+]
+
+
+def start_spark(platform: Platform, app_name: str) -> SparkSession:
+    from conveyor.pipeline.spark import spark_session
+
+    with console.status("starting Spark (the first start downloads its jars from Maven Central)"):
+        return spark_session(platform, app_name)
+
+
+@contextmanager
+def _progress(spark: SparkSession) -> Iterator[Callable[[str, str], None]]:
+    """A step callback drawing one line per topic, with the running Spark tasks."""
+    from conveyor.pipeline.progress import SparkTasks
+
+    tasks: dict[str, int] = {}
+    current = {"topic": "", "step": ""}
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        def step(topic: str, what: str) -> None:
+            if topic not in tasks:
+                tasks[topic] = progress.add_task(topic)
+            current.update(topic=topic, step=what)
+            progress.update(tasks[topic], description=f"{topic}: {what}")
+
+        def spark_tasks(done: int, total: int) -> None:
+            topic = current["topic"]
+            if topic in tasks:
+                progress.update(tasks[topic], description=f"{topic}: {current['step']} (tasks {done}/{total})")
+
+        with SparkTasks(spark, spark_tasks):
+            yield step
+
+
+def _ranges(run: TopicRun) -> str:
+    return " ".join(f"p{r.partition} {r.start}..{r.end - 1}" for r in run.ranges if r.size > 0) or "nothing new"
+
+
+def print_summary(summary: RunSummary) -> None:
+    table = Table(title=f"lake run {summary.run_id[:8]}: {summary.seconds:.1f}s, "
+                        f"{summary.records_read:,} records, {decimal(summary.bytes_read)}, "
+                        f"{summary.rate:,.0f} records/s")
+    for column in ("topic", "offset ranges read", "read", "landed", "quarantined", "duplicates dropped",
+                   "bytes", "seconds"):
+        table.add_column(column, overflow="fold")
+    for run in summary.topics:
+        table.add_row(run.topic, _ranges(run), f"{run.records_read:,}", f"{run.landed:,}", f"{run.quarantined:,}",
+                      f"{run.duplicates_dropped:,}", decimal(run.bytes_read), f"{run.seconds:.1f}")
+    console.print(table)
+    for run in summary.topics:
+        if run.orphans_deleted:
+            console.print(f"{run.topic}: deleted {run.orphans_deleted} file(s) left by an interrupted run")
+        for gap in run.gaps:
+            err_console.print(
+                f"[bold red]DATA LOST:[/] {gap.topic}[{gap.partition}] offsets {gap.first}..{gap.last} "
+                f"({gap.count:,} records) were deleted by retention before they landed; recorded in lake.ops.gaps"
+            )
+
+
+@app.command()
+def lake(
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    topics: TopicsOption = None,
+    once: Annotated[bool, typer.Option("--once", help="One run, then exit (the default).")] = False,
+    every: Annotated[str | None, typer.Option("--every", envvar="CONVEYOR_LAKE_EVERY",
+                                              help="Run again after this interval (30m, 1h) until SIGTERM.")] = None,
+    metrics_file: Annotated[Path | None, typer.Option(
+        "--metrics-file", envvar="CONVEYOR_LAKE_METRICS_FILE",
+        help="After each run, write the metrics here (node_exporter textfile format).")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", envvar="CONVEYOR_LAKE_METRICS_PORT",
+        help="With --every: serve /metrics on 127.0.0.1.")] = None,
+) -> None:
+    """Land topics of pipeline.source in Iceberg exactly once: each run reads from the offsets
+    committed with the table's data to the partitions' current ends. Bad records go to quarantine;
+    data retention deleted before it landed is recorded as a gap and the run goes on (exit 3)."""
+    from conveyor.pipeline.lake import lake_topics, run_once
+    from conveyor.pipeline.metrics import LakeMetrics
+
+    if once and every:
+        raise typer.BadParameter("give --once or --every, not both")
+    try:
+        interval = parse_duration_ms(every) / 1000 if every else None
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--every") from None
+    model = platform_from(platform)
+    lake_topics(model, topics)  # refuse unknown topics before Spark starts
+    spark = start_spark(model, "conveyor-lake")
+    metrics = LakeMetrics(timedelta(seconds=model.pipeline.lake.allowed_lateness))
+
+    def run() -> RunSummary:
+        with _progress(spark) as step:
+            summary = run_once(spark, model, topics, step)
+        print_summary(summary)
+        metrics.observe(summary)
+        if metrics_file is not None:
+            metrics.write(metrics_file)
+        return summary
+
+    if interval is None:
+        raise typer.Exit(EXIT_DATA_LOST if run().lost else 0)
+
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    lost = False
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            lost = bool(run().lost) or lost
+        except (RunFailedError, LakeBusyError, KafkaOperationError) as err:
+            # The next run redoes this one's range; a scheduler keeps going.
+            metrics.failed()
+            err_console.print(f"[bold red]run failed:[/] {err}", highlight=False)
+        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+    raise typer.Exit(EXIT_DATA_LOST if lost else 0)
+
+
+@app.command()
+def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = None) -> None:
+    """Compare the gateway's audit counts per (topic, hour) with the rows landed in the lake:
+    events lost, duplicated, or landed without being counted. Exits 4 when a complete hour lost
+    or duplicated events; hours still within the allowed lateness are shown as pending."""
+    from conveyor.pipeline.audit import audit_lake
+    from conveyor.pipeline.lake import lake_topics
+
+    model = platform_from(platform)
+    lake_topics(model, topics)
+    spark = start_spark(model, "conveyor-audit")
+    with console.status("counting produced and landed events per hour"):
+        hours = audit_lake(spark, model, topics)
+    table = Table(title="audit: gateway counts against the lake")
+    for column in ("topic", "hour (UTC)", "produced", "landed", "lost", "duplicates", "unaudited", "result"):
+        table.add_column(column)
+    for hour in hours:
+        if hour.failed:
+            result = "[bold red]MISMATCH[/]"
+        elif not hour.complete:
+            result = "[yellow]pending[/]"
+        else:
+            result = "[green]ok[/]" if not hour.unaudited else "[yellow]ok, unaudited events[/]"
+        table.add_row(hour.topic, hour.hour.strftime("%Y-%m-%d %H:00"), f"{hour.produced:,}", f"{hour.landed:,}",
+                      f"{hour.lost:,}", f"{hour.duplicates:,}", f"{hour.unaudited:,}", result)
+    console.print(table)
+    failed = [h for h in hours if h.failed]
+    console.print(f"{len(hours)} hour(s) audited, {len(failed)} with lost or duplicated events, "
+                  f"{sum(h.lost for h in failed):,} lost, {sum(h.duplicates for h in failed):,} duplicated")
+    raise typer.Exit(EXIT_AUDIT_FAILED if failed else 0)

@@ -1,0 +1,135 @@
+"""``conveyor pipeline audit``: the gateway's own counts against the rows that landed, per hour.
+
+MISSION.md section 1: exact data needs a check of delivery against the producer's own counts. The
+gateway publishes cumulative accepted counts per (topic, event hour, instance) to ``_audit`` (format
+in DESIGN.md); the latest record per key wins and the sum over instances is what was produced. An
+hour that is not complete yet may still be landing, so only complete hours can fail the audit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from conveyor.config import Platform
+from conveyor.pipeline.completeness import is_complete, landed_until, last_complete_hour
+from conveyor.pipeline.errors import spark_failures
+from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, source_cluster
+from conveyor.pipeline.lake import lake_topics
+from conveyor.pipeline.spark import require_warehouse
+from conveyor.pipeline.tables import as_utc, current_commit, data_table, table_exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: The gateway's audit topic (DESIGN.md, "Formats shared between parts").
+AUDIT_TOPIC = "_audit"
+_AUDIT_SCHEMA = "topic string, hour string, source string, count bigint, updated_at string"
+
+Key = tuple[str, datetime]
+
+
+@dataclass(frozen=True)
+class HourAudit:
+    topic: str
+    hour: datetime
+    produced: int
+    #: Rows landed, and distinct event_ids among them.
+    landed: int
+    distinct: int
+    complete: bool
+
+    @property
+    def lost(self) -> int:
+        return max(0, self.produced - self.distinct)
+
+    @property
+    def duplicates(self) -> int:
+        return self.landed - self.distinct
+
+    @property
+    def unaudited(self) -> int:
+        """Distinct events landed beyond the gateway's count (written around the gateway)."""
+        return max(0, self.distinct - self.produced)
+
+    @property
+    def failed(self) -> bool:
+        return self.complete and (self.lost > 0 or self.duplicates > 0)
+
+
+def reconcile(
+    produced: Mapping[Key, int], landed: Mapping[Key, tuple[int, int]], complete_until: Mapping[str, datetime | None]
+) -> list[HourAudit]:
+    """One line per (topic, hour) either side knows, in order. Pure."""
+    audits = []
+    for topic, hour in sorted(set(produced) | set(landed)):
+        rows, distinct = landed.get((topic, hour), (0, 0))
+        complete = is_complete(hour, complete_until.get(topic))
+        audits.append(HourAudit(topic, hour, produced.get((topic, hour), 0), rows, distinct, complete))
+    return audits
+
+
+def produced_counts(spark: SparkSession, platform: Platform, topics: list[str]) -> dict[Key, int]:
+    """Sum over gateway instances of each (topic, hour)'s latest count, read from ``_audit``."""
+    from pyspark.sql.functions import col, from_json, max_by, struct, to_timestamp
+    from pyspark.sql.functions import sum as sum_
+
+    records = (
+        spark.read.format("kafka")
+        .options(**java_client_options(platform, source_cluster(platform)))
+        .option("subscribe", AUDIT_TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+    )
+    # Same key, same partition: its latest record is the one with the highest offset.
+    latest = records.groupBy("key").agg(max_by(col("value"), struct("partition", "offset")).alias("value"))
+    audit = latest.select(from_json(col("value").cast("string"), _AUDIT_SCHEMA).alias("a")).select("a.*")
+    totals = (
+        audit.where(col("topic").isin(topics))
+        .groupBy("topic", to_timestamp("hour").alias("hour"))
+        .agg(sum_("count").alias("produced"))
+        .collect()
+    )
+    return {(r.topic, as_utc(r.hour)): int(r.produced) for r in totals}
+
+
+def landed_counts(spark: SparkSession, topic: str) -> dict[Key, tuple[int, int]]:
+    from pyspark.sql.functions import count, count_distinct, date_trunc, lit
+
+    table = data_table(topic)
+    if not table_exists(spark, table):
+        return {}
+    rows = (
+        spark.table(table)
+        .groupBy(date_trunc("hour", "event_time").alias("hour"))
+        .agg(count(lit(1)).alias("rows"), count_distinct("event_id").alias("distinct"))
+        .collect()
+    )
+    return {(topic, as_utc(r.hour)): (int(r.rows), int(r.distinct)) for r in rows}
+
+
+def complete_until(spark: SparkSession, platform: Platform, topic: str) -> datetime | None:
+    """The topic's last complete hour (see conveyor.pipeline.completeness)."""
+    table = data_table(topic)
+    commit = current_commit(spark, table) if table_exists(spark, table) else None
+    if commit is None:
+        return None
+    now, marks = list_watermarks(platform, topic)
+    lateness = timedelta(seconds=platform.pipeline.lake.allowed_lateness)
+    return last_complete_hour(landed_until(commit.positions, commit.listed_at, marks, now), marks, lateness)
+
+
+def audit_lake(spark: SparkSession, platform: Platform, topics: list[str] | None = None) -> list[HourAudit]:
+    require_warehouse(spark, platform)
+    chosen = lake_topics(platform, topics)
+    landed: dict[Key, tuple[int, int]] = {}
+    with spark_failures("audit"):
+        for topic in chosen:
+            landed.update(landed_counts(spark, topic))
+        until = {topic: complete_until(spark, platform, topic) for topic in chosen}
+        produced = produced_counts(spark, platform, chosen)
+    return reconcile(produced, landed, until)

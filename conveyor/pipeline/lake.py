@@ -1,0 +1,277 @@
+"""``conveyor pipeline lake``: land topics of the central cluster in Iceberg, exactly once.
+
+A run, per topic: read the positions committed with the tables' data, list the partitions' offsets
+now, record any gap retention left, read the range between with Spark's Kafka connector, parse and
+check every record against the contract, then commit the quarantine's rows and the topic's rows,
+each commit carrying the run's end offsets. Killed anywhere, a run leaves either a commit or nothing
+visible; the next run starts from what was committed and deletes the files the dead one left.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from functools import partial, reduce
+from typing import TYPE_CHECKING
+
+from conveyor.config import Platform
+from conveyor.pipeline import guard
+from conveyor.pipeline.errors import LakeConfigError, RunFailedError, spark_failures
+from conveyor.pipeline.kafka_source import list_watermarks, read_range
+from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
+from conveyor.pipeline.records import PASSED_THROUGH, parse_batches
+from conveyor.pipeline.schema import COORDINATES, REASON, Column, contract_columns, quote, read_schema
+from conveyor.pipeline.spark import require_warehouse
+from conveyor.pipeline.tables import (
+    GAPS_TABLE,
+    append,
+    commit_properties,
+    current_commit,
+    data_table,
+    ensure_tables,
+    quarantine_table,
+    record_gaps,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column as SparkColumn
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Up to this many duplicates, the rows to drop are sent to every task instead of shuffling the rows.
+_BROADCAST_DROPS = 1_000_000
+#: Called with (topic, what the run is doing now) for progress display.
+StepCallback = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class TopicRun:
+    topic: str
+    ranges: tuple[PartitionRange, ...]
+    gaps: tuple[Gap, ...]
+    #: Kafka records read (a redo after a kill re-reads what one table already had).
+    records_read: int
+    bytes_read: int
+    landed: int
+    quarantined: int
+    duplicates_dropped: int
+    #: Files of a killed run deleted before this one started.
+    orphans_deleted: int
+    committed: bool
+    seconds: float
+    #: When the run listed the partitions' ends: everything appended before is landed.
+    listed_at: datetime
+
+    @property
+    def lost(self) -> int:
+        return sum(g.count for g in self.gaps)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    started_at: datetime
+    topics: tuple[TopicRun, ...]
+    seconds: float
+
+    @property
+    def lost(self) -> int:
+        return sum(t.lost for t in self.topics)
+
+    @property
+    def records_read(self) -> int:
+        return sum(t.records_read for t in self.topics)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(t.bytes_read for t in self.topics)
+
+    @property
+    def rate(self) -> float:
+        """Records read per second over the whole run, Spark's start excluded."""
+        return self.records_read / self.seconds if self.seconds > 0 else 0.0
+
+
+def lake_topics(platform: Platform, requested: list[str] | None = None) -> list[str]:
+    """The topics a run lands: those asked for, else pipeline.lake.topics, else every topic that
+    names the ``lake`` service among its consumers."""
+    configured = platform.pipeline.lake.topics
+    if requested:
+        topics = requested
+    elif configured is not None:
+        topics = configured
+    else:
+        topics = [name for name, spec in platform.topics.items() if "lake" in spec.consumers]
+    unknown = [t for t in topics if t not in platform.topics]
+    if unknown:
+        raise LakeConfigError(f"not declared in platform.yaml: {', '.join(unknown)}")
+    if not topics:
+        raise LakeConfigError("no topic to land: set pipeline.lake.topics or pass --topics")
+    return topics
+
+
+def _at_or_above(floors: Positions) -> SparkColumn:
+    from pyspark.sql.functions import col
+
+    conditions = [(col("kafka_partition") == p) & (col("kafka_offset") >= o) for p, o in floors.items()]
+    return reduce(lambda a, b: a | b, conditions)
+
+
+def _parsed(
+    spark: SparkSession, platform: Platform, plan: RangePlan, columns: tuple[Column, ...], schema_text: str
+) -> DataFrame:
+    """The range's records with their coordinates, the parser's verdict and the contract's columns."""
+    from pyspark.sql.functions import col
+
+    records = read_range(spark, platform, plan).select(
+        *[col(kafka_name).alias(name) for name, kafka_name in PASSED_THROUGH.items()]
+    )
+    passed = [f"{f.name} {f.dataType.simpleString()}" for f in records.schema.fields]
+    parsed = [f"{quote(REASON)} string"] + [c.ddl for c in columns]
+    parse = partial(parse_batches, topic=plan.topic, schema_text=schema_text, columns=columns)
+    return records.mapInArrow(parse, ", ".join(passed + parsed))
+
+
+class _TopicLanding:
+    """One topic's part of a run."""
+
+    def __init__(self, spark: SparkSession, platform: Platform, topic: str, run_id: str, step: StepCallback) -> None:
+        self.spark, self.platform, self.topic, self.run_id = spark, platform, topic, run_id
+        self.step = partial(step, topic)
+        schema = read_schema(platform, topic)
+        self.schema_text = json.dumps(schema, sort_keys=True)
+        self.columns = contract_columns(topic, schema)
+        self.data, self.quarantine = data_table(topic), quarantine_table(topic)
+
+    def run(self) -> TopicRun:
+        with spark_failures(f"{self.topic} (what is committed stands; the next run redoes the rest)"):
+            return self._run()
+
+    def _run(self) -> TopicRun:
+        started = time.monotonic()
+        self.step("preparing tables")
+        ensure_tables(self.spark, self.topic, self.columns)
+        orphans = 0
+        if guard.interrupted(self.platform, self.topic):
+            self.step("deleting files of an interrupted run")
+            orphans = sum(guard.delete_orphans(self.spark, t) for t in (self.data, self.quarantine, GAPS_TABLE))
+        guard.mark_running(self.platform, self.topic, self.run_id)
+
+        commits = {t: current_commit(self.spark, t) for t in (self.quarantine, self.data)}
+        self.step("listing offsets")
+        listed_at, marks = list_watermarks(self.platform, self.topic)
+        plan = plan_ranges(self.topic, {t: c.positions if c else None for t, c in commits.items()}, marks)
+        if plan.gaps:
+            self.step(f"recording {len(plan.gaps)} gap(s)")
+            record_gaps(self.spark, plan.gaps, listed_at)
+        stale = [t for t, c in commits.items() if c is None or c.positions != plan.end_positions]
+        counts = dict.fromkeys(("records_read", "bytes_read", "landed", "quarantined", "duplicates_dropped"), 0)
+        if stale:
+            self.step(f"reading {plan.records:,} offsets")
+            counts = self._land(plan, stale, commit_properties(plan.end_positions, listed_at, self.run_id), listed_at)
+        guard.clear_running(self.platform, self.topic)
+        return TopicRun(topic=self.topic, ranges=plan.ranges, gaps=plan.gaps, **counts, orphans_deleted=orphans,
+                        committed=bool(stale), seconds=time.monotonic() - started, listed_at=listed_at)
+
+    def _land(
+        self, plan: RangePlan, stale: list[str], properties: dict[str, str], listed_at: datetime
+    ) -> dict[str, int]:
+        """Commit the stale tables, the quarantine first; the run's counts."""
+        from pyspark import StorageLevel
+        from pyspark.sql.functions import coalesce, col, count, length, lit, when
+        from pyspark.sql.functions import sum as sum_
+
+        parsed = _parsed(self.spark, self.platform, plan, self.columns, self.schema_text)
+        # Parse once: the counts and both commits read the parsed rows back from local disk.
+        parsed = parsed.persist(StorageLevel.DISK_ONLY)
+        cached = [parsed]
+        eligible, rejected = col(REASON).isNull(), col(REASON).isNotNull()
+        if plan.needs_filter(self.data):
+            eligible = eligible & _at_or_above(plan.floors[self.data])
+        if plan.needs_filter(self.quarantine):
+            rejected = rejected & _at_or_above(plan.floors[self.quarantine])
+        try:
+            stats = parsed.agg(
+                count(lit(1)).alias("read"),
+                coalesce(sum_(length("raw_value")), lit(0)).alias("bytes"),
+                count(when(eligible, 1)).alias("good"),
+                count(when(rejected, 1)).alias("bad"),
+            ).first()
+            quarantined = landed = dropped = 0
+            if self.quarantine in stale:
+                self.step("committing quarantine")
+                # No bad record: an empty commit (it still moves the offsets) without scanning the range.
+                bad = parsed.where(rejected if stats.bad else lit(False))
+                bad = bad.select(*PASSED_THROUGH, col(REASON).alias("reason"), lit(listed_at).alias("quarantined_at"))
+                quarantined = self._commit(bad, self.quarantine, properties)
+            if self.data in stale:
+                self.step("committing rows")
+                rows = self._deduplicated(parsed.where(eligible), listed_at, cached)
+                landed = self._commit(rows.select(*self._table_columns()), self.data, properties)
+                dropped = stats.good - landed
+        finally:
+            for frame in cached:
+                frame.unpersist()
+        return {"records_read": stats.read, "bytes_read": stats.bytes, "landed": landed,
+                "quarantined": quarantined, "duplicates_dropped": dropped}
+
+    def _table_columns(self) -> list[str]:
+        return [c.name for c in self.columns] + [name for name, _ in COORDINATES]
+
+    def _deduplicated(self, good: DataFrame, listed_at: datetime, cached: list[DataFrame]) -> DataFrame:
+        """Drop an event_id seen twice in the range (keeping its first offset), or already landed
+        within the dedup window. Only keys are shuffled to find them; the rows are joined only
+        when there is something to drop, against a set small enough to broadcast."""
+        window = self.platform.pipeline.lake.dedup_window
+        if window <= 0:
+            return good
+        from pyspark import StorageLevel
+        from pyspark.sql import Window
+        from pyspark.sql.functions import broadcast, col, row_number
+
+        coordinates = ["kafka_partition", "kafka_offset"]
+        keys = good.select("event_id", *coordinates)
+        first = Window.partitionBy("event_id").orderBy(*coordinates)
+        repeated = keys.withColumn("n", row_number().over(first)).where(col("n") > 1).select(*coordinates)
+        since = listed_at - timedelta(seconds=window)
+        landed = self.spark.table(self.data).where(col("event_time") >= since).select("event_id")
+        seen = keys.join(landed, "event_id", "left_semi").select(*coordinates)
+        drop = repeated.unionByName(seen).persist(StorageLevel.DISK_ONLY)
+        cached.append(drop)
+        dropping = drop.count()
+        if dropping == 0:
+            return good
+        return good.join(broadcast(drop) if dropping <= _BROADCAST_DROPS else drop, coordinates, "left_anti")
+
+    def _commit(self, rows: DataFrame, table: str, properties: dict[str, str]) -> int:
+        """Append ``rows`` with ``properties``; the number of rows the commit added."""
+        append(rows, table, properties)
+        commit = current_commit(self.spark, table)
+        if commit is None or commit.run_id != self.run_id:  # only another writer could cause this
+            raise RunFailedError(f"{table}: the current snapshot is not this run's commit")
+        return commit.added_records
+
+
+def _noop(topic: str, step: str) -> None:
+    return None
+
+
+def run_once(
+    spark: SparkSession, platform: Platform, topics: list[str] | None = None, step: StepCallback = _noop
+) -> RunSummary:
+    """One bounded run over ``topics`` (default: the lake's topics) under the warehouse lock."""
+    require_warehouse(spark, platform)
+    chosen = lake_topics(platform, topics)
+    run_id = uuid.uuid4().hex
+    started_at = datetime.now(timezone.utc)
+    started = time.monotonic()
+    results = []
+    with guard.WarehouseLock(spark, guard.state_dir(platform) / "lake.lock") as lock:
+        step(chosen[0], "waiting for the warehouse lock")
+        lock.acquire(platform.pipeline.lake.lock_timeout)
+        for topic in chosen:
+            results.append(_TopicLanding(spark, platform, topic, run_id, step).run())
+    return RunSummary(run_id, started_at, tuple(results), time.monotonic() - started)

@@ -1,0 +1,142 @@
+"""Kafka record values to lake rows, or to the reason they belong in quarantine. Pure.
+
+Runs inside Spark's Python workers, fed Arrow batches (``mapInArrow``): Kafka's coordinates and raw
+values pass through as Arrow arrays untouched, and only the values are parsed in Python. Everything
+a worker needs travels as plain values (the contract's text, the columns); each worker compiles a
+contract once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from conveyor.pipeline.schema import REASON, Column, Kind
+from conveyor.topics.contracts import Contract, compile_contract
+
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+#: The columns of a Kafka range the parser receives and returns untouched: our name -> the name
+#: Spark's Kafka connector gives it.
+PASSED_THROUGH = {
+    "kafka_partition": "partition",
+    "kafka_offset": "offset",
+    "kafka_timestamp": "timestamp",
+    "kafka_key": "key",
+    "raw_value": "value",
+}
+_ARROW_TYPES = {
+    Kind.string: pa.string(),
+    Kind.json: pa.string(),
+    Kind.long: pa.int64(),
+    Kind.double: pa.float64(),
+    Kind.boolean: pa.bool_(),
+    # Spark hands over timestamps in the session's zone, which the pipelines set to UTC.
+    Kind.timestamp: pa.timestamp("us", tz="UTC"),
+}
+
+
+class _Reject(Exception):
+    """The value cannot become a row; ``args[0]`` is the reason stored with it in quarantine."""
+
+
+@lru_cache(maxsize=64)
+def _contract(topic: str, schema_text: str) -> Contract:
+    return compile_contract(topic, orjson.loads(schema_text))
+
+
+def _timestamp(name: str) -> Callable[[Any], datetime]:
+    def convert(value: Any) -> datetime:
+        try:
+            # RFC 3339 allows a lower-case "t" and "z", which fromisoformat does not.
+            moment = datetime.fromisoformat(value.upper())
+        except (AttributeError, ValueError):
+            raise _Reject(f"{name}: {value!r} is not an RFC 3339 time") from None
+        return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
+
+    return convert
+
+
+def _long(name: str) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        # Drafts 6+ count 1.0 as an integer; a column of 64-bit integers cannot hold 2**63.
+        if not _LONG_MIN <= value <= _LONG_MAX:
+            raise _Reject(f"{name}: {value} does not fit a 64-bit integer")
+        return int(value)
+
+    return convert
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _converter(column: Column) -> Callable[[Any], Any] | None:
+    """None where the contract already guarantees the Python value fits the column."""
+    return {
+        Kind.timestamp: _timestamp(column.name),
+        Kind.long: _long(column.name),
+        Kind.double: float,
+        Kind.json: _json_text,
+    }.get(column.kind)
+
+
+class RecordParser:
+    """Parses one topic's values against its contract."""
+
+    def __init__(self, topic: str, schema_text: str, columns: tuple[Column, ...]) -> None:
+        self._contract = _contract(topic, schema_text)
+        self._fields = [(c.name, _converter(c)) for c in columns]
+        self._nothing = (None,) * len(columns)
+
+    def _row(self, value: bytes | None) -> tuple[Any, ...]:
+        if value is None:
+            raise _Reject("no value (null record)")
+        try:
+            event = orjson.loads(value)
+        except orjson.JSONDecodeError as err:
+            raise _Reject(f"not JSON: {err}") from None
+        if not isinstance(event, dict):
+            raise _Reject(f"not a JSON object but a {type(event).__name__}")
+        violation = self._contract.check(event)
+        if violation is not None:
+            raise _Reject(f"breaks the contract: {violation.message} (rule {violation.rule})")
+        row = []
+        for name, convert in self._fields:
+            field = event.get(name)
+            row.append(field if convert is None or field is None else convert(field))
+        return tuple(row)
+
+    def parse(self, value: bytes | None) -> tuple[Any, ...]:
+        """``(None, *column values)`` for a good record, ``(reason, None, ...)`` for a bad one."""
+        try:
+            return (None, *self._row(value))
+        except _Reject as reject:
+            return (reject.args[0], *self._nothing)
+
+
+def parse_value(value: bytes | None, *, topic: str, schema_text: str, columns: tuple[Column, ...]) -> tuple[Any, ...]:
+    return RecordParser(topic, schema_text, columns).parse(value)
+
+
+def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
+    """The types of the parser's output columns after the passed-through ones."""
+    return pa.schema([(REASON, pa.string())] + [(c.name, _ARROW_TYPES[c.kind]) for c in columns])
+
+
+def parse_batches(
+    batches: Iterator[pa.RecordBatch], *, topic: str, schema_text: str, columns: tuple[Column, ...]
+) -> Iterator[pa.RecordBatch]:
+    """For ``mapInArrow``: each batch of Kafka rows with the verdict and the contract's columns added."""
+    parser = RecordParser(topic, schema_text, columns)
+    parsed_schema = arrow_schema(columns)
+    for batch in batches:
+        rows = [parser.parse(value) for value in batch.column("raw_value").to_pylist()]
+        values = list(zip(*rows, strict=True)) if rows else [()] * len(parsed_schema)
+        arrays = [batch.column(name) for name in PASSED_THROUGH]
+        arrays += [pa.array(column, type=field.type) for column, field in zip(values, parsed_schema, strict=True)]
+        yield pa.RecordBatch.from_arrays(arrays, names=[*PASSED_THROUGH, *parsed_schema.names])

@@ -1,0 +1,179 @@
+"""The one place a Spark session is built, so every pipeline runs the same pinned engine.
+
+Versions are pinned together: PySpark from PyPI, and from Maven Central the Kafka connector of the
+same Spark version and the Iceberg runtime built for that Spark line (Iceberg supports Spark 4.0
+officially from 1.10). Ivy resolves them once into Conveyor's cache; later starts reuse the
+resolved files without Ivy or the network. The JVM's console (Ivy's report, Spark's warnings)
+goes to a log file under the runtime home rather than over the CLI's output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from conveyor.config import Platform
+from conveyor.pipeline.errors import SparkSetupError
+from conveyor.runtime.jars import cache_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SPARK_VERSION = "4.0.0"
+SCALA_VERSION = "2.13"
+ICEBERG_VERSION = "1.11.0"
+PACKAGES = (
+    f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{SPARK_VERSION}",
+    f"org.apache.iceberg:iceberg-spark-runtime-4.0_{SCALA_VERSION}:{ICEBERG_VERSION}",
+)
+#: The Iceberg catalog every table lives in: ``lake.<namespace>.<table>``.
+CATALOG = "lake"
+IVY_SETTINGS = Path(__file__).with_name("ivysettings.xml")
+#: Settings that take effect only when Spark launches its JVM, which spark-submit does itself.
+_LAUNCH_SETTINGS = ("spark.master", "spark.driver.memory")
+
+
+def warehouse_uri(platform: Platform) -> str:
+    """pipeline.warehouse as Iceberg needs it: a URI as given, a folder relative to platform.yaml."""
+    warehouse = platform.pipeline.warehouse
+    if "://" in warehouse:
+        return warehouse
+    return str(platform.resolve(warehouse).resolve())
+
+
+def local_warehouse(platform: Platform) -> Path | None:
+    """The warehouse folder when it is on this machine's file system, else None."""
+    warehouse = platform.pipeline.warehouse
+    if "://" in warehouse and not warehouse.startswith("file://"):
+        return None
+    return Path(warehouse_uri(platform).removeprefix("file://"))
+
+
+def _jars_file() -> Path:
+    digest = hashlib.sha256(",".join(PACKAGES).encode() + IVY_SETTINGS.read_bytes()).hexdigest()[:16]
+    return cache_dir() / f"spark-jars-{digest}.txt"
+
+
+def resolved_jars() -> str | None:
+    """The jar files Ivy resolved for PACKAGES on an earlier start, if they are all still there."""
+    try:
+        jars = _jars_file().read_text().strip()
+    except FileNotFoundError:
+        return None
+    paths = [j.removeprefix("file://").removeprefix("file:") for j in jars.split(",")]
+    return jars if jars and all(Path(p).is_file() for p in paths) else None
+
+
+def session_conf(platform: Platform, app_name: str, jars: str | None = None) -> dict[str, str]:
+    """Every setting of a pipeline session; static ones only take effect before the JVM starts.
+    ``jars``: the files an earlier start resolved, which skips Ivy (seconds at every start)."""
+    spark = platform.pipeline.spark
+    catalog = f"spark.sql.catalog.{CATALOG}"
+    resolution = {"spark.jars": jars} if jars else {
+        "spark.jars.packages": ",".join(PACKAGES),
+        "spark.jars.ivySettings": str(IVY_SETTINGS),
+        "spark.jars.ivy": str(cache_dir() / "ivy"),
+    }
+    return {
+        "spark.master": spark.master,
+        "spark.app.name": app_name,
+        "spark.driver.memory": spark.driver_memory,
+        **resolution,
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        catalog: "org.apache.iceberg.spark.SparkCatalog",
+        f"{catalog}.type": "hadoop",
+        f"{catalog}.warehouse": warehouse_uri(platform),
+        # Another process (the next scheduled run, `lake status`) commits to the same tables: always
+        # read the table's current metadata instead of a cached copy.
+        f"{catalog}.cache-enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
+        # No web UI (a port per job, memory) and no console progress bar over our own.
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+    }
+
+
+def require_warehouse(spark: SparkSession, platform: Platform) -> None:
+    """Refuse to work on ``platform`` through a session whose catalog is another warehouse."""
+    running = spark.conf.get(f"spark.sql.catalog.{CATALOG}.warehouse", None)
+    if running != warehouse_uri(platform):
+        raise SparkSetupError(f"the Spark session works on warehouse {running}, not {warehouse_uri(platform)}")
+
+
+def spark_log(platform: Platform) -> Path:
+    return platform.home / "logs" / "spark.log"
+
+
+@contextmanager
+def _console_to(path: Path) -> Iterator[None]:
+    """Point this process's stdout and stderr at ``path`` while the JVM is launched: the JVM
+    inherits them for its whole life, and ours are restored afterwards."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def spark_session(platform: Platform, app_name: str = "conveyor") -> SparkSession:
+    """A Spark session with the Kafka connector and the platform's Iceberg catalog.
+
+    In one process every pipeline shares one session (Spark allows one JVM per process); asking
+    for another warehouse than the running session's is an error rather than a silent mix.
+    """
+    import pyspark
+    from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
+
+    if pyspark.__version__ != SPARK_VERSION:
+        raise SparkSetupError(
+            f"PySpark {pyspark.__version__} is installed but the pipelines pin Spark {SPARK_VERSION} "
+            "with jars of that version; reinstall with `pip install -e .`"
+        )
+    # Under spark-submit the JVM runs already: its --master, --driver-memory and --packages decide.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    jars = None if submitted else resolved_jars()
+    conf = session_conf(platform, app_name, jars)
+    if submitted:
+        conf = {k: v for k, v in conf.items() if k not in _LAUNCH_SETTINGS and not k.startswith("spark.jars")}
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        require_warehouse(active, platform)
+        return active
+
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    if submitted:
+        return builder.getOrCreate()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # PySpark starts its Python workers from this variable; they must import conveyor.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    log = spark_log(platform)
+    try:
+        with _console_to(log):
+            session = builder.getOrCreate()
+    except PySparkException as err:  # the JVM did not start; its reason is in the log
+        raise SparkSetupError(f"Spark did not start ({type(err).__name__}); see {log}") from err
+    session.sparkContext.setLogLevel("WARN")
+    if jars is None:
+        _jars_file().parent.mkdir(parents=True, exist_ok=True)
+        _jars_file().write_text(session.sparkContext.getConf().get("spark.jars", ""))
+    return session

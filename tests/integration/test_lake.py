@@ -1,0 +1,115 @@
+"""The lake job on real Kafka and real Spark: offsets committed with the data, bounded ranges,
+quarantine, de-duplication, completeness and status."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from conveyor.pipeline.completeness import floor_hour
+from conveyor.pipeline.lake import run_once
+from conveyor.pipeline.status import topic_status
+from conveyor.pipeline.tables import OFFSETS_PROPERTY, current_commit, data_table, quarantine_table
+from tests.conftest import demo_event
+from tests.lakekit import lake_case, lake_folder, lake_spark, produce, quarantine_of, rows_of  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+
+def _snapshots(spark, table: str) -> list:
+    return spark.sql(f"SELECT snapshot_id, summary FROM {table}.snapshots ORDER BY committed_at").collect()
+
+
+def test_each_run_lands_the_new_range_with_its_end_offsets_in_the_same_commit(lake_spark, lake_case):
+    case = lake_case(partitions=3)
+    first = [demo_event(user_id=f"user-{i}") for i in range(30)]
+    acked = produce(case.platform, case.topic, first)
+
+    summary = run_once(lake_spark, case.platform)
+    (run,) = summary.topics
+    assert (run.records_read, run.landed, run.quarantined, run.lost) == (30, 30, 0, 0)
+    rows = rows_of(lake_spark, case.topic)
+    assert sorted(r.event_id for r in rows) == sorted(e["event_id"] for e in first)
+    assert {(r.kafka_partition, r.kafka_offset) for r in rows} == set(acked)
+    assert all(r.event_time is not None and r.raw_value for r in rows)
+
+    ends = {p: max(o for q, o in acked if q == p) + 1 for p, _ in acked}
+    latest = _snapshots(lake_spark, data_table(case.topic))[-1]
+    stored = {int(p): o for p, o in json.loads(latest.summary[OFFSETS_PROPERTY]).items()}
+    assert {p: o for p, o in stored.items() if p in ends} == ends
+    assert int(latest.summary["added-records"]) == 30  # the offsets rode on the commit of the rows
+
+    # Nothing new: no commit at all.
+    before = len(_snapshots(lake_spark, data_table(case.topic)))
+    again = run_once(lake_spark, case.platform).topics[0]
+    assert (again.committed, again.records_read) == (False, 0)
+    assert len(_snapshots(lake_spark, data_table(case.topic))) == before
+
+    # More events: exactly those are read.
+    second = [demo_event(user_id=f"user-{i}") for i in range(12)]
+    produce(case.platform, case.topic, second)
+    third = run_once(lake_spark, case.platform).topics[0]
+    assert (third.records_read, third.landed) == (12, 12)
+    landed = [r.event_id for r in rows_of(lake_spark, case.topic)]
+    assert sorted(landed) == sorted(e["event_id"] for e in first + second)
+
+
+def test_bad_records_go_to_quarantine_with_reason_raw_bytes_and_coordinates(lake_spark, lake_case):
+    case = lake_case(partitions=1)
+    good = [demo_event(), demo_event()]
+    bad = {
+        b"this is not json": "not JSON",
+        b"[1, 2, 3]": "not a JSON object",
+        json.dumps({k: v for k, v in demo_event().items() if k != "user_id"}).encode(): "user_id is required",
+        json.dumps(demo_event(type="bogus")).encode(): "breaks the contract",
+        json.dumps(demo_event(event_id="not-a-uuid")).encode(): "breaks the contract",
+    }
+    produce(case.platform, case.topic, [good[0], *bad, good[1]], partition=0)
+
+    run = run_once(lake_spark, case.platform).topics[0]
+    assert (run.records_read, run.landed, run.quarantined) == (7, 2, 5)
+    assert sorted(r.event_id for r in rows_of(lake_spark, case.topic)) == sorted(e["event_id"] for e in good)
+    quarantined = quarantine_of(lake_spark, case.topic)
+    assert [bytes(q.raw_value) for q in quarantined] == list(bad)
+    assert [q.kafka_offset for q in quarantined] == [1, 2, 3, 4, 5]
+    assert all(q.kafka_partition == 0 and q.kafka_timestamp is not None for q in quarantined)
+    for row, expected in zip(quarantined, bad.values(), strict=True):
+        assert expected in row.reason, (row.reason, expected)
+    assert "rule enum" in quarantined[3].reason
+
+
+def test_an_event_id_seen_again_within_the_window_lands_once(lake_spark, lake_case):
+    case = lake_case(partitions=2, dedup_window="1h")
+    event = demo_event()
+    produce(case.platform, case.topic, [event, event, demo_event()])  # a producer's retry, in one run
+    first = run_once(lake_spark, case.platform).topics[0]
+    assert (first.records_read, first.landed, first.duplicates_dropped) == (3, 2, 1)
+
+    produce(case.platform, case.topic, [event])  # and again in a later run
+    second = run_once(lake_spark, case.platform).topics[0]
+    assert (second.records_read, second.landed, second.duplicates_dropped) == (1, 0, 1)
+    assert [r.event_id for r in rows_of(lake_spark, case.topic)].count(event["event_id"]) == 1
+
+
+def test_status_shows_totals_last_run_and_the_last_complete_hour(lake_spark, lake_case):
+    case = lake_case(partitions=2, allowed_lateness="10m")
+    produce(case.platform, case.topic, [demo_event() for _ in range(8)] + [b"broken"])
+    run_once(lake_spark, case.platform)
+
+    status = topic_status(lake_spark, case.platform, case.topic)
+    asked = datetime.now(timezone.utc)
+    commit = current_commit(lake_spark, data_table(case.topic))
+    assert commit is not None and commit.listed_at is not None
+    assert (status.rows, status.quarantined, status.lost, status.pending) == (8, 1, 0, 0)
+    assert status.files >= 1 and status.bytes > 0
+    assert status.last_run == commit.committed_at
+    # Nothing pending: complete up to when status asked Kafka, less the allowed lateness.
+    hour, lateness = timedelta(hours=1), timedelta(minutes=10)
+    assert floor_hour(commit.listed_at - lateness) - hour <= status.last_complete_hour
+    assert status.last_complete_hour <= floor_hour(asked - lateness) - hour
+    assert current_commit(lake_spark, quarantine_table(case.topic)).records == 1
+
+    produce(case.platform, case.topic, [demo_event() for _ in range(3)])
+    assert topic_status(lake_spark, case.platform, case.topic).pending == 3

@@ -1,0 +1,127 @@
+"""Record parsing for the lake: a row, or the reason it goes to quarantine; and the contract's columns."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conveyor.pipeline.errors import LakeConfigError
+from conveyor.pipeline.records import parse_value
+from conveyor.pipeline.schema import Column, Kind, contract_columns, table_columns_ddl
+
+ROOT = Path(__file__).resolve().parents[3]
+SCHEMA = json.loads((ROOT / "contracts" / "ad-events.schema.json").read_text())
+COLUMNS = contract_columns("ad-events", SCHEMA)
+EVENT = {
+    "event_id": "0b6f1c1e-8d2a-4c53-9a77-2f8f0c3b9e10",
+    "event_time": "2025-03-01T10:15:00Z",
+    "type": "click",
+    "site_id": "site-1",
+    "user_id": "user-7",
+    "price_micros": 1500,
+}
+
+
+def parse(value: bytes | None) -> tuple:
+    return parse_value(value, topic="ad-events", schema_text=json.dumps(SCHEMA), columns=COLUMNS)
+
+
+def test_the_contract_decides_the_columns_and_their_types():
+    kinds = {c.name: c.kind for c in COLUMNS}
+    assert kinds["event_time"] is Kind.timestamp
+    assert kinds["type"] is Kind.string  # an enum of strings
+    assert kinds["price_micros"] is Kind.long
+    assert [c.name for c in COLUMNS][:2] == ["event_id", "event_time"]
+    ddl = table_columns_ddl(COLUMNS)
+    assert ddl.startswith("`event_id` string, `event_time` timestamp")
+    assert ddl.endswith("kafka_partition int, kafka_offset bigint, kafka_timestamp timestamp, raw_value binary")
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind"),
+    [
+        ({"type": "number"}, Kind.double),
+        ({"type": "boolean"}, Kind.boolean),
+        ({"type": ["string", "null"]}, Kind.string),
+        ({"type": ["string", "integer"]}, Kind.json),
+        ({"type": "object"}, Kind.json),
+        ({"type": "array", "items": {"type": "string"}}, Kind.json),
+        ({"type": "string", "format": "date-time"}, Kind.timestamp),
+        ({}, Kind.json),
+    ],
+)
+def test_json_schema_types_map_to_spark_types(spec, kind):
+    schema = {"properties": {"field": spec}}
+    assert contract_columns("t", schema) == (Column("field", kind),)
+
+
+def test_a_contract_may_not_use_the_lake_s_own_column_names():
+    with pytest.raises(LakeConfigError, match="kafka_offset"):
+        contract_columns("t", {"properties": {"kafka_offset": {"type": "integer"}}})
+
+
+def test_a_good_record_becomes_a_typed_row():
+    reason, *values = parse(orjson.dumps(EVENT))
+    row = dict(zip([c.name for c in COLUMNS], values, strict=True))
+    assert reason is None
+    assert row["event_time"] == datetime(2025, 3, 1, 10, 15, tzinfo=timezone.utc)
+    assert (row["user_id"], row["price_micros"], row["banner_id"]) == ("user-7", 1500, None)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "no value (null record)"),
+        (b"\xff\xfe not json", "not JSON"),
+        (b"[1, 2]", "not a JSON object but a list"),
+        (orjson.dumps({k: v for k, v in EVENT.items() if k != "site_id"}), "site_id is required"),
+        (orjson.dumps({**EVENT, "type": "purchase"}), "rule enum"),
+        (orjson.dumps({**EVENT, "price_micros": -1}), "rule minimum"),
+        (orjson.dumps({**EVENT, "event_id": "42"}), "rule format"),
+    ],
+)
+def test_a_bad_record_gets_a_reason_and_no_values(value, reason):
+    verdict, *values = parse(value)
+    assert reason in verdict
+    assert values == [None] * len(COLUMNS)
+
+
+def test_times_are_read_as_rfc_3339_in_any_case_and_offset():
+    for text, expected in [
+        ("2025-03-01t10:15:00z", datetime(2025, 3, 1, 10, 15, tzinfo=timezone.utc)),
+        ("2025-03-01T12:15:00+02:00", datetime(2025, 3, 1, 10, 15, tzinfo=timezone.utc)),
+    ]:
+        reason, _, event_time, *_ = parse(orjson.dumps({**EVENT, "event_time": text}))
+        assert reason is None and event_time == expected
+
+
+@pytest.mark.parametrize("price", [2**63, 2**64])
+def test_an_integer_beyond_64_bits_is_quarantined(price):
+    verdict, *_ = parse(json.dumps({**EVENT, "price_micros": price}).encode())
+    assert "does not fit a 64-bit integer" in verdict
+
+
+def test_arrow_batches_keep_the_coordinates_and_add_verdict_and_columns():
+    import pyarrow as pa
+
+    from conveyor.pipeline.records import PASSED_THROUGH, arrow_schema, parse_batches
+
+    values = [orjson.dumps(EVENT), b"nope", None]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([0, 0, 1], pa.int32()), pa.array([5, 6, 7], pa.int64()),
+         pa.array([1, 2, 3], pa.timestamp("us", tz="UTC")), pa.array([b"k", None, b"k"], pa.binary()),
+         pa.array(values, pa.binary())],
+        names=list(PASSED_THROUGH),
+    )
+    (out,) = parse_batches(iter([batch]), topic="ad-events", schema_text=json.dumps(SCHEMA), columns=COLUMNS)
+    assert out.schema.names == [*PASSED_THROUGH, *arrow_schema(COLUMNS).names]
+    assert out.column("kafka_offset").to_pylist() == [5, 6, 7]
+    assert out.column("raw_value").to_pylist() == values
+    reasons = out.column("quarantine_reason").to_pylist()
+    assert reasons[0] is None and "not JSON" in reasons[1] and "null record" in reasons[2]
+    assert out.column("user_id").to_pylist() == ["user-7", None, None]
+    assert out.column("event_time").to_pylist()[0] == datetime(2025, 3, 1, 10, 15, tzinfo=timezone.utc)

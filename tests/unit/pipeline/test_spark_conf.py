@@ -1,0 +1,83 @@
+"""The pipelines' Spark settings and Kafka client options, built from platform.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conveyor.config import ConfigError, Platform, parse_platform
+from conveyor.pipeline.errors import LakeConfigError
+from conveyor.pipeline.kafka_source import java_client_options
+from conveyor.pipeline.lake import lake_topics
+from conveyor.pipeline.spark import CATALOG, PACKAGES, SPARK_VERSION, session_conf, warehouse_uri
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def demo(**pipeline: object) -> Platform:
+    data = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    data["pipeline"].update(pipeline)
+    return parse_platform(data, root=ROOT)
+
+
+def test_session_pins_the_connector_and_iceberg_for_the_installed_spark():
+    import pyspark
+
+    assert pyspark.__version__ == SPARK_VERSION
+    assert any(f"spark-sql-kafka-0-10_2.13:{SPARK_VERSION}" in p for p in PACKAGES)
+    assert any("iceberg-spark-runtime-4.0_2.13" in p for p in PACKAGES)
+
+
+def test_session_conf_uses_the_platform_s_warehouse_and_a_small_driver():
+    conf = session_conf(demo(), "x")
+    assert conf[f"spark.sql.catalog.{CATALOG}.warehouse"] == str(ROOT / ".conveyor" / "warehouse")
+    assert conf[f"spark.sql.catalog.{CATALOG}.type"] == "hadoop"
+    assert (conf["spark.master"], conf["spark.driver.memory"]) == ("local[2]", "1g")
+    assert conf["spark.ui.enabled"] == "false"
+
+
+def test_a_warehouse_uri_is_kept_as_given():
+    assert warehouse_uri(demo(warehouse="s3://lake/warehouse")) == "s3://lake/warehouse"
+
+
+def test_java_client_options_translate_librdkafka_security_settings():
+    data = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    data["clusters"]["central"] = {
+        "role": "read", "brokers": 3, "bootstrap": "k1:9092,k2:9092",
+        "client": {"security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
+                   "sasl.username": "conveyor", "sasl.password": 'p"w', "ssl.ca.location": "/etc/ca.pem"},
+    }
+    options = java_client_options(parse_platform(data, root=ROOT), "central")
+    assert options["kafka.bootstrap.servers"] == "k1:9092,k2:9092"
+    assert options["kafka.security.protocol"] == "SASL_SSL"
+    assert options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    assert options["kafka.sasl.jaas.config"] == (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="conveyor" password="p\\"w";'
+    )
+    assert (options["kafka.ssl.truststore.location"], options["kafka.ssl.truststore.type"]) == ("/etc/ca.pem", "PEM")
+    assert not any("sasl.username" in key or "sasl.password" in key for key in options)
+
+
+def test_lake_topics_come_from_the_cli_then_the_file_then_the_lake_consumers():
+    assert lake_topics(demo()) == ["ad-events"]
+    assert lake_topics(demo(), ["notifications"]) == ["notifications"]
+    data = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    del data["pipeline"]["lake"]["topics"]
+    assert lake_topics(parse_platform(data, root=ROOT)) == ["ad-events"]  # it names `lake` among consumers
+    with pytest.raises(LakeConfigError, match="not declared"):
+        lake_topics(demo(), ["nope"])
+
+
+@pytest.mark.parametrize(
+    ("topics", "problem"),
+    [
+        (["nope"], "pipeline.lake.topics: names unknown topic 'nope'"),
+        (["_audit"], "pipeline.lake.topics: topic '_audit' has no contract"),
+    ],
+)
+def test_platform_check_names_a_lake_topic_it_cannot_land(topics, problem):
+    with pytest.raises(ConfigError) as raised:
+        demo(lake={"topics": topics})
+    assert any(str(p).startswith(problem) for p in raised.value.problems), raised.value.problems
