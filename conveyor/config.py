@@ -364,6 +364,8 @@ def _default_panels() -> dict[str, OpsPanel]:
           "conveyor_audit_*"]),
         ("dispatch", "Dispatcher backlog", ["conveyor_dispatch_*backlog*"]),
         ("realtime", "Real-time view latency", ["conveyor_realtime_*latency*"]),
+        ("throttle", "Throttled consumers and busy brokers",
+         ["conveyor_throttle_quota_bytes", "conveyor_throttle_broker_busy", "conveyor_throttle_decisions_total"]),
     )}
 
 

@@ -80,3 +80,22 @@ def describe_partitions(partitions: Iterable[tuple[str, int]], limit: int = 8) -
     items = sorted(set(partitions))
     shown = ", ".join(f"{topic}-{number}" for topic, number in items[:limit])
     return shown + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
+class StalePlanError(BalanceError):
+    """The cluster no longer holds the replicas the plan was made for; nothing is applied.
+
+    ``drift`` lists the partitions that differ (:class:`~conveyor.ops.balance.execution.Drift`).
+    """
+
+    def __init__(self, cluster: str, drift: list) -> None:
+        self.cluster, self.drift = cluster, tuple(drift)
+        shown = "\n".join(f"  {d}" for d in self.drift[:10])
+        more = f"\n  (+{len(self.drift) - 10} more)" if len(self.drift) > 10 else ""
+        super().__init__(f"cluster {cluster} changed since the plan was made ({len(self.drift)} partition(s) "
+                         f"differ); make a new plan with `conveyor balance plan`:\n{shown}{more}")
+
+
+class ExecutionError(BalanceError):
+    """Applying a plan stopped (a batch timed out, an election failed); the state file keeps the
+    progress, and running ``balance execute`` again resumes."""

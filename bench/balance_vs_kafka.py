@@ -1,0 +1,298 @@
+"""Benchmark: our balance plan against Kafka's own ``kafka-reassign-partitions --generate``, on the
+same real cluster state, and producer p99 during a throttled and an unthrottled scale-out.
+
+1. A local cluster of 5 brokers, one rack each (the mission's 5-broker read cluster), with a skewed
+   assignment: replicas crowd brokers 1-3, every leader of the hottest topics on broker 1, one
+   topic isolated on the brokers tagged ``money``. Traffic with heavy-tailed rates per topic and
+   consumers on most topics runs throughout.
+2. Both planners see that state: ours through ``live_cluster`` (metadata, JMX loads), Kafka's as
+   ``ReassignPartitionsCommand --generate`` over the same topics and brokers, from the same jars.
+   Both proposals are scored with the same load model: max over mean per broker of leaders,
+   replicas, bytes in and bytes out (leaders after a preferred election), bytes moved, and
+   replicas placed off an isolated topic's tagged brokers.
+3. Scale-out: a 6th broker is started and ``add-broker``'s plan executed twice from the same
+   state, throttled and unthrottled (moved back in between, unmeasured), while a probe producer
+   (acks=all, fixed rate) records its latency: p50/p99 before and during each move.
+
+    python -m bench.balance_vs_kafka [--base-port 39300] [--seconds 20] [--throttle 2097152]
+
+Writes ``bench/results/balance_vs_kafka.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+from confluent_kafka.admin import NewTopic
+from rich.console import Console
+from rich.table import Table
+
+from bench.balance_plan import peer_figures
+from conveyor import kafka
+from conveyor.config import Platform, parse_platform
+from conveyor.ops.balance import plan
+from conveyor.ops.balance.execution import Execution, new_execution
+from conveyor.ops.balance.executor import Executor
+from conveyor.ops.balance.live import live_cluster
+from conveyor.ops.balance.planner import LOADS
+from conveyor.ops.kafka_tools import KafkaTools
+from conveyor.runtime.local import LocalPlatform
+from tests.balance_support import preload, reassign_and_wait, wait_ports_free
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "balance_vs_kafka.json"
+CLUSTER = "central"
+RACKS = ["r1", "r2", "r3", "r4", "r5", "r6"]
+#: topic -> (partitions, produce bytes/s, consumer groups, preloaded MB)
+TOPICS = {f"t{i}": (10, rate, fanout, mb) for i, (rate, fanout, mb) in enumerate(
+    [(400_000, 2, 60), (200_000, 1, 40), (120_000, 2, 30), (60_000, 1, 20), (30_000, 0, 10), (15_000, 1, 10),
+     (8_000, 0, 5), (4_000, 1, 5), (2_000, 0, 2), (1_000, 0, 2)])}
+ISOLATED = "payments"
+TAGGED = [3, 4, 5]
+
+
+def _platform(home: Path, base_port: int, brokers: int) -> Platform:
+    data = {"version": 1, "name": "balance-bench",
+            "runtime": {"home": str(home), "base_port": base_port, "broker_heap": "256m", "redis": {"enabled": False}},
+            "clusters": {CLUSTER: {"role": "read", "brokers": brokers, "racks": RACKS[:brokers],
+                                   "tags": {"money": TAGGED}, "replication": {"factor": 3, "min_insync": 2}}},
+            "topics": {ISOLATED: {"partitions": 9, "isolation": "money"}}}
+    (home.parent / f"platform-{brokers}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return parse_platform(data, root=home.parent)
+
+
+def _up(local: LocalPlatform) -> None:
+    """Start what is not running, once its ports are free."""
+    wait_ports_free([port for cluster in local.state().clusters for s in cluster.nodes if not s.running
+                     for port in (s.node.client_port, s.node.controller_port, s.node.metrics_port)])
+    local.up()
+
+
+def _skewed(rng: random.Random, partitions: int, hot: bool) -> list[list[int]]:
+    """Rack-distinct replica lists that favour brokers 1-3; a hot topic has every leader on 1."""
+    weights = {1: 3.0, 2: 2.5, 3: 2.0, 4: 0.6, 5: 0.4}
+    out = []
+    for _ in range(partitions):
+        while True:
+            reps = rng.choices(list(weights), list(weights.values()), k=3)
+            if len({RACKS[b - 1] for b in reps}) == 3:
+                break
+        if hot and 1 not in reps:
+            reps[0] = 1
+        if hot:
+            reps.remove(1)
+            reps.insert(0, 1)
+        out.append(reps)
+    return out
+
+
+def _create(platform: Platform, rng: random.Random) -> None:
+    admin = kafka.admin(platform, CLUSTER)
+    assignments = {name: _skewed(rng, p, hot=name in ("t0", "t1", "t2")) for name, (p, *_) in TOPICS.items()}
+    assignments[ISOLATED] = [[3, 4, 5] for _ in range(9)]  # all led by broker 3
+    topics = [NewTopic(name, num_partitions=len(a), replica_assignment=a) for name, a in assignments.items()]
+    for future in admin.create_topics(topics).values():
+        future.result()
+    for name, (*_, mb) in TOPICS.items():
+        preload(platform, CLUSTER, name, mb * 1000, size=1000)
+    preload(platform, CLUSTER, ISOLATED, 5000, size=1000)
+
+
+class Traffic:
+    """Producers at each topic's rate and consumer groups tailing them, in threads."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform, self.stop = platform, threading.Event()
+        self.threads = [threading.Thread(target=self._produce, daemon=True)]
+        for name, (_, _, fanout, _) in TOPICS.items():
+            self.threads += [threading.Thread(target=self._consume, args=(name, g), daemon=True) for g in range(fanout)]
+
+    def _produce(self) -> None:
+        producer = kafka.producer(self.platform, CLUSTER, "bench-traffic", {"compression.type": "none"})
+        payload = os.urandom(1000)
+        while not self.stop.is_set():
+            started = time.monotonic()
+            for name, (_, rate, _, _) in TOPICS.items():
+                for _ in range(max(rate // 10_000, 1)):  # 1 KB messages, a tenth of a second's worth
+                    try:
+                        producer.produce(name, payload)
+                    except BufferError:
+                        producer.poll(0.01)
+            producer.poll(0)
+            time.sleep(max(0.0, 0.1 - (time.monotonic() - started)))
+        producer.flush(30)
+
+    def _consume(self, topic: str, group: int) -> None:
+        consumer = kafka.consumer(self.platform, CLUSTER, f"bench-{topic}-{group}", f"bench-{topic}-{group}",
+                                  {"auto.offset.reset": "latest"})
+        consumer.subscribe([topic])
+        while not self.stop.is_set():
+            consumer.consume(500, 0.2)
+        consumer.close()
+
+    def __enter__(self) -> Traffic:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
+
+
+class Probe:
+    """acks=all writes at a fixed rate; latency from produce() to the delivery report."""
+
+    def __init__(self, platform: Platform, topic: str, rate: int = 200) -> None:
+        self.platform, self.topic, self.rate = platform, topic, rate
+        self.samples: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        producer = kafka.producer(self.platform, CLUSTER, "bench-probe", {"linger.ms": 0})
+        while not self.stop.is_set():
+            sent = time.monotonic()
+            producer.produce(self.topic, b"p" * 200, on_delivery=lambda err, msg, t=sent: self.samples.append(
+                (t, time.monotonic() - t)) if err is None else None)
+            producer.poll(0)
+            time.sleep(1 / self.rate)
+        producer.flush(30)
+
+    def window(self, start: float, end: float) -> dict:
+        values = sorted(v for t, v in self.samples if start <= t < end)
+        if not values:
+            return {"count": 0}
+        def at(q: float) -> float:
+            return round(values[int(q * (len(values) - 1))] * 1000, 2)
+
+        return {"count": len(values), "p50_ms": at(0.5), "p99_ms": at(0.99), "p999_ms": at(0.999),
+                "max_ms": at(1.0)}
+
+
+class _Quiet:
+    def batch(self, *_: object) -> None: ...
+
+    def moved(self, *_: object) -> None: ...
+
+    def note(self, _: str) -> None: ...
+
+
+def compare(platform: Platform, console: Console, seconds: float) -> dict:
+    topics = [*TOPICS, ISOLATED]
+    live = live_cluster(platform, CLUSTER, topics, sample_seconds=seconds)
+    started = time.process_time()
+    ours = plan(live.model)
+    ours_cpu = time.process_time() - started
+    tools = KafkaTools(platform, CLUSTER)
+    started = time.perf_counter()
+    generated = tools.reassign_generate(topics, sorted(live.metadata.brokers))
+    kafka_seconds = time.perf_counter() - started
+    peer = peer_figures(live.model, [generated[(p.topic, p.partition)] for p in live.model.partitions])
+    total = sum(p.size * len(p.replicas) for p in live.model.partitions)
+    figures = {
+        "partitions": len(live.model.partitions), "bytes_total": total, "notes": list(live.notes),
+        "before": {k: round(v.max_over_mean, 3) for k, v in ours.stats_before.items()},
+        "conveyor": {"after": {k: round(v.max_over_mean, 3) for k, v in ours.stats_after.items()},
+                     "bytes_moved": ours.bytes_to_move, "isolation_breaches": 0, "plan_cpu_seconds": round(ours_cpu, 3),
+                     "replica_moves": len(ours.moves), "elections": len(ours.elections)},
+        "kafka_generate": {**peer, "generate_seconds": round(kafka_seconds, 2)},
+    }
+    table = Table(title=f"same cluster state: {figures['partitions']} partitions on {len(live.model.brokers)} brokers, "
+                        f"{total / 1e6:.0f} MB stored")
+    for column in ("max/mean", "before", "conveyor", "kafka --generate"):
+        table.add_column(column, justify="right")
+    for load in LOADS:
+        table.add_row(load, f"{figures['before'][load]:.3f}", f"{figures['conveyor']['after'][load]:.3f}",
+                      f"{peer['after'][load]:.3f}")
+    table.add_row("bytes moved", "", f"{ours.bytes_to_move / 1e6:.1f} MB", f"{peer['bytes_moved'] / 1e6:.1f} MB")
+    table.add_row("isolation breaches", "", "0", str(peer["isolation_breaches"]))
+    console.print(table)
+    return figures
+
+
+def _run(platform: Platform, execution: Execution) -> tuple[float, float]:
+    """Apply ``execution``: (monotonic start, end)."""
+    started = time.monotonic()
+    Executor(platform, CLUSTER, state_file=platform.home / f"bench-{execution.created_at}.json",
+             poll_seconds=0.5).run(execution, _Quiet())
+    return started, time.monotonic()
+
+
+def _planned(platform: Platform, name: str, throttle: int | None) -> Execution:
+    live = live_cluster(platform, CLUSTER, [*TOPICS, ISOLATED], sample_seconds=5)
+    return new_execution(CLUSTER, plan(live.model), live.assignment(), name, throttle, max_partitions=20)
+
+
+def scale_out(platform: Platform, grown: Platform, console: Console, throttle: int) -> dict:
+    """Balance first (unmeasured: a scale-out starts from an even cluster), add a 6th broker, plan
+    once, and apply that plan twice from the same state, throttled then unthrottled (moved back in
+    between, unmeasured), under the probe."""
+    _run(platform, _planned(platform, "balance", None))
+    _up(LocalPlatform(grown))
+    scale = _planned(grown, "throttled", throttle)
+    probe = Probe(platform, "t9")
+    probe.thread.start()
+    time.sleep(5)  # the probe's producer connects and gets its producer id first
+    start = time.monotonic()
+    time.sleep(20)
+    runs = {"baseline": {**probe.window(start, time.monotonic()), "seconds": 20}}
+    for name, rate in (("throttled", throttle), ("unthrottled", None)):
+        start, end = _run(grown, replace(scale, throttle=rate, created_at=name))
+        runs[name] = {**probe.window(start, end), "seconds": round(end - start, 1), "throttle": rate,
+                      "bytes_moved": scale.bytes_to_move, "batches": len(scale.batches)}
+        console.print(f"{name}: {runs[name]}")
+        reassign_and_wait(grown, CLUSTER, dict(scale.before))  # back to the same starting state, unmeasured
+    probe.stop.set()
+    probe.thread.join(30)
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.balance_vs_kafka", description=__doc__.split("\n")[0])
+    parser.add_argument("--base-port", type=int, default=int(os.environ.get("CONVEYOR_BENCH_BASE_PORT", "39300")))
+    parser.add_argument("--seconds", type=float, default=20.0, help="traffic measuring window")
+    parser.add_argument("--throttle", type=int, default=2 * 2**20, help="bytes/s for the throttled move")
+    args = parser.parse_args()
+    console = Console()
+    with tempfile.TemporaryDirectory(prefix="conveyor-balance-bench-") as tmp:
+        home = Path(tmp) / "home"
+        platform, grown = _platform(home, args.base_port, 5), _platform(home, args.base_port, 6)
+        local = LocalPlatform(platform)
+        try:
+            with console.status("starting 5 brokers"):
+                _up(local)
+            with console.status("creating skewed topics and preloading data"):
+                _create(platform, random.Random(5))
+            with Traffic(platform):
+                with console.status(f"measuring traffic for {args.seconds:g} s and planning"):
+                    comparison = compare(platform, console, args.seconds)
+                with console.status("scale-out: throttled and unthrottled moves onto a 6th broker"):
+                    moves = scale_out(platform, grown, console, args.throttle)
+        finally:
+            LocalPlatform(grown).down()
+    table = Table(title="producer latency (acks=all) while add-broker moves replicas")
+    for column in ("run", "seconds", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "samples"):
+        table.add_column(column, justify="right")
+    for name, run in moves.items():
+        table.add_row(name, str(run.get("seconds", "")), *(str(run.get(k)) for k in ("p50_ms", "p99_ms", "p999_ms",
+                                                                                     "max_ms")), str(run["count"]))
+    console.print(table)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"benchmark": "balance_vs_kafka", "cpus": os.cpu_count(),
+                                   "comparison": comparison, "add_broker": moves}, indent=2))
+    console.print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Throttling of lagging consumers while a broker is busy: rules (``policy``), signals, controller."""

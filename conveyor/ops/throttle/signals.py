@@ -1,0 +1,121 @@
+"""What the throttle controller looks at: broker busyness and where each consumer reads.
+
+- Produce request time p99 per broker: the JMX exporter's
+  ``kafka_network_requestmetrics_totaltimems{request="Produce",quantile="0.99"}``, read through
+  ``conveyor.ops.scrape`` (``policy`` says why not the fetch p99).
+- Disk utilisation per broker: for local brokers, the share of wall time the device holding the
+  broker's data folder was busy, from the ``io_ticks`` column of ``/proc/diskstats`` between two
+  rounds (the first round has none). A folder on a device that ``/proc/diskstats`` does not list
+  (overlay or tmpfs in a container) gives no disk signal; clusters given by bootstrap neither.
+- Consumers: every consumer group's members (client id and assigned partitions), the group's
+  committed offsets and the partitions' end offsets and leaders, sampled by
+  :class:`~conveyor.ops.sampler.OffsetSampler`. A partition without a commit has no known lag
+  and does not count either way.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+
+from conveyor.config import Platform
+from conveyor.ops.errors import SampleError
+from conveyor.ops.sampler import OffsetSampler
+from conveyor.ops.scrape import Scraper, metrics_targets
+from conveyor.ops.throttle.policy import Assigned, BrokerSignal, Consumer
+from conveyor.runtime.layout import plan_layout
+
+DISKSTATS = Path("/proc/diskstats")
+
+
+def io_ticks(diskstats: str, device: tuple[int, int]) -> int | None:
+    """Milliseconds ``device`` (major, minor) spent doing I/O, from ``/proc/diskstats`` text."""
+    for line in diskstats.splitlines():
+        fields = line.split()
+        if len(fields) > 12 and (int(fields[0]), int(fields[1])) == device:
+            return int(fields[12])
+    return None
+
+
+def utilisation(ticks_before: int | None, ticks_after: int | None, seconds: float) -> float | None:
+    """Share of ``seconds`` the device was busy, 0..1; None when unknown."""
+    if ticks_before is None or ticks_after is None or seconds <= 0 or ticks_after < ticks_before:
+        return None
+    return min((ticks_after - ticks_before) / 1000 / seconds, 1.0)
+
+
+def _device(path: Path) -> tuple[int, int] | None:
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    return os.major(dev), os.minor(dev)
+
+
+class SignalReader:
+    """Reads broker signals each round; keeps the previous disk reading for utilisation."""
+
+    def __init__(self, platform: Platform, cluster: str) -> None:
+        self.platform, self.cluster = platform, cluster
+        self.targets = [t for t in metrics_targets(platform, cluster) if t.broker is not False]
+        self.devices: dict[int, tuple[int, int]] = {}
+        if platform.cluster(cluster).is_local:
+            layout = next(layout for layout in plan_layout(platform) if layout.name == cluster)
+            self.devices = {n.node_id: d for n in layout.brokers if (d := _device(n.data_dir)) is not None}
+        self._ticks: dict[int, int | None] = {}
+        self._at = 0.0
+        self.scraper = Scraper()
+        self.sampler = OffsetSampler(platform, cluster)
+
+    def disk(self) -> dict[int, float | None]:
+        if not self.devices or not DISKSTATS.exists():
+            return {}
+        text, now = DISKSTATS.read_text(), time.monotonic()
+        ticks = {b: io_ticks(text, device) for b, device in self.devices.items()}
+        util = {b: utilisation(self._ticks.get(b), ticks[b], now - self._at) for b in ticks}
+        self._ticks, self._at = ticks, now
+        return util
+
+    def brokers(self) -> list[BrokerSignal]:
+        disk = self.disk()
+        signals = []
+        for target, reading in zip(self.targets, self.scraper.readings(self.targets)):
+            if not reading.up or target.broker_id is None:
+                continue
+            signals.append(BrokerSignal(target.broker_id, reading.p99_ms.get("Produce"), disk.get(target.broker_id)))
+        return signals
+
+    def consumers(self) -> list[Consumer]:
+        snapshot = self.sampler.sample()
+        committed = {g.group: g.committed or {} for g in snapshot.groups}
+        if not committed:
+            return []
+        try:
+            futures = self.sampler.admin.describe_consumer_groups(sorted(committed), request_timeout=10)
+            described = {group: future.result() for group, future in futures.items()}
+        except KafkaException as exc:
+            raise SampleError(self.cluster, f"describing consumer groups: {exc}") from None
+        return [
+            Consumer(group, member.client_id, _assigned(member.assignment.topic_partitions if member.assignment else [],
+                                                        committed[group], snapshot.ends, snapshot.leaders()))
+            for group, description in sorted(described.items()) for member in description.members
+        ]
+
+    def close(self) -> None:
+        self.scraper.close()
+
+
+def _assigned(partitions: list, committed: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int],
+              leaders: Mapping[tuple[str, int], int]) -> tuple[Assigned, ...]:
+    out = []
+    for tp in partitions:
+        key = (tp.topic, tp.partition)
+        if key in committed and key in ends:
+            leader = leaders.get(key)
+            out.append(Assigned(tp.topic, tp.partition, max(ends[key] - committed[key], 0),
+                                leader if leader is not None and leader >= 0 else None))
+    return tuple(out)

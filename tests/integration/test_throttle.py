@@ -1,0 +1,142 @@
+"""The throttle controller on real brokers: with the brokers marked busy (a p99 threshold of 0 ms,
+which every broker reporting a p99 meets), the client of a group far behind gets a consumer_byte_rate
+quota and a consumer at the tail does not; with the brokers healthy the quota is lifted. The quotas
+are read back with Kafka's own ConfigCommand. The partition advisor, fed by the same lagging group,
+sends a backlog the partitions cannot drain in time to the dispatcher."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+import typer
+from confluent_kafka import TopicPartition
+from typer.testing import CliRunner
+
+from conveyor import kafka
+from conveyor.cli import app, throttle_cmd
+from conveyor.config import Platform
+from conveyor.ops.kafka_tools import KafkaTools
+from conveyor.ops.throttle.controller import ThrottleController
+from conveyor.ops.throttle.policy import Action, ThrottlePolicy
+from conveyor.runtime.local import LocalPlatform
+from tests.balance_support import create_topic, delete_topics, preload
+
+pytestmark = pytest.mark.integration
+CLUSTER = "central"
+MESSAGES = 3000
+
+
+class Member(threading.Thread):
+    """A group member that stays in its group; a lagging one commits offset 0 and pauses,
+    a tail one reads to the end and commits."""
+
+    def __init__(self, platform: Platform, topic: str, lagging: bool) -> None:
+        super().__init__(daemon=True)
+        self.group = f"{'lag' if lagging else 'tail'}-{uuid.uuid4().hex[:8]}"
+        self.client_id = f"{self.group}-client"
+        self.consumer = kafka.consumer(platform, CLUSTER, self.group, self.client_id)
+        self.topic, self.lagging = topic, lagging
+        self.ready, self.stop = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        self.consumer.subscribe([self.topic])
+        positions: dict[int, int] = {}
+        while not self.stop.is_set():
+            for message in self.consumer.consume(500, 0.2):
+                positions[message.partition()] = message.offset() + 1
+            assignment = self.consumer.assignment()
+            if self.ready.is_set() or not assignment:
+                continue
+            if self.lagging:
+                self.consumer.pause(assignment)
+                self.consumer.commit(offsets=[TopicPartition(tp.topic, tp.partition, 0) for tp in assignment],
+                                     asynchronous=False)
+                self.ready.set()
+            elif sum(positions.values()) >= MESSAGES:
+                self.consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in positions.items()],
+                                     asynchronous=False)
+                self.ready.set()
+        self.consumer.close()
+
+
+@pytest.fixture
+def members(platform: Platform, local_platform: LocalPlatform | None):
+    topic = create_topic(platform, CLUSTER, 3, 3, min_insync=2)
+    preload(platform, CLUSTER, topic, MESSAGES, size=200)
+    lagging, tail = Member(platform, topic, True), Member(platform, topic, False)
+    for member in (lagging, tail):
+        member.start()
+    for member in (lagging, tail):
+        assert member.ready.wait(60), f"{member.group} did not get ready"
+    yield lagging, tail
+    for member in (lagging, tail):
+        member.stop.set()
+        member.join(30)
+    delete_topics(platform, CLUSTER, [topic])
+
+
+def test_a_busy_broker_throttles_the_lagging_client_but_not_the_tail_one_and_lifts_it_when_healthy(
+        platform: Platform, members: tuple[Member, Member]) -> None:
+    lagging, tail = members  # the lagging group is MESSAGES / 3 behind on each of 3 partitions
+    tools = KafkaTools(platform, CLUSTER)
+    busy = ThrottlePolicy(p99_busy_ms=0, lag_far=MESSAGES // 6, lag_tail=10, quota_bytes=65536)
+    controller = ThrottleController(platform, CLUSTER, busy, tools)
+    try:
+        result = controller.cycle()
+        assert result.busy, "every broker reports a p99, and p99 >= 0 ms"
+        ours = [d for d in result.decisions if d.client_id in (lagging.client_id, tail.client_id)]
+        assert [(d.action, d.client_id, d.rate) for d in ours] == [(Action.SET, lagging.client_id, 65536)]
+        assert "records behind" in ours[0].reason
+        assert result.spared[tail.client_id] == f"at the tail (group {tail.group}): never throttled"
+        quotas = tools.client_quotas()
+        assert quotas.get(lagging.client_id) == {"consumer_byte_rate": 65536.0}
+        assert tail.client_id not in quotas
+
+        healthy = ThrottlePolicy(p99_busy_ms=1e9, disk_busy=2.0, lag_far=MESSAGES // 6, lag_tail=10)
+        controller.policy = healthy
+        lifted = controller.cycle()
+        assert [(d.action, d.client_id) for d in lifted.decisions if d.client_id == lagging.client_id] == [
+            (Action.LIFT, lagging.client_id)]
+        assert lagging.client_id not in tools.client_quotas()
+    finally:
+        controller.close()
+
+    logged = [json.loads(line) for line in controller.log_file.read_text().splitlines()]
+    mine = [(e["action"], e["reason"]) for e in logged if e["client_id"] == lagging.client_id]
+    assert [action for action, _ in mine][-2:] == ["set", "lift"] and all(reason for _, reason in mine)
+
+
+def test_the_command_runs_one_round_and_says_why(platform: Platform, platform_file: Path,
+                                                 members: tuple[Member, Member]) -> None:
+    lagging, _ = members
+    cli = typer.Typer()
+    cli.command()(throttle_cmd.throttle)
+    args = ["-p", str(platform_file), "--cluster", CLUSTER, "--once", "--lag-far", str(MESSAGES // 6),
+            "--lag-tail", "10"]
+    healthy = CliRunner().invoke(cli, [*args, "--p99-ms", "1000000000", "--disk-util", "2"])
+    assert healthy.exit_code == 0, healthy.output
+    assert "busy: none" in healthy.output and lagging.client_id not in healthy.output
+
+    busy = CliRunner().invoke(cli, [*args, "--p99-ms", "0", "--quota", "64KiB"])
+    assert busy.exit_code == 0, busy.output
+    assert f"set quota on client {lagging.client_id} consumer_byte_rate=65,536" in busy.output
+    lifted = CliRunner().invoke(cli, [*args, "--p99-ms", "1000000000", "--disk-util", "2"])
+    assert f"lift quota on client {lagging.client_id}" in lifted.output
+    assert lagging.client_id not in KafkaTools(platform, CLUSTER).client_quotas()
+
+
+def test_the_advisor_sends_a_backlog_that_the_partitions_cannot_drain_in_time_to_the_dispatcher(
+        platform_file: Path, members: tuple[Member, Member]) -> None:
+    lagging, _ = members
+    args = ["advise", "partitions", "-p", str(platform_file), "--cluster", CLUSTER, "--topic", lagging.topic,
+            "--processing-ms", "50", "--sample-seconds", "1"]
+    relaxed = CliRunner().invoke(app, [*args, "--max-lag", "10m"])  # 3,000 behind x 50 ms on 3 partitions: 50 s
+    assert relaxed.exit_code == 0, relaxed.output
+    assert "enough partitions" in relaxed.output and f"{MESSAGES:,}" in relaxed.output
+    tight = CliRunner().invoke(app, [*args, "--max-lag", "10s"])  # 15 consumers needed, 3 partitions
+    assert tight.exit_code == 0, tight.output
+    assert "use the dispatcher" in tight.output
