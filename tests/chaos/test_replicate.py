@@ -31,18 +31,24 @@ from conveyor.config import Platform, parse_platform
 
 pytestmark = pytest.mark.chaos
 ROUNDS = int(os.environ.get("CONVEYOR_CHAOS_ROUNDS", "10"))
+#: Kills in the at-least-once test, which shares the exactly-once test's code path for workers.
+ALO_ROUNDS = 3
 ROUTES = ("dc1-central", "dc2-central")
 BASE = "rep-base"
 
 
-@pytest.fixture
-def route_platform(provisioned: Platform, platform_data, platform_file: Path) -> tuple[Platform, Path]:
+def _route_platform(platform_data, platform_file: Path, pattern: str, mode: str) -> tuple[Platform, Path]:
     data = copy.deepcopy(platform_data)
     for name in ROUTES:
-        data["routes"][name] = {**data["routes"][name], "topics": [], "pattern": "rep-.*", "buckets": 6}
-    path = platform_file.parent / "replicate-platform.yaml"
+        data["routes"][name] = {**data["routes"][name], "topics": [], "pattern": pattern, "buckets": 6, "mode": mode}
+    path = platform_file.parent / f"replicate-{mode}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return parse_platform(data, root=platform_file.parent), path
+
+
+@pytest.fixture
+def route_platform(provisioned: Platform, platform_data, platform_file: Path) -> tuple[Platform, Path]:
+    return _route_platform(platform_data, platform_file, "rep-.*", "exactly-once")
 
 
 class Workers:
@@ -75,9 +81,9 @@ class Workers:
 class Traffic:
     """Keyed events with per-key sequence numbers into dc1 and dc2; remembers what was acked."""
 
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: Platform, base: str = BASE) -> None:
         self.platform = platform
-        self.topics = {"dc1": [BASE], "dc2": [BASE]}
+        self.topics = {"dc1": [base], "dc2": [base]}
         self.acked: Counter[tuple[str, str, str, int]] = Counter()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -171,30 +177,44 @@ def _central_records(platform: Platform, topics: list[str]) -> list[tuple[str, i
     return records
 
 
+def _landed(records: list[tuple[str, int, int, dict]]) -> Counter[tuple[str, str, str, int]]:
+    """Copies per event, keyed as Traffic.acked is."""
+    return Counter((v["src"], topic, v["key"], v["seq"]) for topic, _, _, v in records)
+
+
 def _copied_everything(platform: Platform, traffic: Traffic, topics: list[str]) -> bool:
     consumer = kafka.consumer(platform, "central", "count", "count")
     metadata = consumer.list_topics(timeout=10)
-    # read_committed end offsets include commit markers, so compare counts by reading instead.
+    # read_committed end offsets include commit markers, so compare by reading the records instead.
     present = all(t in metadata.topics for t in topics)
     consumer.close()
     if not present:
         return False
-    records = _central_records(platform, topics)
-    return len(records) >= sum(traffic.acked.values())
+    return not traffic.acked - _landed(_central_records(platform, topics))
 
 
-def _start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path) -> Workers:
+def _start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path, base: str = BASE) -> Workers:
     for dc in ("dc1", "dc2"):
-        _create(platform, dc, BASE, 6)
+        _create(platform, dc, base, 6)
     workers = Workers(platform_file, tmp_path)
     for route in ROUTES:
         for i in range(2):
             workers.start(f"{route}-w{i}")
     deadline = time.monotonic() + 90
-    while BASE not in kafka.admin(platform, "central").list_topics(timeout=10).topics:
-        assert time.monotonic() < deadline, "the replicator did not create rep-base on central"
+    while base not in kafka.admin(platform, "central").list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"the replicator did not create {base} on central"
         time.sleep(0.5)
     return workers
+
+
+def _wait_until_copied(platform: Platform, traffic: Traffic, topics: list[str], workers: Workers) -> None:
+    try:
+        deadline = time.monotonic() + 300
+        while not _copied_everything(platform, traffic, topics):
+            assert time.monotonic() < deadline, "central did not receive every acked event in time"
+            time.sleep(3)
+    finally:
+        workers.stop_all()
 
 
 def test_exactly_once_in_order_through_worker_kills_and_new_topics(route_platform, tmp_path):
@@ -219,17 +239,11 @@ def test_exactly_once_in_order_through_worker_kills_and_new_topics(route_platfor
         time.sleep(2)
     finally:
         traffic.stop()
-    try:
-        topics = [BASE, *new_topics]
-        deadline = time.monotonic() + 300
-        while not _copied_everything(platform, traffic, topics):
-            assert time.monotonic() < deadline, "central did not receive every acked event in time"
-            time.sleep(3)
-    finally:
-        workers.stop_all()
+    topics = [BASE, *new_topics]
+    _wait_until_copied(platform, traffic, topics, workers)
 
     records = _central_records(platform, topics)
-    landed = Counter((v["src"], topic, v["key"], v["seq"]) for topic, _, _, v in records)
+    landed = _landed(records)
     assert landed == traffic.acked, (
         f"missing {sum((traffic.acked - landed).values())}, duplicated {sum((landed - traffic.acked).values())}")
     order = defaultdict(list)
@@ -237,6 +251,37 @@ def test_exactly_once_in_order_through_worker_kills_and_new_topics(route_platfor
         order[(value["src"], topic, value["key"])].append(value["seq"])
     assert all(seqs == sorted(seqs) for seqs in order.values()), "per-key order broken on central"
     print(f"{sum(traffic.acked.values())} events copied exactly once through {ROUNDS} kills and 20 new topics")
+
+
+def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, platform_data, platform_file, tmp_path):
+    """The lower-latency mode states at-least-once: every acknowledged event lands, some perhaps
+    twice after a kill, and the first copy of each keeps per-key order."""
+    base = "alo-base"
+    platform, path = _route_platform(platform_data, platform_file, "alo-.*", "at-least-once")
+    workers = _start_route_workers(platform, path, tmp_path, base)
+    traffic = Traffic(platform, base)
+    try:
+        traffic.start()
+        for _ in range(ALO_ROUNDS):
+            time.sleep(random.uniform(1.0, 3.0))
+            workers.start(workers.kill_one())
+        time.sleep(2)
+    finally:
+        traffic.stop()
+    _wait_until_copied(platform, traffic, [base], workers)
+
+    records = _central_records(platform, [base])
+    landed = _landed(records)
+    first_copies = defaultdict(list)
+    seen = set()
+    for topic, _, _, value in sorted(records, key=lambda r: (r[0], r[1], r[2])):
+        event = (value["src"], topic, value["key"], value["seq"])
+        if event not in seen:
+            seen.add(event)
+            first_copies[event[:3]].append(value["seq"])
+    assert all(seqs == sorted(seqs) for seqs in first_copies.values()), "per-key order broken on central"
+    duplicates = sum((landed - traffic.acked).values())
+    print(f"at-least-once: {sum(traffic.acked.values())} events, {duplicates} duplicates after {ALO_ROUNDS} kills")
 
 
 @pytest.mark.skipif(not os.environ.get("CONVEYOR_PAUSE_TEST"),
