@@ -8,7 +8,11 @@
   `Subscriber` (threads, one message per handler call) and (b) a frame client that acks each
   batch frame whole: the node's own capacity without the Python client's per-message work.
 - delivery latency: produce at a fixed rate; a `Subscriber` with an instant handler records the
-  time from each message's Kafka timestamp (producer create time) to the handler: p50 and p99.
+  time from each message's Kafka timestamp (producer create time) to the handler: p50 and p99;
+  a plain consumer reads a stream paced the same way, as the peer.
+- the three dispatcher scenarios run twice, against a node of each backend (`dispatch.backend`
+  classic, then share: the node reads through a KIP-932 share group); the share backend's
+  figures are under ``share_backend`` in the JSON.
 
 Writes bench/results/dispatch_throughput.json. Run ``python -m bench.dispatch_throughput``
 (``--platform FILE`` to use clusters already up; otherwise the demo platform is started on
@@ -49,10 +53,14 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "dispatch_throughput.json"
 TOKEN = "demo-mailer-token"
 SLOW = 0.020
+#: Messages read before the latency is measured.
+_WARM_UP = 200
 
 
-def _with_topics(source: Path, folder: Path, base_port: int | None, topics: list[str]) -> Path:
+def _with_topics(source: Path, folder: Path, base_port: int | None, topics: list[str],
+                 backend: str = "classic") -> Path:
     data = yaml.safe_load(source.read_text())
+    data["dispatch"] = {**(data.get("dispatch") or {}), "backend": backend}
     if base_port is not None:
         data["runtime"].update(home=str(folder / "home"), base_port=base_port)
     for topic in data["topics"].values():  # the file is written elsewhere: keep contracts findable
@@ -60,7 +68,7 @@ def _with_topics(source: Path, folder: Path, base_port: int | None, topics: list
             topic["contract"] = str(source.parent / topic["contract"])
     for name in topics:
         data["topics"][name] = {"partitions": 3, "consumers": ["mailer"], "clusters": ["central"]}
-    path = folder / "bench-dispatch.yaml"
+    path = folder / f"bench-dispatch-{backend}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -200,13 +208,13 @@ def share_group(platform: Platform, topic: str, meter: Meter, consumers: int = 3
 
 
 def subscribers(node: str, topic: str, meter: Meter, clients: int, concurrency: int, credit: int | None,
-                handler_delay: float, latency: bool = False) -> None:
+                handler_delay: float, latency: bool = False, group: str = "mailer") -> None:
     def handle(message: Message) -> None:
         if handler_delay:
             time.sleep(handler_delay)
         meter.tick(timestamp_ms=message.timestamp_ms if latency else None)
 
-    subs = [Subscriber(topic, "mailer", handle, concurrency, nodes=[node], token=TOKEN, credit=credit)
+    subs = [Subscriber(topic, group, handle, concurrency, nodes=[node], token=TOKEN, credit=credit)
             for _ in range(clients)]
     for sub in subs:
         sub.start()
@@ -217,12 +225,12 @@ def subscribers(node: str, topic: str, meter: Meter, clients: int, concurrency: 
             sub.stop()
 
 
-def frame_client(node: str, topic: str, meter: Meter, credit: int) -> None:
+def frame_client(node: str, topic: str, meter: Meter, credit: int, group: str = "mailer") -> None:
     """Acks every frame whole as it arrives: what the node alone can push."""
     import queue
 
     requests: queue.SimpleQueue[pb.ReadRequest | None] = queue.SimpleQueue()
-    requests.put(pb.ReadRequest(subscribe=pb.Subscribe(topic=topic, group="mailer", credit=credit)))
+    requests.put(pb.ReadRequest(subscribe=pb.Subscribe(topic=topic, group=group, credit=credit)))
     with grpc.insecure_channel(node) as channel:
         stream = pb_grpc.ReaderStub(channel).Read(iter(requests.get, None),
                                                   metadata=(("authorization", f"Bearer {TOKEN}"),))
@@ -265,62 +273,88 @@ def _summary(label: str, meter: Meter) -> dict[str, Any]:
     return result
 
 
+def backend_scenarios(platform: Platform, node: str, topics: dict[str, str], label: str, counts: tuple[int, int],
+                      paced: tuple[int, int], group: str) -> dict[str, Any]:
+    """The dispatcher scenarios against one node of one backend (classic or share); a group id
+    is a consumer group or a share group, never both, so each backend reads as its own group."""
+    slow_count, fast_count = counts
+    results: dict[str, Any] = {}
+    results["dispatcher_30_clients"] = _measure(
+        f"20 ms handler, {label}, 30 clients", slow_count,
+        lambda m: subscribers(node, topics["slow"], m, 30, 1, None, SLOW, group=group))
+    results["instant_subscriber"] = _measure(
+        f"instant handler, {label}, Subscriber", fast_count,
+        lambda m: subscribers(node, topics["fast-sub"], m, 2, 8, 2_000, 0.0, group=group))
+    results["instant_frames"] = _measure(
+        f"instant handler, {label}, frame client", fast_count,
+        lambda m: frame_client(node, topics["fast-frame"], m, 5_000, group))
+    # Warm up: the group joined and its assignment settled (a share group's first assignment
+    # takes a heartbeat interval, 5 s at the least), so the latency is the steady state's.
+    _produce(platform, topics["latency"], _WARM_UP)
+    subscribers(node, topics["latency"], Meter(_WARM_UP), 1, 8, 64, 0.0, group=group)
+    rate, seconds = paced
+    producer = threading.Thread(target=_produce, args=(platform, topics["latency"], rate * seconds),
+                                kwargs={"rate": rate})
+    producer.start()
+    results["latency_at_fixed_rate"] = {"rate_per_s": rate, **_measure(
+        f"latency at {rate}/s, {label}, Subscriber", rate * seconds,
+        lambda m: subscribers(node, topics["latency"], m, 1, 8, 64, 0.0, latency=True, group=group))}
+    producer.join()
+    return results
+
+
 def run(platform_path: Path, quick: bool, node_port: int) -> dict[str, Any]:
-    slow_count = 1_500 if quick else 4_500
-    fast_count = 30_000 if quick else 200_000
+    counts = (1_500, 30_000) if quick else (4_500, 200_000)
     paced = (1_000, 10) if quick else (2_000, 20)  # messages/s, seconds
-    names = {k: f"bench-dispatch-{k}-{uuid.uuid4().hex[:6]}" for k in
-             ("plain", "share", "slow", "fast-sub", "fast-frame", "latency")}
+    scenario_topics = ("slow", "fast-sub", "fast-frame", "latency")
+    names = {k: f"bench-dispatch-{k}-{uuid.uuid4().hex[:6]}" for k in ("plain", "share", "plain-latency")}
+    backends = {backend: {k: f"bench-dispatch-{backend}-{k}-{uuid.uuid4().hex[:6]}" for k in scenario_topics}
+                for backend in ("classic", "share")}
+    every = [*names.values(), *(t for topics in backends.values() for t in topics.values())]
     with tempfile.TemporaryDirectory() as tmp:
-        path = _with_topics(platform_path, Path(tmp), None, list(names.values()))
+        path = _with_topics(platform_path, Path(tmp), None, every)
+        share_path = _with_topics(platform_path, Path(tmp), None, every, backend="share")
         platform = load_platform(path)
         admin = kafka.admin(platform, "central")
         cluster = platform.cluster("central")
         for future in admin.create_topics([NewTopic(t, 3, cluster.default_replication_factor)
-                                           for t in names.values()]).values():
+                                           for t in every]).values():
             future.result(60)
         try:
-            for key in ("plain", "share", "slow"):
-                _produce(platform, names[key], slow_count)
-            for key in ("fast-sub", "fast-frame"):
-                _produce(platform, names[key], fast_count)
+            for topic in (names["plain"], names["share"], *(b["slow"] for b in backends.values())):
+                _produce(platform, topic, counts[0])
+            for topic in (b[k] for b in backends.values() for k in ("fast-sub", "fast-frame")):
+                _produce(platform, topic, counts[1])
             results: dict[str, Any] = {"slow_handler_ms": SLOW * 1000}
             results["plain_group_3_consumers"] = _measure(
-                "20 ms handler, plain group, 3 consumers", slow_count,
+                "20 ms handler, plain group, 3 consumers", counts[0],
                 lambda m: plain_group(platform, names["plain"], m))
             results["share_group_30_consumers"] = _measure(
-                "20 ms handler, share group, 30 consumers", slow_count,
+                "20 ms handler, share group, 30 consumers", counts[0],
                 lambda m: share_group(platform, names["share"], m))
             with _node(path, node_port, node_port + 1) as node:
-                results["dispatcher_30_clients"] = _measure(
-                    "20 ms handler, dispatcher, 30 clients", slow_count,
-                    lambda m: subscribers(node, names["slow"], m, 30, 1, None, SLOW))
-                results["instant_subscriber"] = _measure(
-                    "instant handler, one node, Subscriber", fast_count,
-                    lambda m: subscribers(node, names["fast-sub"], m, 2, 8, 2_000, 0.0))
-                results["instant_frames"] = _measure(
-                    "instant handler, one node, frame client", fast_count,
-                    lambda m: frame_client(node, names["fast-frame"], m, 5_000))
-                rate, seconds = paced
-                producer = threading.Thread(target=_produce, args=(platform, names["latency"], rate * seconds),
-                                            kwargs={"rate": rate})
-                plain = Meter(rate * seconds)
-                peer = threading.Thread(target=plain_reader, args=(platform, names["latency"], plain))
-                producer.start()
-                peer.start()
-                results["latency_at_fixed_rate"] = {"rate_per_s": rate, **_measure(
-                    f"latency at {rate}/s, Subscriber", rate * seconds,
-                    lambda m: subscribers(node, names["latency"], m, 1, 8, 64, 0.0, latency=True))}
-                producer.join()
-                plain.wait(120)
-                peer.join()
-                results["latency_plain_consumer"] = _summary(f"latency at {rate}/s, plain consumer", plain)
+                results.update(backend_scenarios(platform, node, backends["classic"], "classic dispatcher",
+                                                 counts, paced, "mailer"))
+            with _node(share_path, node_port + 2, node_port + 3) as node:
+                results["share_backend"] = backend_scenarios(platform, node, backends["share"],
+                                                             "share-backed dispatcher", counts, paced,
+                                                             f"mailer.share-{uuid.uuid4().hex[:6]}")
+            rate, seconds = paced
+            producer = threading.Thread(target=_produce, args=(platform, names["plain-latency"], rate * seconds),
+                                        kwargs={"rate": rate})
+            plain = Meter(rate * seconds)
+            producer.start()
+            plain_reader(platform, names["plain-latency"], plain)
+            producer.join()
+            results["latency_plain_consumer"] = _summary(f"latency at {rate}/s, plain consumer", plain)
         finally:
-            for future in admin.delete_topics(list(names.values())).values():
+            for future in admin.delete_topics(every).values():
                 future.result(60)
-    plain = results["plain_group_3_consumers"]["messages_per_s"]
-    results["dispatcher_vs_plain"] = round(results["dispatcher_30_clients"]["messages_per_s"] / plain, 1)
-    results["share_vs_plain"] = round(results["share_group_30_consumers"]["messages_per_s"] / plain, 1)
+    plain_rate = results["plain_group_3_consumers"]["messages_per_s"]
+    results["dispatcher_vs_plain"] = round(results["dispatcher_30_clients"]["messages_per_s"] / plain_rate, 1)
+    results["share_vs_plain"] = round(results["share_group_30_consumers"]["messages_per_s"] / plain_rate, 1)
+    results["share_backend_vs_plain"] = round(
+        results["share_backend"]["dispatcher_30_clients"]["messages_per_s"] / plain_rate, 1)
     return results
 
 

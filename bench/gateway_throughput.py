@@ -7,7 +7,7 @@ with confluent-kafka (the ceiling), plus request latency and resident memory.
 - single events at a fixed 1,000 requests/s: an open-loop paced client; latency counts from each
   request's scheduled time, so a stall is not hidden (coordinated omission).
 
-    python -m bench.gateway_throughput [--seconds 15] [--base-port 39092]
+    python -m bench.gateway_throughput [--seconds 15] [--base-port 28092]
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def run(seconds: int, base_port: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=15, help="duration of each measurement")
-    parser.add_argument("--base-port", type=int, default=39092)
+    parser.add_argument("--base-port", type=int, default=28092)
     args = parser.parse_args()
     result = run(args.seconds, args.base_port)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -24,13 +24,14 @@ from pathlib import Path
 
 import orjson
 import yaml
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.replicate.copier import RouteState, read_bucket_offsets
 from conveyor.replicate.metrics import ReplicateMetrics
+from conveyor.replicate import plan
 from conveyor.replicate.plan import SourcePartition
 from conveyor.runtime.jars import java_binary
 from conveyor.runtime.local import LOG4J_CONFIG, LocalPlatform
@@ -95,11 +96,13 @@ def _start_mm2(platform: Platform, local: LocalPlatform, tmp: Path) -> subproces
         "refresh.topics.interval.seconds = 5",
         "emit.checkpoints.enabled = false", "sync.group.offsets.enabled = false", "sync.topic.acls.enabled = false",
         "tasks.max = 4",
+        # dc1 has one broker: keep MM2's offset syncs on central, whose RF 3 the settings below assume.
+        "offset-syncs.topic.location = target",
         *[f"{k}.replication.factor = 3" for k in ("replication", "offset-syncs.topic", "heartbeats.topic",
                                                    "checkpoints.topic", "config.storage", "offset.storage",
                                                    "status.storage")],
         "dc1.config.storage.replication.factor = 1", "dc1.offset.storage.replication.factor = 1",
-        "dc1.status.storage.replication.factor = 1", "dc1.offset-syncs.topic.replication.factor = 1",
+        "dc1.status.storage.replication.factor = 1",
         "dc1.heartbeats.topic.replication.factor = 1",
     ]) + "\n")
     return subprocess.Popen([java_binary(), "-Xmx512m", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
@@ -109,10 +112,16 @@ def _start_mm2(platform: Platform, local: LocalPlatform, tmp: Path) -> subproces
 
 
 def _copied_ours(platform: Platform, topic: str, partitions: int) -> int:
+    """The next offsets the replicator committed for ``topic`` (0 until the worker made its route topic)."""
+    if plan.route_topic(ROUTE) not in kafka.admin(platform, "central").list_topics(timeout=10).topics:
+        return 0
     state = RouteState(platform, ROUTE, platform.routes[ROUTE], "bench", ReplicateMetrics())
     stored: dict[SourcePartition, int] = {}
-    for bucket in range(platform.routes[ROUTE].buckets):
-        stored.update(read_bucket_offsets(state, bucket))
+    try:
+        for bucket in range(platform.routes[ROUTE].buckets):
+            stored.update(read_bucket_offsets(state, bucket))
+    except KafkaException:  # the route topic is new and its leaders not elected yet: ask again
+        return 0
     return sum(stored.get(SourcePartition(topic, p), 0) for p in range(partitions))
 
 
@@ -234,7 +243,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=30)
-    parser.add_argument("--base-port", type=int, default=41092)
+    parser.add_argument("--base-port", type=int, default=30092)
     args = parser.parse_args()
     result = run(args.records, args.rate, args.seconds, args.base_port)
     RESULTS.mkdir(parents=True, exist_ok=True)

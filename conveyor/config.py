@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -344,6 +344,21 @@ class Dispatch(_Model):
     batch: int = Field(default=500, ge=1)
     #: Highest credit (unacked messages) one client stream may hold.
     max_credit: int = Field(default=10_000, ge=1)
+    #: ``classic``: a consumer group with acks in the commit metadata; ``share``: a KIP-932 share
+    #: group (Kafka 4.2+, docs/dispatch.md). Same gRPC API: clients cannot tell which serves them.
+    backend: Literal["classic", "share"] = "classic"
+    #: Share consumers per (topic, group) on a node (share backend); each polls again only once
+    #: its whole previous poll is settled, so several keep records flowing past a slow one.
+    share_consumers: int = Field(default=3, ge=1, le=32)
+
+    @model_validator(mode="after")
+    def _share_attempts_fit_the_broker(self) -> Dispatch:
+        # The node dead-letters at max_attempts; the broker must allow one delivery more, and
+        # Kafka caps share.delivery.count.limit at 10 (group.share.max.delivery.count.limit).
+        if self.backend == "share" and self.max_attempts > 9:
+            raise ValueError(f"max_attempts {self.max_attempts} is above 9, the most the share backend "
+                             "supports (Kafka caps a share group's delivery count at 10)")
+        return self
 
 
 class OpsPanel(_Model):

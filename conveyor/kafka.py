@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient
 
 from conveyor.config import Platform
@@ -109,6 +109,19 @@ def consumer(
     overrides: Mapping[str, Any] | None = None,
 ) -> Consumer:
     return Consumer(consumer_config(platform, cluster_name, group, client_id, overrides))
+
+
+def share_consumer(
+    platform: Platform,
+    cluster_name: str,
+    group: str,
+    client_id: str,
+    overrides: Mapping[str, Any] | None = None,
+) -> ShareConsumer:
+    """A KIP-932 share consumer that acknowledges each record explicitly: a record is done only
+    when the caller says so (librdkafka's default, implicit mode, accepts a batch on the next poll)."""
+    return ShareConsumer(client_config(platform, cluster_name, {
+        "group.id": group, "client.id": client_id, "share.acknowledgement.mode": "explicit", **(overrides or {})}))
 
 
 def admin(platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None) -> AdminClient:

@@ -8,10 +8,11 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from conveyor import kafka
@@ -33,6 +34,26 @@ def dispatch_platform(platform_file: Path, platform_data: dict[str, Any], topic:
     path = platform_file.parent / f"dispatch-{topic}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path, load_platform(path)
+
+
+def topic_maker(platform_file: Path, platform_data: dict[str, Any], topic_factory: Callable[..., str],
+                **defaults: Any) -> Callable[..., tuple[Platform, str]]:
+    """``make(**dispatch)``: a fresh 3-partition topic on central, declared for mailer, and the
+    platform with ``defaults`` and ``dispatch`` as its dispatch settings."""
+    def make(**dispatch: Any) -> tuple[Platform, str]:
+        topic = topic_factory("central", 3)
+        _, platform = dispatch_platform(platform_file, platform_data, topic, **{**defaults, **dispatch})
+        return platform, topic
+    return make
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[DispatchNode]]:
+    """Dispatcher nodes a test started, stopped after it."""
+    started: list[DispatchNode] = []
+    yield started
+    for node in started:
+        node.stop(grace=1)
 
 
 def free_port() -> int:
@@ -81,6 +102,25 @@ class Ledger:
     def confirmed_values(self) -> set[bytes]:
         with self._lock:
             return {self.values[i] for i in self.confirmed if i in self.values}
+
+
+def thirty_clients_read_everything(sent: set[bytes], subscribe: Callable[[int, Ledger], Any],
+                                   timeout: float) -> Ledger:
+    """30 subscribers (``subscribe(i, ledger)`` makes number i) until every message in ``sent``
+    is acked and confirmed; each must have been delivered exactly once, to every client."""
+    ledger = Ledger()
+    subs = [subscribe(i, ledger) for i in range(30)]
+    for sub in subs:
+        sub.start()
+    try:
+        wait_until(lambda: ledger.confirmed_values() >= sent, timeout, "every message acked and confirmed")
+    finally:
+        for sub in subs:
+            sub.stop()
+    assert set(ledger.values.values()) == sent
+    assert sum(ledger.deliveries.values()) == len(sent), "no fault, so no message is delivered twice"
+    assert len(ledger.by_client) == 30, f"round-robin reaches every client: {sorted(ledger.by_client.items())}"
+    return ledger
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:

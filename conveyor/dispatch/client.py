@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 #: Statuses that no retry can fix: the subscriber stops and reports them.
 FATAL = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
-                   grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT})
+                   grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
+                   grpc.StatusCode.FAILED_PRECONDITION})
 MessageId = tuple[int, int]
 
 

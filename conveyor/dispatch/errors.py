@@ -66,3 +66,8 @@ class ForeignGroup(AccessError):
 
 class NodeStopping(DispatchError):
     """The node is shutting down and takes no new subscriptions; clients go to another node."""
+
+
+class GroupInUse(DispatchError):
+    """The group id is taken by a consumer group, and Kafka keeps one type per group id: the share
+    backend needs a group name that no consumer group uses (or the old group deleted)."""

@@ -3,7 +3,8 @@
 Messages go round-robin to the clients that have credit, in frames of up to ``batch`` messages;
 acks and nacks come back by id (partition, offset). Acks become durable only with the next offset
 commit, so each stream is told which of its acks a commit carried (``ReadResponse.committed``):
-what a client saw confirmed is never delivered again, by this node or by the next owner.
+what a client saw confirmed is never delivered again, by this node or by the next owner. (With
+the share backend the broker's answer to the acknowledgement plays the commit's part.)
 Not thread-safe: the reader calls it under its lock.
 """
 
@@ -13,10 +14,11 @@ import itertools
 import queue
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from conveyor.dispatch.acktracker import AckOutcome
 from conveyor.dispatch.metrics import ReaderMetrics
-from conveyor.dispatch.partition import Handout, PartitionQueue
+from conveyor.dispatch.partition import DeadLetter, Handout
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 
 #: Why an id is ignored when its partition is not served here (revoked, or another node's).
@@ -38,6 +40,26 @@ class Client:
     open: bool = True
 
 
+class Served(Protocol):
+    """One partition as the fan-out serves it: ``partition.PartitionQueue`` (the classic backend,
+    acks kept in the offset commit) or ``share_partition.SharePartition`` (records a share group
+    lent this node). Holders are ``Client``s; times are plain seconds."""
+
+    @property
+    def ready(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    def take(self, limit: int, holder: Client, now: float) -> list[Handout]: ...
+    def acknowledge(self, offset: int) -> AckOutcome: ...
+    def nack(self, offset: int, holder: Client, ready_at: float, now: float) -> str | None: ...
+    def expire(self, now: float) -> int: ...
+    def release(self, holder: Client, now: float) -> int: ...
+    def commit_point(self) -> tuple[int, str] | None: ...
+    def take_dead(self) -> list[DeadLetter]: ...
+    def dead_again(self, letter: DeadLetter) -> None: ...
+    def dead_lettered(self, letter: DeadLetter) -> None: ...
+
+
 #: Acks applied since the last commit, per partition: (client, offset), confirmed after it.
 Unconfirmed = dict[int, list[tuple[Client, int]]]
 
@@ -51,7 +73,7 @@ class CommitPoint:
 
 class Fanout:
     def __init__(self, metrics: ReaderMetrics, batch: int, max_credit: int) -> None:
-        self.partitions: dict[int, PartitionQueue[Client]] = {}
+        self.partitions: dict[int, Served] = {}
         self.clients: list[Client] = []
         self._metrics = metrics
         self._batch = batch
@@ -81,10 +103,10 @@ class Fanout:
         acked = 0
         for partition_id, offset in zip(ids.partitions, ids.offsets):
             partition = self.partitions.get(partition_id)
-            if partition is None or partition.acks is None:
-                self._ignored(NOT_OWNED if partition is None else AckOutcome.never_delivered.value)
+            if partition is None:
+                self._ignored(NOT_OWNED)
                 continue
-            outcome = partition.ack(offset).outcome
+            outcome = partition.acknowledge(offset)
             if outcome in _CONFIRMABLE:
                 self._unconfirmed[partition_id].append((client, offset))
             if outcome is AckOutcome.acked:
@@ -98,8 +120,8 @@ class Fanout:
         ready_at = now + nack.retry_delay_ms / 1000
         for partition_id, offset in zip(nack.ids.partitions, nack.ids.offsets):
             partition = self.partitions.get(partition_id)
-            if partition is None or partition.acks is None:
-                self._ignored(NOT_OWNED if partition is None else AckOutcome.never_delivered.value)
+            if partition is None:
+                self._ignored(NOT_OWNED)
                 continue
             why = partition.nack(offset, client, ready_at, now)
             if why is None:
@@ -152,6 +174,12 @@ class Fanout:
                 snapshot[partition_id] = self._unconfirmed.pop(partition_id)
         return points, snapshot
 
+    def take_unconfirmed(self) -> Unconfirmed:
+        """Every ack applied and not yet confirmed (the share backend confirms from the broker's
+        answer, not from an offset commit)."""
+        unconfirmed, self._unconfirmed = self._unconfirmed, defaultdict(list)
+        return dict(unconfirmed)
+
     def committed(self, points: list[CommitPoint], snapshot: Unconfirmed) -> None:
         if points:
             self._metrics.commits.inc()
@@ -173,10 +201,11 @@ class Fanout:
             if partition_id in self.partitions:
                 self._unconfirmed[partition_id][:0] = acks
 
-    def assign(self, partition_id: int, partition: PartitionQueue[Client]) -> None:
+    def assign(self, partition_id: int, partition: Served) -> None:
         self.partitions[partition_id] = partition
-        if partition.acks is not None:
-            self._committed[partition_id] = (partition.acks.committed_offset, partition.acks.commit_metadata())
+        point = partition.commit_point()
+        if point is not None:
+            self._committed[partition_id] = point
 
     def revoke(self, partition_id: int) -> None:
         """Forget a partition (after its last commit); later acks for it are ignored, counted."""

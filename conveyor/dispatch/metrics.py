@@ -38,6 +38,7 @@ class ReaderMetrics:
     commits: Counter
     commit_failures: Counter
     stale_metadata: Counter
+    released: Counter
     delivery_latency: Histogram
     #: Acks and nacks that changed nothing: ``ignored.labels(reason=...)``.
     ignored: IgnoredAcks
@@ -74,6 +75,9 @@ class NodeMetrics:
             "stale_metadata": Counter("conveyor_dispatch_unusable_ack_metadata", "Partitions taken over whose "
                                       "commit metadata could not be decoded (acks above it redelivered)",
                                       _PAIR, **r),
+            "released": Counter("conveyor_dispatch_share_released", "Records the share backend gave back to the "
+                                "share group (RELEASE: nacked, past the deadline, client gone, lock ending)",
+                                _PAIR, **r),
         }
         self._latency = Histogram("conveyor_dispatch_delivery_latency_seconds", "From a message's Kafka "
                                   "timestamp to its delivery to a client; one observation per frame, "

@@ -139,11 +139,16 @@ class PartitionQueue(Generic[H]):
             self._forget(offset)
         return result
 
+    def acknowledge(self, offset: int) -> AckOutcome:
+        """A client's ack, from whichever client: a redelivered message may be acked by either copy."""
+        return AckOutcome.never_delivered if self.acks is None else self.ack(offset).outcome
+
     def nack(self, offset: int, holder: H, ready_at: float, now: float) -> str | None:
         """Give ``offset`` back for redelivery at ``ready_at``; None when applied, else why not.
         Only the client holding the latest delivery may nack it: an older holder's nack is late."""
         acks = self.acks
-        assert acks is not None, "a nack before any delivery is refused by the caller"
+        if acks is None:
+            return AckOutcome.never_delivered.value
         if self._holder.get(offset) == holder:
             self._give_back(offset, Reason.nacked, ready_at, now)
             return None
@@ -179,13 +184,17 @@ class PartitionQueue(Generic[H]):
         return len(held)
 
     def take_dead(self) -> list[DeadLetter]:
-        """Messages out of attempts; settle each with ``ack`` once the dead-letter topic has it,
+        """Messages out of attempts; settle each with ``dead_lettered`` once the dead-letter topic has it,
         or hand it back with ``dead_again`` when writing it failed."""
         dead, self._dead = self._dead, []
         return dead
 
     def dead_again(self, letter: DeadLetter) -> None:
         self._dead.append(letter)
+
+    def dead_lettered(self, letter: DeadLetter) -> None:
+        """The dead-letter topic has it: done with, like an ack."""
+        self.ack(letter.offset)
 
     def commit_point(self) -> tuple[int, str] | None:
         """(offset, metadata) to commit, or None before the first message of an uncommitted partition."""

@@ -4,34 +4,28 @@ Nodes share a topic's partitions through Kafka's own group protocol (cooperative
 ``conveyor.kafka``), so no other consensus is needed. On assignment a partition's committed offset
 and metadata seed its ack tracker, so what was acked before a takeover is skipped; on revocation
 the last commit is written before the partition goes. The reader thread owns the consumer and the
-dead-letter producer; gRPC threads reach the shared state only through ``handle``/``connect``/
-``disconnect``, under one lock.
+dead-letter producer (``source.Source`` has what the backends share).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from conveyor import kafka
-from conveyor.config import Dispatch, Platform
+from conveyor.config import Platform
 from conveyor.dispatch.acktracker import PartitionAcks
-from conveyor.dispatch.deadletter import dead_letter_headers, dead_letter_producer
 from conveyor.dispatch.errors import AckMetadataError
-from conveyor.dispatch.fanout import Client, CommitPoint, Fanout, Unconfirmed
+from conveyor.dispatch.fanout import Client, CommitPoint, Unconfirmed
 from conveyor.dispatch.metrics import ReaderMetrics
-from conveyor.dispatch.partition import DeadLetter, Limits, PartitionQueue, Record
-from conveyor.dispatch.protos import dispatch_pb2 as pb
+from conveyor.dispatch.partition import Limits, PartitionQueue
+from conveyor.dispatch.source import CLIENT_ID_PREFIX, MembershipSource, Source, fetched
 
 log = logging.getLogger(__name__)
 
-#: Members of a dispatcher's group carry ``client.id = CLIENT_ID_PREFIX + host:port``; Discovery
-#: reads the addresses back from the group's membership.
-CLIENT_ID_PREFIX = "conveyor-dispatch@"
 #: Longest wait for Kafka in one turn of the loop; deadlines and nack delays are checked as often.
 _POLL_WAIT = 0.05
 _METRICS_EVERY = 1.0
@@ -44,30 +38,22 @@ _CONSUMER_OVERRIDES = {
 }
 
 
-class GroupReader:
+class GroupReader(Source):
     def __init__(self, platform: Platform, cluster: str, topic: str, group: str, advertise: str,
                  metrics: ReaderMetrics) -> None:
-        settings: Dispatch = platform.dispatch
-        self.topic, self.group = topic, group
-        self.dead_letter_topic = settings.dead_letter_topic.format(topic=topic, group=group)
-        self._platform, self._cluster, self._advertise = platform, cluster, advertise
-        self._settings = settings
+        super().__init__(platform, cluster, topic, group, advertise, metrics)
+        settings = self._settings
         self._limits = Limits(settings.ack_deadline, settings.max_attempts, settings.metadata_max_bytes,
                               settings.prefetch)
-        self._metrics = metrics
-        self._lock = threading.Lock()
-        self._fanout = Fanout(metrics, settings.batch, settings.max_credit)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
         self._paused: set[int] = set()
-        self._failed: BaseException | None = None
         #: The asynchronous commit awaiting Kafka's answer, with the acks it makes durable.
         self._in_flight: tuple[list[CommitPoint], Unconfirmed] | None = None
         self._in_flight_since = 0.0
 
-    # -- called from gRPC threads -------------------------------------------------------------
+    @property
+    def membership(self) -> MembershipSource:
+        return MembershipSource(self.group, needs_partitions=True)
 
     def start(self) -> None:
         consumer = kafka.consumer(self._platform, self._cluster, self.group, CLIENT_ID_PREFIX + self._advertise,
@@ -75,49 +61,7 @@ class GroupReader:
         consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                            on_lost=self._on_lost)
         self._consumer = consumer
-        self._thread = threading.Thread(target=self._run, name=f"reader-{self.topic}-{self.group}", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Commit what was acked, leave the group, end the streams."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    @property
-    def failure(self) -> BaseException | None:
-        """Why the reader thread died, if it did."""
-        return self._failed
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def partitions(self) -> list[int]:
-        with self._lock:
-            return sorted(self._fanout.partitions)
-
-    def connect(self, client: Client) -> None:
-        with self._lock:
-            self._fanout.add_client(client)
-            self._fanout.dispatch(time.monotonic(), time.time())
-
-    def disconnect(self, client: Client) -> None:
-        with self._lock:
-            self._fanout.remove_client(client, time.monotonic())
-            self._fanout.dispatch(time.monotonic(), time.time())
-
-    def handle(self, client: Client, request: pb.ReadRequest) -> None:
-        """Acks, nacks and credit of one frame, then send what that frees up."""
-        now = time.monotonic()
-        with self._lock:
-            if request.HasField("acks"):
-                self._fanout.ack(client, request.acks)
-            for nack in request.nacks:
-                self._fanout.nack(client, nack, now)
-            if request.credit:
-                self._fanout.give_credit(client, request.credit)
-            self._fanout.dispatch(now, time.time())
+        super().start()
 
     # -- the reader thread ----------------------------------------------------------------------
 
@@ -134,8 +78,8 @@ class GroupReader:
                     self._ingest(messages)
                     self._fanout.expire(now)
                     self._fanout.dispatch(now, time.time())
-                    dead = [(p, letter) for p, q in self._fanout.partitions.items() for letter in q.take_dead()]
-                    wanted = {p for p, q in self._fanout.partitions.items() if not q.wants_fetch()}
+                    dead = self._take_dead()
+                    wanted = {p for p, q in self._queues().items() if not q.wants_fetch()}
                 self._dead_letter(dead)
                 self._pause(wanted)
                 if now >= next_commit:
@@ -144,30 +88,19 @@ class GroupReader:
                 if now >= next_metrics:
                     self._refresh_metrics()
                     next_metrics = now + _METRICS_EVERY
-        except BaseException as exc:  # the node reports a dead reader on /healthz and replaces it
-            self._failed = exc
-            log.exception("reader of %s/%s failed", self.topic, self.group)
         finally:
             self._close(consumer)
-            with self._lock:  # end the streams: their clients locate again and reconnect
-                for client in list(self._fanout.clients):
-                    client.outbox.put(None)
+
+    def _queues(self) -> dict[int, PartitionQueue[Client]]:
+        """The fan-out's partitions, which this backend fills with its own queues only."""
+        return self._fanout.partitions  # type: ignore[return-value]
 
     def _ingest(self, messages: list[Message]) -> None:
-        partitions = self._fanout.partitions
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.fatal():
-                    raise KafkaException(error)
-                log.warning("fetch from %s/%s: %s", self.topic, self.group, error.str())
-                continue
+        partitions = self._queues()
+        for message, record in fetched(messages, f"{self.topic}/{self.group}"):
             partition = partitions.get(message.partition())
-            if partition is None:
-                continue  # revoked since librdkafka fetched it
-            headers = tuple((k, v or b"") for k, v in message.headers() or ())
-            partition.add(message.offset(), Record(message.key(), message.value() or b"", headers,
-                                                   message.timestamp()[1]))
+            if partition is not None:  # else revoked since librdkafka fetched it
+                partition.add(message.offset(), record)
 
     def _pause(self, wanted: set[int]) -> None:
         consumer = self._consumer
@@ -290,42 +223,13 @@ class GroupReader:
             self._fanout.revoke(partition_id)
             self._paused.discard(partition_id)
 
-    # -- dead letters ---------------------------------------------------------------------------
-
-    def _dead_letter(self, dead: list[tuple[int, DeadLetter]]) -> None:
-        if dead and self._producer is None:
-            self._producer = dead_letter_producer(self._platform, self._cluster, self.dead_letter_topic, self.group)
-        producer = self._producer
-        if producer is None:
-            return
-        for partition_id, letter in dead:
-            headers = [*letter.record.headers, *dead_letter_headers(self.topic, self.group, partition_id, letter)]
-            producer.produce(self.dead_letter_topic, letter.record.value, letter.record.key, headers=headers,
-                             on_delivery=self._dead_lettered(partition_id, letter))
-        producer.poll(0)
-
-    def _dead_lettered(self, partition_id: int, letter: DeadLetter) -> Callable[[KafkaError | None, Message], None]:
-        def settle(error: KafkaError | None, _: Message) -> None:
-            with self._lock:
-                partition = self._fanout.partitions.get(partition_id)
-                if partition is None:
-                    return  # revoked meanwhile: the next owner delivers it again
-                if error is not None:
-                    log.warning("dead-lettering %s/%d@%d failed: %s", self.topic, partition_id, letter.offset,
-                                error.str())
-                    partition.dead_again(letter)
-                    return
-                partition.ack(letter.offset)
-            self._metrics.dead_lettered.inc()
-        return settle
-
     # -- housekeeping ---------------------------------------------------------------------------
 
     def _refresh_metrics(self) -> None:
         consumer = self._consumer
         assert consumer is not None
         with self._lock:
-            partitions = dict(self._fanout.partitions)
+            partitions = dict(self._queues())
             in_flight = sum(q.in_flight for q in partitions.values())
         backlog = 0
         for partition_id, partition in partitions.items():
@@ -350,9 +254,6 @@ class GroupReader:
             consumer.close()  # leaves the group: the other nodes take over at once
         except (KafkaException, RuntimeError) as exc:
             log.warning("closing the reader of %s/%s: %s", self.topic, self.group, exc)
-        if self._producer is not None:
-            self._producer.flush(30)
-            self._producer = None
 
 
 def _offsets(topic: str, points: list[CommitPoint]) -> list[TopicPartition]:

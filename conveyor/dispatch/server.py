@@ -21,13 +21,15 @@ from conveyor import kafka
 from conveyor.config import ClusterRole, ConfigError, Platform, Problem
 from conveyor.dispatch.access import Access
 from conveyor.dispatch.discovery import Membership
-from conveyor.dispatch.errors import AccessError, ForeignGroup, NodeStopping
+from conveyor.dispatch.errors import AccessError, ForeignGroup, GroupInUse, NodeStopping
 from conveyor.dispatch.fanout import Client
 from conveyor.dispatch.health import serve_http
 from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.dispatch.reader import GroupReader
+from conveyor.dispatch.share_reader import ShareReader
+from conveyor.dispatch.source import Source
 from conveyor.auth import Forbidden, Unauthenticated
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,7 @@ class DispatchNode:
         self.metrics = NodeMetrics()
         self.access = Access(platform, self.cluster)
         self.membership = Membership(kafka.admin(platform, self.cluster))
-        self._readers: dict[tuple[str, str], GroupReader] = {}
+        self._readers: dict[tuple[str, str], Source] = {}
         self._lock = threading.Lock()
         self._grpc: grpc.Server | None = None
         self._http: Any = None
@@ -103,8 +105,9 @@ class DispatchNode:
         assert self._grpc is not None
         self._grpc.wait_for_termination()
 
-    def reader(self, topic: str, group: str) -> GroupReader:
-        """The running reader of (topic, group), started on first use (and again if it died)."""
+    def reader(self, topic: str, group: str) -> Source:
+        """The running reader of (topic, group), started on first use (and again if it died), of
+        the backend ``dispatch.backend`` names: clients cannot tell which."""
         with self._lock:
             if self._stopping:
                 raise NodeStopping("the node is stopping; locate another")
@@ -112,11 +115,12 @@ class DispatchNode:
             if reader is None or not reader.alive:
                 if reader is not None:
                     reader.stop()
-                reader = GroupReader(self.platform, self.cluster, topic, group, self.advertise,
-                                     self.metrics.reader(topic, group))
+                backend = ShareReader if self.platform.dispatch.backend == "share" else GroupReader
+                reader = backend(self.platform, self.cluster, topic, group, self.advertise,
+                                 self.metrics.reader(topic, group))
                 reader.start()
                 self._readers[(topic, group)] = reader
-                log.info("serving %s as group %s", topic, group)
+                log.info("serving %s as %s group %s", topic, self.platform.dispatch.backend, group)
             return reader
 
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -135,11 +139,13 @@ class DispatchNode:
         except (Unauthenticated, Forbidden, AccessError) as exc:
             _abort(context, _STATUS.get(type(exc), grpc.StatusCode.NOT_FOUND), str(exc))
 
-    def serving(self, context: grpc.ServicerContext, topic: str, group: str) -> GroupReader:
+    def serving(self, context: grpc.ServicerContext, topic: str, group: str) -> Source:
         try:
             return self.reader(topic, group)
         except NodeStopping as exc:
             _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+        except GroupInUse as exc:
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
 
 
 class DiscoveryService(pb_grpc.DiscoveryServicer):
@@ -151,7 +157,7 @@ class DiscoveryService(pb_grpc.DiscoveryServicer):
         node.authorize(context, request.topic, request.group)
         reader = node.serving(context, request.topic, request.group)
         try:
-            members = node.membership.nodes(request.topic, request.group)
+            members = node.membership.nodes(request.topic, reader.membership)
         except NodeStopping as exc:
             _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
         except KafkaException as exc:
@@ -189,7 +195,7 @@ class ReaderService(pb_grpc.ReaderServicer):
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem[0])
 
 
-def _pump(requests: Iterator[pb.ReadRequest], reader: GroupReader, client: Client, problem: list[str]) -> None:
+def _pump(requests: Iterator[pb.ReadRequest], reader: Source, client: Client, problem: list[str]) -> None:
     """The client's frames in; the stream ends when they end, or with the first bad one."""
     try:
         for request in requests:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,12 @@ from tests.dispatch_support import (
     NOTIFIER_TOKEN,
     Ledger,
     committed_offsets,
-    dispatch_platform,
     end_offsets,
+    nodes,  # noqa: F401 (a fixture)
     produce,
     start_node,
+    thirty_clients_read_everything,
+    topic_maker,
     wait_until,
 )
 
@@ -38,22 +40,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def setup(platform_file: Path, platform_data: dict[str, Any], provisioned: Platform,
-          topic_factory: Callable[..., str]) -> Iterator[Callable[..., tuple[Platform, str]]]:
+          topic_factory: Callable[..., str]) -> Callable[..., tuple[Platform, str]]:
     """A fresh 3-partition topic on central, declared for mailer, with dispatch settings."""
-    def make(**dispatch: Any) -> tuple[Platform, str]:
-        topic = topic_factory("central", 3)
-        _, platform = dispatch_platform(platform_file, platform_data, topic,
-                                        **{"commit_interval": "200ms", **dispatch})
-        return platform, topic
-    yield make
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[DispatchNode]]:
-    started: list[DispatchNode] = []
-    yield started
-    for node in started:
-        node.stop(grace=1)
+    return topic_maker(platform_file, platform_data, topic_factory, commit_interval="200ms")
 
 
 def subscriber(node: DispatchNode, topic: str, group: str, ledger: Ledger, client: int,
@@ -70,19 +59,8 @@ def test_thirty_clients_get_every_message_and_every_ack_is_committed(setup, node
     node = start_node(platform)
     nodes.append(node)
     sent = set(produce(platform, topic, 3000))
-    ledger = Ledger()
     group = f"mailer.{uuid.uuid4().hex[:6]}"
-    subs = [subscriber(node, topic, group, ledger, i) for i in range(30)]
-    for sub in subs:
-        sub.start()
-    try:
-        wait_until(lambda: ledger.confirmed_values() >= sent, 120, "every message acked and committed")
-    finally:
-        for sub in subs:
-            sub.stop()
-    assert set(ledger.values.values()) == sent
-    assert sum(ledger.deliveries.values()) == len(sent), "no fault, so no message is delivered twice"
-    assert len(ledger.by_client) == 30, f"round-robin reaches every client: {sorted(ledger.by_client.items())}"
+    thirty_clients_read_everything(sent, lambda i, ledger: subscriber(node, topic, group, ledger, i), 120)
     commits = committed_offsets(platform, topic, group)
     assert {p: c[0] for p, c in commits.items()} == end_offsets(platform, topic)
     assert all(decode(metadata).acked == () for _, metadata in commits.values())

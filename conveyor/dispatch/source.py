@@ -1,0 +1,173 @@
+"""What every backend of a (topic, group) on a node shares: the fan-out to its clients, the
+frames clients send, the reader thread's life, and dead letters.
+
+A backend (``reader.GroupReader``: a consumer group with acks in the commit metadata;
+``share_reader.ShareReader``: a KIP-932 share group) subclasses ``Source`` and provides the
+thread's body (``_run``) and how nodes find each other (``membership``). gRPC threads reach the
+shared state only through ``handle``/``connect``/``disconnect``, under one lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from conveyor.config import Dispatch, Platform
+from conveyor.dispatch.deadletter import dead_letter_headers, dead_letter_producer
+from conveyor.dispatch.fanout import Client, Fanout
+from conveyor.dispatch.metrics import ReaderMetrics
+from conveyor.dispatch.partition import DeadLetter, Record
+from conveyor.dispatch.protos import dispatch_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+#: Members of a dispatcher's group carry ``client.id = CLIENT_ID_PREFIX + host:port``; Discovery
+#: reads the addresses back from the group's membership.
+CLIENT_ID_PREFIX = "conveyor-dispatch@"
+
+
+@dataclass(frozen=True)
+class MembershipSource:
+    """Where Discovery finds the nodes serving a pair: the consumer group whose members they
+    are, and whether a member serves only while it holds partitions of the topic."""
+
+    group: str
+    needs_partitions: bool
+
+
+def fetched(messages: list[Message], what: str) -> list[tuple[Message, Record]]:
+    """The records among fetched ``messages``; a fatal error raises, others are logged."""
+    out: list[tuple[Message, Record]] = []
+    for message in messages:
+        error = message.error()
+        if error is not None:
+            if error.fatal():
+                raise KafkaException(error)
+            log.warning("fetch of %s: %s", what, error.str())
+            continue
+        headers = tuple((k, v or b"") for k, v in message.headers() or ())
+        out.append((message, Record(message.key(), message.value() or b"", headers, message.timestamp()[1])))
+    return out
+
+
+class Source:
+    def __init__(self, platform: Platform, cluster: str, topic: str, group: str, advertise: str,
+                 metrics: ReaderMetrics) -> None:
+        settings: Dispatch = platform.dispatch
+        self.topic, self.group = topic, group
+        self.dead_letter_topic = settings.dead_letter_topic.format(topic=topic, group=group)
+        self._platform, self._cluster, self._advertise = platform, cluster, advertise
+        self._settings = settings
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._fanout = Fanout(metrics, settings.batch, settings.max_credit)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._producer: Producer | None = None
+        self._failed: BaseException | None = None
+
+    @property
+    def membership(self) -> MembershipSource:
+        raise NotImplementedError
+
+    # -- called from gRPC threads -------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._guarded, name=f"reader-{self.topic}-{self.group}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Settle what was acked, leave the group, end the streams."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the reader thread died, if it did."""
+        return self._failed
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def partitions(self) -> list[int]:
+        with self._lock:
+            return sorted(self._fanout.partitions)
+
+    def connect(self, client: Client) -> None:
+        with self._lock:
+            self._fanout.add_client(client)
+            self._fanout.dispatch(time.monotonic(), time.time())
+
+    def disconnect(self, client: Client) -> None:
+        with self._lock:
+            self._fanout.remove_client(client, time.monotonic())
+            self._fanout.dispatch(time.monotonic(), time.time())
+
+    def handle(self, client: Client, request: pb.ReadRequest) -> None:
+        """Acks, nacks and credit of one frame, then send what that frees up."""
+        now = time.monotonic()
+        with self._lock:
+            if request.HasField("acks"):
+                self._fanout.ack(client, request.acks)
+            for nack in request.nacks:
+                self._fanout.nack(client, nack, now)
+            if request.credit:
+                self._fanout.give_credit(client, request.credit)
+            self._fanout.dispatch(now, time.time())
+
+    # -- the reader thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # the node reports a dead reader on /healthz and replaces it
+            self._failed = exc
+            log.exception("reader of %s/%s failed", self.topic, self.group)
+        finally:
+            if self._producer is not None:
+                self._producer.flush(30)
+                self._producer = None
+            with self._lock:  # end the streams: their clients locate again and reconnect
+                for client in list(self._fanout.clients):
+                    client.outbox.put(None)
+
+    def _take_dead(self) -> list[tuple[int, DeadLetter]]:
+        """Under the lock: the messages out of attempts, by partition."""
+        return [(p, letter) for p, q in self._fanout.partitions.items() for letter in q.take_dead()]
+
+    def _dead_letter(self, dead: list[tuple[int, DeadLetter]]) -> None:
+        if dead and self._producer is None:
+            self._producer = dead_letter_producer(self._platform, self._cluster, self.dead_letter_topic, self.group)
+        producer = self._producer
+        if producer is None:
+            return
+        for partition_id, letter in dead:
+            headers = [*letter.record.headers, *dead_letter_headers(self.topic, self.group, partition_id, letter)]
+            producer.produce(self.dead_letter_topic, letter.record.value, letter.record.key, headers=headers,
+                             on_delivery=self._dead_lettered(partition_id, letter))
+        producer.poll(0)
+
+    def _dead_lettered(self, partition_id: int, letter: DeadLetter) -> Callable[[KafkaError | None, Message], None]:
+        def settle(error: KafkaError | None, _: Message) -> None:
+            with self._lock:
+                partition = self._fanout.partitions.get(partition_id)
+                if partition is None:
+                    return  # revoked meanwhile: the next owner delivers it again
+                if error is not None:
+                    log.warning("dead-lettering %s/%d@%d failed: %s", self.topic, partition_id, letter.offset,
+                                error.str())
+                    partition.dead_again(letter)
+                    return
+                partition.dead_lettered(letter)
+            self._metrics.dead_lettered.inc()
+        return settle
