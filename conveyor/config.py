@@ -280,8 +280,8 @@ class Gateway(_Model):
     max_event_bytes: SizeBytes = 2**20
     #: Bulkheads: topics hash into lanes, each with its own worker budget and bounded queue.
     lanes: int = Field(default=16, ge=1)
-    workers_per_lane: int = Field(default=4, ge=1)
-    queue_per_lane: int = Field(default=32, ge=0)
+    workers_per_lane: int = Field(default=32, ge=1)
+    queue_per_lane: int = Field(default=64, ge=0)
     #: Seconds between publications of the audit counts.
     audit_interval: Seconds = Field(default=2.0, gt=0)
     #: Requests with more events get a per-partition summary instead of one entry per event.

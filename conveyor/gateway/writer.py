@@ -70,6 +70,9 @@ class ClusterProducer:
         self.cluster = cluster
         self._config = kafka.producer_config(platform, cluster, client_id, {
             "message.timeout.ms": int(timeout_s * 1000),
+            # A request's answer waits for its acks, so lingering only adds latency: the batches
+            # that waiting requests queue meanwhile fill the next produce request anyway.
+            "linger.ms": 1,
             "queue.buffering.max.messages": QUEUE_LIMIT,
             "queue.buffering.max.kbytes": 1_048_576,
             "batch.size": 1_000_000,
