@@ -43,6 +43,7 @@ demo: setup
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
 	$(BIN)/conveyor pipeline lake --once
 	$(BIN)/conveyor pipeline audit
+	$(BIN)/conveyor generate --rate 2000 --duration 75 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --for 60s; wait
 	$(BIN)/conveyor status
 	$(BIN)/conveyor dashboard
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
@@ -54,7 +55,7 @@ test-unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
 # Every benchmark; each writes bench/results/<name>.json. wrk (Debian) loads the gateway.
-BENCHES := runtime_startup gateway_throughput replicate_vs_mm2 lag_eval ops_sampling dispatch_throughput balance_plan balance_vs_kafka lake_ingest
+BENCHES := runtime_startup gateway_throughput replicate_vs_mm2 lag_eval ops_sampling dispatch_throughput balance_plan balance_vs_kafka lake_ingest realtime_views
 
 bench: setup
 	@command -v wrk >/dev/null 2>&1 || apt-get install -y -qq wrk >/dev/null

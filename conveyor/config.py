@@ -9,6 +9,7 @@ clusters, the services a topic names).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -310,6 +311,123 @@ class Lake(_Model):
     lock_timeout: Seconds = Field(default=120.0, ge=0)
 
 
+# --- real-time views (pipeline.realtime, ``conveyor pipeline realtime``) ---------------------------
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+#: A filter or a metric's ``where``: field -> the value, or one of the values, it must have.
+FieldMatch = dict[str, str | list[str]]
+
+
+class ViewMetric(_Model):
+    """One counter of a view: the events ``where`` selects, counted, or their ``sum`` field added up."""
+
+    sum: str | None = Field(default=None, description="an integer field of the contract; default: count")
+    where: FieldMatch = Field(default_factory=dict)
+
+
+class RealtimeView(_Model):
+    """Windowed counters of one topic's events, kept in Redis hashes, one per key and window."""
+
+    topic: str
+    filter: FieldMatch = Field(default_factory=dict)
+    group_by: list[str] = Field(min_length=1)
+    #: Tumbling event-time window.
+    window: Seconds = Field(default=60.0, gt=0)
+    metrics: dict[Name, ViewMetric] = Field(min_length=1)
+    #: Computed on read: name -> (numerator metric, denominator metric), e.g. ctr: [clicks, impressions].
+    ratios: dict[Name, tuple[Name, Name]] = Field(default_factory=dict)
+    #: How far behind the newest event time an event may be and still count; later ones are rejected as late.
+    allowed_lateness: Seconds = Field(default=60.0, ge=0)
+    #: Seconds a key lives after its last write; it must outlive the window and the lateness.
+    ttl: Seconds = Field(default=86_400.0, gt=0)
+    #: Redis key: ``{view}``, ``{window_start}`` and group-by fields; group-by fields left out of the
+    #: key become part of the hash's field names (``<metric>:<value>``). Default: every group-by field.
+    key: str | None = None
+
+    @property
+    def key_layout(self) -> str:
+        return self.key or "view:{view}:" + ":".join(f"{{{g}}}" for g in self.group_by) + ":{window_start}"
+
+    @property
+    def key_fields(self) -> list[str]:
+        """The group-by fields in the key, in the key's order."""
+        return [p for p in _PLACEHOLDER.findall(self.key_layout) if p in self.group_by]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RealtimeView:
+        placeholders = _PLACEHOLDER.findall(self.key_layout)
+        unknown = [p for p in placeholders if p not in {"view", "window_start", *self.group_by}]
+        if unknown:
+            raise ValueError(f"key names {unknown} that are neither view, window_start nor a group_by field")
+        if "view" not in placeholders or "window_start" not in placeholders:
+            raise ValueError("key must contain {view} and {window_start} (keys of two views or windows must differ)")
+        for name, (numerator, denominator) in self.ratios.items():
+            if {numerator, denominator} - set(self.metrics):
+                raise ValueError(f"ratio {name!r} names metrics that the view does not have")
+        if self.ttl <= self.window + self.allowed_lateness:
+            raise ValueError("ttl must exceed window + allowed_lateness (a late update would recreate an expired key)")
+        return self
+
+    def fields_used(self) -> dict[str, str]:
+        """Every contract field the view reads -> where it is named (for checks against the contract)."""
+        used = {f: "filter" for f in self.filter} | {g: "group_by" for g in self.group_by}
+        for name, metric in self.metrics.items():
+            used |= {f: f"metrics.{name}.where" for f in metric.where}
+            if metric.sum is not None:
+                used[metric.sum] = f"metrics.{name}.sum"
+        return used
+
+
+class Realtime(_Model):
+    """The real-time views job (``conveyor pipeline realtime``): one Structured Streaming query."""
+
+    views: dict[Name, RealtimeView] = Field(default_factory=dict)
+    #: Folder under runtime.home; each job (set of views) has its own checkpoint folder in it.
+    checkpoint: str = "realtime"
+    #: Micro-batch interval.
+    trigger: Seconds = Field(default=1.0, gt=0)
+    #: Most Kafka records per micro-batch (catching up after a stop goes in steps of this).
+    max_records_per_batch: int = Field(default=200_000, ge=1)
+    #: Where a new job (no checkpoint yet) starts reading.
+    starting_offsets: str = Field(default="earliest", pattern=r"^(earliest|latest)$")
+    #: Side output on the source cluster: late, malformed and unusable events with the reason.
+    rejects_topic: str = Field(default="_realtime_rejects", pattern=_TOPIC_NAME)
+    #: An event_time further than this after its record's Kafka timestamp is rejected: it would
+    #: push the watermark ahead and make every real event late.
+    future_tolerance: Seconds = Field(default=300.0, ge=0)
+
+
+def _contract_properties(platform: Platform, topic: str) -> dict[str, Any] | None:
+    spec = platform.topics.get(topic)
+    if spec is None or spec.contract is None:
+        return None
+    try:
+        schema = json.loads(platform.resolve(spec.contract).read_text())
+    except (OSError, ValueError):
+        return None  # reported by the topic's own contract check
+    return schema.get("properties") or {} if isinstance(schema, dict) else None
+
+
+def _realtime_problems(platform: Platform) -> Iterator[Problem]:
+    for name, view in platform.pipeline.realtime.views.items():
+        where = f"pipeline.realtime.views.{name}"
+        if view.topic not in platform.topics:
+            yield Problem(f"{where}.topic", f"names unknown topic {view.topic!r}")
+            continue
+        properties = _contract_properties(platform, view.topic)
+        if platform.topics[view.topic].contract is None:
+            yield Problem(f"{where}.topic", f"topic {view.topic!r} has no contract (views parse events with it)")
+        if properties is None:
+            continue
+        for field, used_in in view.fields_used().items():
+            if field not in properties:
+                yield Problem(f"{where}.{used_in}", f"field {field!r} is not in the contract of {view.topic!r}")
+        for metric_name, metric in view.metrics.items():
+            spec = properties.get(metric.sum) if metric.sum else None
+            if isinstance(spec, dict) and spec.get("type") not in ("integer", ["integer", "null"]):
+                yield Problem(f"{where}.metrics.{metric_name}.sum", f"field {metric.sum!r} is not an integer")
+# --- end of real-time views ----------------------------------------------------------------------
+
+
 class Pipeline(_Model):
     """Settings of the Spark pipelines; each pipeline issue adds its own section."""
 
@@ -319,6 +437,7 @@ class Pipeline(_Model):
     warehouse: str = ".conveyor/warehouse"
     spark: Spark = Field(default_factory=Spark)
     lake: Lake = Field(default_factory=Lake)
+    realtime: Realtime = Field(default_factory=Realtime)
 
 
 class Dispatch(_Model):
@@ -598,6 +717,7 @@ def _cross_checks(platform: Platform) -> Iterator[Problem]:
             yield Problem("pipeline.lake.topics", f"names unknown topic {topic!r}")
         elif platform.topics[topic].contract is None:
             yield Problem("pipeline.lake.topics", f"topic {topic!r} has no contract (the lake's columns come from it)")
+    yield from _realtime_problems(platform)
 
 
 _SECTIONS = ("clusters", "topics", "services", "routes")

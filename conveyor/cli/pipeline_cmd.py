@@ -193,3 +193,76 @@ def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = No
     console.print(f"{len(hours)} hour(s) audited, {len(failed)} with lost or duplicated events, "
                   f"{sum(h.lost for h in failed):,} lost, {sum(h.duplicates for h in failed):,} duplicated")
     raise typer.Exit(EXIT_AUDIT_FAILED if failed else 0)
+
+
+# --- conveyor pipeline realtime (docs/realtime.md) -------------------------------------------------
+if TYPE_CHECKING:
+    from conveyor.pipeline.realtime.metrics import RealtimeMetrics
+
+
+def _print_realtime_summary(metrics: RealtimeMetrics, seconds: float) -> None:
+    from conveyor.pipeline.realtime.metrics import seconds_text
+
+    reports = list(metrics.reports)
+    table = Table(title=f"real-time views: the last batches of {len(reports)} in {seconds:.0f}s")
+    for column in ("batch", "records", "events applied", "keys", "rejected", "seconds", "latency p50", "latency p99"):
+        table.add_column(column, justify="right")
+    for r in reports[-10:]:
+        latency = r.latency()
+        table.add_row(f"{r.batch_id}{'' if r.first_attempt else ' (replay)'}", f"{r.records:,}", f"{r.applied:,}",
+                      f"{r.keys:,}", f"{sum(r.rejects.values()):,}", f"{r.seconds:.2f}",
+                      seconds_text(latency.get(0.5)), seconds_text(latency.get(0.99)))
+    console.print(table)
+    records = sum(r.records for r in reports)
+    overall = metrics.run_latency()
+    console.print(f"{records:,} records ({records / seconds:,.0f}/s); latency from event time to Redis write over "
+                  f"every event applied: p50 {seconds_text(overall.get(0.5))}, p99 {seconds_text(overall.get(0.99))} "
+                  "(a backlog read at start counts with its age)")
+
+
+@app.command()
+def realtime(
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    views: Annotated[list[str] | None, typer.Option(
+        "--views", "-v", envvar="CONVEYOR_REALTIME_VIEWS",
+        help="Only these views (repeatable; default: every view of pipeline.realtime). A job is its set of "
+             "views: each set has its own checkpoint.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", envvar="CONVEYOR_REALTIME_METRICS_PORT", help="Serve /metrics on 127.0.0.1.")] = None,
+    run_for: Annotated[str | None, typer.Option(
+        "--for", envvar="CONVEYOR_REALTIME_FOR", help="Stop after this long (60s, 10m) and print the latency.")] = None,
+    available_now: Annotated[bool, typer.Option(
+        "--available-now", help="Read what the topics hold now, then stop (a catch-up run).")] = False,
+) -> None:
+    """Keep the views of pipeline.realtime in Redis up to date from pipeline.source: one Structured
+    Streaming query, exactly once per key and window; late and malformed events go to the side
+    output (pipeline.realtime.rejects_topic) with the reason. Runs until SIGTERM unless --for or
+    --available-now is given."""
+    import logging
+
+    from conveyor.pipeline.realtime.job import run
+    from conveyor.pipeline.realtime.metrics import RealtimeMetrics
+    from conveyor.pipeline.realtime.plan import job_views
+
+    try:
+        seconds = parse_duration_ms(run_for) / 1000 if run_for else None
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--for") from None
+    model = platform_from(platform)
+    chosen = job_views(model, views)  # refuse unknown views before Spark starts
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("conveyor.realtime").setLevel(logging.INFO)
+    spark = start_spark(model, "conveyor-realtime")
+    metrics = RealtimeMetrics()
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    started = time.monotonic()
+    console.print(f"real-time views {', '.join(chosen)}: streaming from {model.pipeline.source}")
+    run(spark, model, chosen, metrics, stop, seconds, available_now)
+    _print_realtime_summary(metrics, time.monotonic() - started)
+# --- end of conveyor pipeline realtime -------------------------------------------------------------

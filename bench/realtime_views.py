@@ -1,0 +1,281 @@
+"""Real-time views: sustained events/s and event-to-Redis latency, side by side in one run:
+
+- ``realtime``: ``conveyor pipeline realtime`` (one Structured Streaming query, 1 s trigger, the
+  demo's two views: impressions/clicks/spend per banner per minute and interests per user per hour),
+  exactly once per key;
+- ``naive``: the peer, a Python confluent-kafka consumer doing one Redis HINCRBY per event and view
+  (what an INCR per event is for a hash), committing offsets every second after the writes
+  (at-least-once: a crash re-counts up to a second of events).
+
+Each path gets the same live traffic: realistic ad events (:class:`~conveyor.gateway.generate.AdTraffic`)
+produced straight to central at ``--rate`` events/s for ``--duration`` s, each stamped with the time
+it is produced; latency is Redis write time minus event time, over every event. Spark's start is
+excluded (the query runs before the traffic starts). The platform is the demo's central cluster (3
+brokers, RF 3) and a Redis on their own ports and folder. Spark 4.1's real-time trigger mode is not
+measured: its Kafka connector does not resolve from Maven Central here (docs/realtime.md).
+
+    python -m bench.realtime_views [--rate 20000] [--duration 60] [--base-port 31800]
+
+Writes bench/results/realtime_views.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from confluent_kafka import TopicPartition
+from rich.console import Console
+from rich.table import Table
+
+from conveyor import kafka
+from conveyor.config import Platform, parse_platform
+from conveyor.gateway.generate import AdTraffic
+from conveyor.pipeline.realtime.deltas import quantiles
+from conveyor.pipeline.realtime.job import run as run_realtime
+from conveyor.pipeline.realtime.metrics import RealtimeMetrics
+from conveyor.pipeline.realtime.plan import job_id, job_views
+from conveyor.pipeline.realtime.store import ViewStore, connect
+from conveyor.pipeline.spark import spark_session
+from conveyor.runtime.local import LocalPlatform
+from conveyor.topics import provisioner
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "realtime_views.json"
+PARTITIONS = 6
+TOPICS = {"realtime": "bench-rt-spark", "naive": "bench-rt-naive"}
+#: Events are serialised once with this time and stamped at produce time (a fixed-width splice).
+_PLACEHOLDER = b"2000-01-01T00:00:00.000Z"
+
+
+def _platform(folder: Path, base_port: int) -> Platform:
+    demo = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    contract = str(ROOT / "contracts" / "ad-events.schema.json")
+    views = demo["pipeline"]["realtime"]["views"]
+    for view in views.values():
+        view["topic"] = TOPICS["realtime"]
+    data = {
+        "name": "realtime-bench",
+        "runtime": {**demo["runtime"], "home": str(folder / "home"), "base_port": base_port},
+        "clusters": {"central": demo["clusters"]["central"]},
+        "topics": {**{t: {"partitions": PARTITIONS, "contract": contract} for t in TOPICS.values()},
+                   "_realtime_rejects": {"partitions": 3}},
+        "pipeline": {"source": "central", "spark": demo["pipeline"]["spark"], "warehouse": str(folder / "warehouse"),
+                     "realtime": {**demo["pipeline"]["realtime"], "views": views}},
+    }
+    return parse_platform(data, root=folder)
+
+
+def _templates(count: int) -> list[tuple[bytes, bytes, int]]:
+    """(key, value with the placeholder time, where the time starts) of ``count`` ad events."""
+    traffic = AdTraffic(seed=11)
+    stamp = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    result = []
+    for _ in range(count):
+        event = traffic.event(stamp)
+        value = orjson.dumps(event)
+        result.append((event["user_id"].encode(), value, value.index(_PLACEHOLDER)))
+    return result
+
+
+class Traffic:
+    """Produces ``rate`` events/s for ``seconds`` s, each stamped with the time it is produced, from
+    a process of its own: in the measuring process it would compete for the GIL with the path measured."""
+
+    def __init__(self, platform: Platform, topic: str, rate: int, seconds: float) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._sent = context.Value("q", 0)
+        self._elapsed = context.Value("d", 0.0)
+        self._process = context.Process(target=_produce, args=(platform, topic, rate, seconds, self._sent,
+                                                                self._elapsed), daemon=True)
+
+    @property
+    def sent(self) -> int:
+        return self._sent.value
+
+    @property
+    def elapsed(self) -> float:
+        return self._elapsed.value
+
+    def start(self) -> None:
+        self._process.start()
+
+    def is_alive(self) -> bool:
+        return self._process.is_alive()
+
+    def join(self) -> None:
+        self._process.join()
+        assert self._process.exitcode == 0, f"the traffic process failed ({self._process.exitcode})"
+
+
+def _produce(platform: Platform, topic: str, rate: int, seconds: float, sent_total: Any, elapsed_total: Any) -> None:
+    templates = _templates(min(100_000, rate * 5))
+    producer = kafka.producer(platform, "central", "realtime-bench", {"linger.ms": 20, "batch.size": 1_000_000})
+    sent = 0
+    started = time.monotonic()
+    while (elapsed := time.monotonic() - started) < seconds:
+        due = int(rate * elapsed) + rate // 100
+        if sent >= due:
+            time.sleep(0.002)
+            continue
+        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z").encode()
+        for _ in range(due - sent):
+            key, value, at = templates[sent % len(templates)]
+            value = value[:at] + now + value[at + len(now):]
+            while True:
+                try:
+                    producer.produce(topic, value, key=key)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            sent += 1
+        producer.poll(0)
+        sent_total.value = sent
+    elapsed_total.value = time.monotonic() - started
+    assert producer.flush(120) == 0
+
+
+def _summary(latency_ms: Counter[int], events: int, seconds: float, traffic: Traffic) -> dict:
+    q = quantiles(latency_ms, (0.5, 0.99))
+    return {"events": events, "offered_per_second": round(traffic.sent / traffic.elapsed),
+            "processed_per_second": round(events / seconds), "seconds": round(seconds, 1),
+            "latency_p50_seconds": round(q[0.5] / 1000, 2), "latency_p99_seconds": round(q[0.99] / 1000, 2)}
+
+
+def _realtime(platform: Platform, rate: int, duration: float) -> dict:
+    spark = spark_session(platform, "realtime-bench")
+    views = job_views(platform)
+    metrics, stop = RealtimeMetrics(), threading.Event()
+    job = threading.Thread(target=run_realtime, args=(spark, platform, views, metrics, stop), daemon=True)
+    job.start()
+    # A few events first: once their batch is written, the query runs and the measured traffic can start.
+    warmup = Traffic(platform, TOPICS["realtime"], 10, 0.5)
+    warmup.start()
+    warmup.join()
+    while not metrics.reports:
+        assert job.is_alive(), "the real-time job stopped"
+        time.sleep(0.2)
+    metrics.run_latencies.clear()
+    store = ViewStore(connect(platform), job_id(views))
+    traffic = Traffic(platform, TOPICS["realtime"], rate, duration)
+    started = time.monotonic()
+    traffic.start()
+    traffic.join()
+    while store.state().counters.get("records", 0) < traffic.sent + warmup.sent:
+        assert job.is_alive(), "the real-time job stopped"
+        time.sleep(0.2)
+    seconds = time.monotonic() - started
+    stop.set()
+    job.join(120)
+    reports = list(metrics.reports)[1:]
+    result = _summary(metrics.run_latencies, traffic.sent, seconds, traffic)
+    result["batches"] = len(reports)
+    result["batch_seconds_mean"] = round(sum(r.seconds for r in reports) / len(reports), 2)
+    return result
+
+
+def _naive(platform: Platform, rate: int, duration: float) -> dict:
+    """The peer: one HINCRBY per event and view, offsets committed every second after the writes."""
+    client = connect(platform)
+    consumer = kafka.consumer(platform, "central", f"naive-{uuid.uuid4().hex[:6]}", "realtime-bench-naive")
+    consumer.assign([TopicPartition(TOPICS["naive"], p, 0) for p in range(PARTITIONS)])
+    traffic = Traffic(platform, TOPICS["naive"], rate, duration)
+    latency_ms: Counter[int] = Counter()
+    done = 0
+    positions: dict[int, int] = {}
+    started = last_commit = time.monotonic()
+    traffic.start()
+    while traffic.is_alive() or done < traffic.sent:
+        for message in consumer.consume(500, 0.2):
+            if message.error() is not None:
+                continue
+            event = orjson.loads(message.value())
+            moment = datetime.fromisoformat(event["event_time"])
+            minute = int(moment.timestamp()) // 60 * 60
+            if event["type"] in ("impression", "click") and event.get("banner_id"):
+                client.hincrby(f"naive:banner:{event['banner_id']}:{minute}", event["type"] + "s", 1)
+            client.hincrby(f"naive:interests:{event['user_id']}:{minute // 3600 * 3600}",
+                           f"events:{event.get('category')}", 1)
+            latency_ms[int(time.time() * 1000 - moment.timestamp() * 1000)] += 1
+            done += 1
+            positions[message.partition()] = message.offset() + 1
+        if positions and time.monotonic() - last_commit >= 1:
+            consumer.commit(offsets=[TopicPartition(TOPICS["naive"], p, o) for p, o in positions.items()],
+                            asynchronous=False)
+            last_commit = time.monotonic()
+    seconds = time.monotonic() - started
+    consumer.close()
+    return _summary(latency_ms, done, seconds, traffic)
+
+
+class LoadSampler(threading.Thread):
+    """The machine's 1-minute load average every 5 s while the paths are measured."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.samples: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(5):
+            self.samples.append(os.getloadavg()[0])
+
+    def summary(self) -> dict:
+        samples = self.samples or [os.getloadavg()[0]]
+        return {"mean": round(sum(samples) / len(samples), 1), "max": round(max(samples), 1)}
+
+
+def run(rate: int, duration: float, base_port: int) -> dict:
+    load = LoadSampler()
+    with tempfile.TemporaryDirectory(prefix="conveyor-realtime-bench-") as tmp:
+        platform = _platform(Path(tmp), base_port)
+        local = LocalPlatform(platform)
+        local.up()
+        try:
+            provisioner.apply(platform, provisioner.plan(platform))
+            load.start()
+            results = {"realtime": _realtime(platform, rate, duration), "naive": _naive(platform, rate, duration)}
+            load.stop.set()
+        finally:
+            local.down()
+    return {"rate": rate, "duration": duration, "partitions": PARTITIONS, "load_average": load.summary(),
+            "goal": "p99 <= 5 s at >= 20,000 events/s", **results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=20_000, help="events/s offered")
+    parser.add_argument("--duration", type=float, default=60, help="seconds of traffic per path")
+    parser.add_argument("--base-port", type=int, default=31800)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("conveyor.realtime").setLevel(logging.INFO)  # one line per batch
+    result = run(args.rate, args.duration, args.base_port)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2))
+    table = Table(title=f"real-time views: {args.rate:,} events/s offered for {args.duration:.0f}s "
+                        f"(load average mean {result['load_average']['mean']}, max {result['load_average']['max']})")
+    for column in ("path", "events", "offered/s", "processed/s", "latency p50", "latency p99"):
+        table.add_column(column)
+    for name in ("realtime", "naive"):
+        r = result[name]
+        table.add_row(name, f"{r['events']:,}", f"{r['offered_per_second']:,}", f"{r['processed_per_second']:,}",
+                      f"{r['latency_p50_seconds']:.2f}s", f"{r['latency_p99_seconds']:.2f}s")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

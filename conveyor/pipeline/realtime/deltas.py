@@ -1,0 +1,223 @@
+"""A micro-batch of Kafka records to what the views must add, what was rejected and why, and the
+event times written. Pure.
+
+``project`` runs in Spark's Python workers over Arrow batches (``mapInArrow``): it parses each
+record with its topic's contract (the lake's :class:`~conveyor.pipeline.records.RecordParser`),
+decides lateness against the watermark the driver fixed for the batch before it ran, and adds
+every event into per-key partial sums, so only one row per key, rejected record and distinct
+event millisecond leaves a task. ``merge`` (on the driver) adds the tasks' partial sums together.
+The same records with the same watermarks always give the same result, which is what lets a
+replayed batch reproduce its first attempt exactly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms, matches
+from conveyor.pipeline.records import RecordParser
+from conveyor.pipeline.schema import Column
+
+#: What a task returns, one row per: key field delta, distinct applied event time, rejected record.
+OUTPUT = pa.schema([
+    ("kind", pa.string()), ("view", pa.string()), ("key", pa.string()), ("field", pa.string()),
+    ("value", pa.int64()), ("event_ms", pa.int64()), ("reason", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("raw", pa.binary()),
+])
+OUTPUT_DDL = ("kind string, view string, key string, field string, value bigint, event_ms bigint, reason string, "
+              "topic string, partition int, offset bigint, raw binary")
+DELTA, TIME, MAX, RECORDS, REJECT = "delta", "time", "max", "records", "reject"
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    topic: str
+    schema_text: str
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Everything a task needs: the topics' contracts, the views, and each view's watermark (epoch
+    ms; None before any event was seen) fixed for this batch."""
+
+    topics: tuple[TopicPlan, ...]
+    views: tuple[ViewPlan, ...]
+    watermarks: tuple[int | None, ...]
+    future_tolerance_ms: int
+
+
+@dataclass(frozen=True)
+class Reject:
+    #: malformed, future, incomplete (a group-by field is missing) or late.
+    kind: str
+    view: str | None
+    reason: str
+    topic: str
+    partition: int
+    offset: int
+    raw: bytes | None
+
+
+class _Partial:
+    """One task's partial sums."""
+
+    def __init__(self, plan: BatchPlan) -> None:
+        self.plan = plan
+        self.parsers = {t.topic: (RecordParser(t.topic, t.schema_text, t.columns), [c.name for c in t.columns])
+                        for t in plan.topics}
+        self.views = [(v, wm) for v, wm in zip(plan.views, plan.watermarks, strict=True)]
+        self.sums: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.times: Counter[int] = Counter()
+        self.max_ms: int | None = None
+        self.rejects: list[Reject] = []
+        self.records = 0
+
+    def add(self, topic: str, partition: int, offset: int, kafka_ms: int, raw: bytes | None) -> None:
+        self.records += 1
+        parser, names = self.parsers[topic]
+        reason, *values = parser.parse(raw)
+
+        def reject(kind: str, why: str, view: str | None = None) -> None:
+            self.rejects.append(Reject(kind, view, why, topic, partition, offset, raw))
+
+        if reason is not None:
+            return reject("malformed", reason)
+        event = dict(zip(names, values, strict=True))
+        event_ms = epoch_ms(event["event_time"])
+        if event_ms > kafka_ms + self.plan.future_tolerance_ms:
+            return reject("future", f"event_time {event['event_time'].isoformat()} is more than "
+                                    f"{self.plan.future_tolerance_ms / 1000:g}s after the record's Kafka timestamp")
+        self.max_ms = event_ms if self.max_ms is None else max(self.max_ms, event_ms)
+        applied = False
+        for view, watermark in self.views:
+            if view.topic != topic or not matches(view.filter, event):
+                continue
+            missing = [g for g in view.group_by if event.get(g) is None]
+            if missing:
+                reject("incomplete", f"group-by field {missing[0]} is missing", view.name)
+            elif watermark is not None and event_ms < watermark:
+                reject("late", f"event_time {event['event_time'].isoformat()} is before the view's watermark "
+                               f"{datetime.fromtimestamp(watermark / 1000, timezone.utc).isoformat()}", view.name)
+            else:
+                self._count(view, event, event_ms)
+                applied = True
+        if applied:
+            self.times[event_ms] += 1
+
+    def _count(self, view: ViewPlan, event: dict[str, Any], event_ms: int) -> None:
+        key = view.key(event, view.window_start(event_ms))
+        for metric in view.metrics:
+            if matches(metric.where, event):
+                amount = 1 if metric.sum is None else (event.get(metric.sum) or 0)
+                self.sums[(view.name, key, view.field(metric.name, event))] += amount
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """One Arrow batch per kind of row, built column by column."""
+        if self.sums:
+            (views, keys, fields), values = zip(*self.sums, strict=True), list(self.sums.values())
+            yield _section(DELTA, view=list(views), key=list(keys), field=list(fields), value=values)
+        if self.times:
+            yield _section(TIME, event_ms=list(self.times), value=list(self.times.values()))
+        yield _section(MAX, value=[self.max_ms])
+        yield _section(RECORDS, value=[self.records])
+        if self.rejects:
+            yield _section(REJECT, **{name: [getattr(r, attr) for r in self.rejects] for name, attr in _REJECT_COLUMNS})
+
+
+_REJECT_COLUMNS = (("field", "kind"), ("view", "view"), ("reason", "reason"), ("topic", "topic"),
+                   ("partition", "partition"), ("offset", "offset"), ("raw", "raw"))
+
+
+def _section(kind: str, **columns: list[Any]) -> pa.RecordBatch:
+    rows = len(next(iter(columns.values())))
+    arrays = [pa.array([kind] * rows, pa.string()) if f.name == "kind"
+              else pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(rows, f.type)
+              for f in OUTPUT]
+    return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT)
+
+
+def project(batches: Iterator[pa.RecordBatch], plan: BatchPlan) -> Iterator[pa.RecordBatch]:
+    """For ``mapInArrow`` over Kafka rows (topic, partition, offset, timestamp, value): one batch
+    of partial sums per task."""
+    partial = _Partial(plan)
+    for batch in batches:
+        stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
+        for topic, partition, offset, stamp, raw in zip(
+            batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
+            batch.column("offset").to_pylist(), stamps, batch.column("value").to_pylist(), strict=True,
+        ):
+            partial.add(topic, partition, offset, stamp // 1000, raw)
+    yield from partial.batches()
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    #: key -> (view, {hash field: delta}).
+    deltas: dict[str, tuple[str, dict[str, int]]]
+    #: Applied events per event time (epoch ms).
+    times: dict[int, int]
+    #: Newest event time of the batch's valid events (late ones included), None without one.
+    max_ms: int | None
+    #: Kafka records read.
+    records: int
+    rejects: tuple[Reject, ...] = field(default=())
+
+    @property
+    def applied(self) -> int:
+        return sum(self.times.values())
+
+    def reject_counts(self) -> dict[str, int]:
+        """Counter name -> rejects: ``malformed``, ``future``, ``late:<view>``, ``incomplete:<view>``."""
+        return dict(Counter(r.kind if r.view is None else f"{r.kind}:{r.view}" for r in self.rejects))
+
+
+def merge(table: pa.Table) -> BatchResult:
+    """The tasks' partial results added together."""
+
+    def rows(kind: str) -> pa.Table:
+        return table.filter(pc.equal(table["kind"], kind))
+
+    deltas: dict[str, tuple[str, dict[str, int]]] = {}
+    part = rows(DELTA)
+    for view, key, name, value in zip(*(part[c].to_pylist() for c in ("view", "key", "field", "value")), strict=True):
+        fields = deltas.setdefault(key, (view, {}))[1]
+        fields[name] = fields.get(name, 0) + value
+    times: Counter[int] = Counter()
+    part = rows(TIME)
+    for event_ms, count in zip(part["event_ms"].to_pylist(), part["value"].to_pylist(), strict=True):
+        times[event_ms] += count
+    max_ms = pc.max(rows(MAX)["value"]).as_py()
+    records = pc.sum(rows(RECORDS)["value"]).as_py() or 0
+    rejects = sorted((Reject(r["field"], r["view"], r["reason"], r["topic"], r["partition"], r["offset"], r["raw"])
+                      for r in rows(REJECT).to_pylist()), key=lambda r: (r.topic, r.partition, r.offset, r.view or ""))
+    return BatchResult(deltas, dict(times), max_ms, records, tuple(rejects))
+
+
+def latencies(times: Mapping[int, int], written_ms: int) -> Counter[int]:
+    """Applied events per latency (ms from event time to ``written_ms``)."""
+    return Counter({written_ms - event_ms: count for event_ms, count in times.items()})
+
+
+def quantiles(counts: Mapping[int, int], wanted: Iterable[float]) -> dict[float, int]:
+    """The q-quantiles (nearest rank) of values given as value -> how many times it occurs."""
+    total = sum(counts.values())
+    if total == 0:
+        return {}
+    ordered = sorted(counts.items())
+    result: dict[float, int] = {}
+    for q in wanted:
+        rank, seen = max(1.0, q * total), 0
+        for value, count in ordered:
+            seen += count
+            if seen >= rank:
+                result[q] = value
+                break
+    return result

@@ -1,0 +1,181 @@
+"""``conveyor pipeline realtime``: one Structured Streaming query from the central cluster into the
+views in Redis.
+
+The query reads the views' topics with Spark's official Kafka connector (read committed, its own
+checkpoint folder per job) and hands each micro-batch to :class:`BatchWriter` (foreachBatch). The
+writer aggregates the batch itself, statelessly: no Spark state store, so nothing waits for a window
+to close. Exactly-once comes from the batch id: Spark fixes a batch's offsets in its offset log
+before the batch runs and replays the same offsets with the same id after a crash; the watermarks
+come from the job's state in Redis as it was before the batch, so the replay decides lateness the
+same way; and every Redis write is skipped where that batch id has already written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from base64 import b64encode
+from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import NewTopic
+
+from conveyor import kafka
+from conveyor.config import Platform, RealtimeView
+from conveyor.pipeline.errors import PipelineError, spark_failures
+from conveyor.pipeline.kafka_source import java_client_options, source_cluster
+from conveyor.pipeline.realtime.deltas import OUTPUT_DDL, BatchPlan, Reject, TopicPlan, latencies, merge, project
+from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
+from conveyor.pipeline.realtime.plan import ViewPlan, job_id
+from conveyor.pipeline.realtime.store import ViewStore, connect
+from conveyor.pipeline.schema import contract_columns, read_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("conveyor.realtime")
+_KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "value")
+
+
+def checkpoint_dir(platform: Platform, views: Mapping[str, RealtimeView]) -> Path:
+    return platform.home / platform.pipeline.realtime.checkpoint / job_id(views)
+
+
+class RejectsOutput:
+    """The side output: one JSON record per rejected event and view, keyed by its coordinates so a
+    replayed batch's second copy is recognisable (the exact counts are in the job's Redis state)."""
+
+    def __init__(self, platform: Platform, cluster: str, topic: str) -> None:
+        self.topic = topic
+        spec = platform.cluster(cluster)
+        declared = platform.topics.get(topic)
+        admin = kafka.admin(platform, cluster)
+        new = NewTopic(topic, declared.partitions if declared else 3, spec.default_replication_factor,
+                       config={"min.insync.replicas": str(spec.default_min_insync)})
+        try:
+            admin.create_topics([new])[topic].result(30)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise kafka.KafkaOperationError.from_exception(f"creating {topic} on {cluster}", exc) from None
+        self.producer: Producer | None = kafka.producer(platform, cluster, "conveyor-realtime-rejects")
+
+    def close(self) -> None:
+        # Spark may keep the batch function referenced; the producer (threads, sockets) must not wait for that.
+        self.producer = None
+
+    def send(self, batch_id: int, rejects: tuple[Reject, ...]) -> None:
+        if self.producer is None:
+            raise PipelineError("the side output is closed: the job has stopped")
+        failed: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, _: object) -> None:
+            if err is not None:
+                failed.append(err)
+
+        for r in rejects:
+            record = {"kind": r.kind, "view": r.view, "reason": r.reason, "topic": r.topic, "partition": r.partition,
+                      "offset": r.offset, "batch": batch_id}
+            try:
+                record["value"] = None if r.raw is None else r.raw.decode()
+            except UnicodeDecodeError:
+                record["value_base64"] = b64encode(r.raw or b"").decode()
+            self.producer.produce(self.topic, orjson.dumps(record), key=f"{r.topic}:{r.partition}:{r.offset}".encode(),
+                                  on_delivery=delivered)
+            self.producer.poll(0)
+        remaining = self.producer.flush(60)
+        if remaining or failed:
+            # Failing the batch makes Spark replay it: the rejects are sent again, never lost.
+            raise PipelineError(f"side output {self.topic}: {remaining} undelivered, {len(failed)} failed "
+                                f"({failed[0].str() if failed else 'timeout'})")
+
+
+class BatchWriter:
+    """foreachBatch: aggregate the micro-batch to deltas, write them and the rejects, commit."""
+
+    def __init__(self, platform: Platform, views: Mapping[str, RealtimeView], metrics: RealtimeMetrics) -> None:
+        settings = platform.pipeline.realtime
+        self.views = tuple(ViewPlan.of(name, view) for name, view in views.items())
+        self.topics = tuple(self._topic_plan(platform, t) for t in sorted({v.topic for v in self.views}))
+        self.ttls = {v.name: v.ttl_seconds for v in self.views}
+        self.tolerance_ms = round(settings.future_tolerance * 1000)
+        self.store = ViewStore(connect(platform), job_id(views))
+        self.rejects = RejectsOutput(platform, source_cluster(platform), settings.rejects_topic)
+        self.metrics = metrics
+
+    @staticmethod
+    def _topic_plan(platform: Platform, topic: str) -> TopicPlan:
+        schema = read_schema(platform, topic)
+        return TopicPlan(topic, json.dumps(schema, sort_keys=True), contract_columns(topic, schema))
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        newest = self.store.state().newest_before(batch_id)
+        watermarks = tuple(None if newest is None else newest - v.lateness_ms for v in self.views)
+        plan = BatchPlan(self.topics, self.views, watermarks, self.tolerance_ms)
+        result = merge(frame.mapInArrow(partial(project, plan=plan), OUTPUT_DDL).toArrow())
+        self.rejects.send(batch_id, result.rejects)
+        written = self.store.apply(
+            batch_id, {key: (self.ttls[view], fields) for key, (view, fields) in result.deltas.items()})
+        written_ms = time.time_ns() // 1_000_000
+        counters = {"records": result.records, "applied": result.applied, **result.reject_counts()}
+        first = self.store.commit(batch_id, result.max_ms, counters)
+        report = BatchReport(batch_id, result.records, result.applied, written, len(result.deltas),
+                             result.reject_counts(), time.monotonic() - started,
+                             latencies(result.times, written_ms), first)
+        self.metrics.observe(report)
+        latency = report.latency()
+        log.info("batch %d%s: %d records, %d events applied to %d keys (%d written), rejected %s, %.2fs, "
+                 "latency p50 %s p99 %s", batch_id, "" if first else " (replay)", report.records, report.applied,
+                 report.keys, written, report.rejects or "none", report.seconds,
+                 seconds_text(latency.get(0.5)), seconds_text(latency.get(0.99)))
+
+
+def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], writer: BatchWriter,
+          available_now: bool = False) -> StreamingQuery:
+    """Start the job's query: every ``trigger`` seconds, or with ``available_now`` through what the
+    topics hold now and then stop."""
+    settings = platform.pipeline.realtime
+    topics = sorted({v.topic for v in views.values()})
+    stream = (
+        spark.readStream.format("kafka")
+        .options(**java_client_options(platform, source_cluster(platform)))
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", settings.starting_offsets)
+        .option("maxOffsetsPerTrigger", str(settings.max_records_per_batch))
+        .option("kafka.isolation.level", "read_committed")
+        # Retention deleting unread records fails the query loudly rather than skipping them.
+        .option("failOnDataLoss", "true")
+        .load()
+        .select(*_KAFKA_COLUMNS)
+    )
+    trigger = {"availableNow": True} if available_now else {"processingTime": f"{round(settings.trigger * 1000)} milliseconds"}
+    return (stream.writeStream.queryName(f"realtime-{job_id(views)}").foreachBatch(writer)
+            .option("checkpointLocation", str(checkpoint_dir(platform, views))).trigger(**trigger).start())
+
+
+def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], metrics: RealtimeMetrics,
+        stop: threading.Event, seconds: float | None = None, available_now: bool = False) -> None:
+    """Run the query until ``stop`` is set, ``seconds`` have passed, or (``available_now``) it has
+    read everything; a failure inside Spark becomes a RunFailedError (the checkpoint replays it)."""
+    with spark_failures(f"real-time job {job_id(views)} (restart it: the checkpoint replays the failed batch)"):
+        writer = BatchWriter(platform, views, metrics)
+        query = start(spark, platform, views, writer, available_now)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        try:
+            while query.isActive and not stop.is_set():
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                query.awaitTermination(0.5)
+        finally:
+            query.stop()
+            writer.rejects.close()
+        failure = query.exception()
+        if failure is not None:
+            raise failure

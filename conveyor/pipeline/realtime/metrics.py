@@ -1,0 +1,78 @@
+"""The real-time job's Prometheus metrics (``--metrics-port``) and its run-wide latency."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections import deque
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from conveyor.pipeline.realtime.deltas import quantiles
+
+QUANTILES = (0.5, 0.99)
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    batch_id: int
+    records: int
+    applied: int
+    #: Keys this attempt wrote (a replay skips those its first attempt wrote).
+    keys_written: int
+    keys: int
+    rejects: dict[str, int]
+    seconds: float
+    #: Applied events per latency in ms, event time to Redis write.
+    latencies: Tally[int]
+    #: False when the batch had been committed before (a replay after a crash).
+    first_attempt: bool
+
+    def latency(self) -> dict[float, float]:
+        return {q: ms / 1000 for q, ms in quantiles(self.latencies, QUANTILES).items()}
+
+
+class RealtimeMetrics:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.batches = Counter("conveyor_realtime_batches", "Micro-batches written, by attempt (first, replay).",
+                               ["attempt"], registry=registry)
+        self.records = Counter("conveyor_realtime_records", "Kafka records read.", registry=registry)
+        self.applied = Counter("conveyor_realtime_events_applied", "Events added to at least one view.",
+                               registry=registry)
+        self.rejected = Counter("conveyor_realtime_events_rejected",
+                                "Events sent to the side output: malformed, future, late or incomplete (per view).",
+                                ["kind", "view"], registry=registry)
+        self.keys = Counter("conveyor_realtime_keys_written", "Redis view keys written.", registry=registry)
+        self.latency = Gauge("conveyor_realtime_latency_seconds",
+                             "Event time to Redis write, over the last batch's applied events.", ["quantile"],
+                             registry=registry)
+        self.duration = Gauge("conveyor_realtime_batch_duration_seconds", "Duration of the last batch.",
+                              registry=registry)
+        self.size = Gauge("conveyor_realtime_batch_records", "Kafka records in the last batch.", registry=registry)
+        self.run_latencies: Tally[int] = Tally()
+        #: The latest batches, for the summary of a bounded run.
+        self.reports: deque[BatchReport] = deque(maxlen=1000)
+
+    def observe(self, report: BatchReport) -> None:
+        self.batches.labels("first" if report.first_attempt else "replay").inc()
+        self.records.inc(report.records)
+        self.applied.inc(report.applied)
+        self.keys.inc(report.keys_written)
+        for name, count in report.rejects.items():
+            kind, _, view = name.partition(":")
+            self.rejected.labels(kind, view).inc(count)
+        for q, seconds in report.latency().items():
+            self.latency.labels(str(q)).set(seconds)
+        self.duration.set(report.seconds)
+        self.size.set(report.records)
+        self.run_latencies.update(report.latencies)
+        self.reports.append(report)
+
+    def run_latency(self) -> dict[float, float]:
+        """Quantiles over every event applied since the job started."""
+        return {q: ms / 1000 for q, ms in quantiles(self.run_latencies, QUANTILES).items()}
+
+
+def seconds_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"

@@ -1,0 +1,126 @@
+"""Real-time views against real Kafka, Spark and Redis: exact counters for a known event set, late
+events counted as late and not applied, malformed ones in the side output with the reason, a
+replayed batch that changes nothing, and reading the views back (API and CLI)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from conveyor.cli import app
+from conveyor.pipeline.realtime.job import checkpoint_dir, run
+from conveyor.pipeline.realtime.metrics import RealtimeMetrics
+from conveyor.pipeline.realtime.plan import job_id, job_views
+from conveyor.pipeline.realtime.store import CheckpointBehindError, ViewStore, connect
+from conveyor.pipeline.realtime.views import read_view
+from tests.conftest import read_topic
+from tests.lakekit import lake_folder, lake_spark, produce  # noqa: F401
+from tests.realtimekit import counters_in_redis, event_at, expected_counters, iso, minute_label, realtime_case  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+
+def _run(spark, case) -> RealtimeMetrics:
+    metrics = RealtimeMetrics()
+    run(spark, case.platform, job_views(case.platform), metrics, threading.Event(), available_now=True)
+    return metrics
+
+
+def _without_marks(events: list[dict]) -> list[dict]:
+    return [{k: v for k, v in e.items() if not k.startswith("_")} for e in events]
+
+
+def test_counters_are_exact_and_late_and_malformed_events_go_to_the_side_output(lake_spark, realtime_case):
+    case = realtime_case(partitions=3, ctr_lateness="1m", interest_lateness="10m")
+    base = (time.time() // 60) * 60 - 1800 + 5  # half an hour ago, 5 s into a minute
+    first = [event_at(base + i, "impression", f"user-{i % 3}", f"b{i % 2}", price=100 + i) for i in range(20)]
+    first += [event_at(base + 20, "click", "user-1", "b1", price=9), event_at(base + 21, "page_view", "user-2")]
+    first += [event_at(base + 22, "impression", "user-0")]  # no banner_id: unusable for the CTR view
+    produce(case.platform, case.topic, [*_without_marks(first), b"{not json", {"event_id": "x", "type": "click"}])
+    _run(lake_spark, case)
+
+    # The newest event time is now base + 22: the CTR view's watermark is base - 38, the interests' base - 578.
+    second = [event_at(base + 30, "click", "user-0", "b0", price=5), event_at(base + 61, "impression", "user-1", "b1")]
+    late_for_ctr = {**event_at(base - 300, "impression", "user-2", "b1"), "_late_ctr": True}
+    late_for_both = {**event_at(base - 1200, "click", "user-2", "b0"), "_late_ctr": True, "_late_interests": True}
+    produce(case.platform, case.topic, _without_marks([*second, late_for_ctr, late_for_both]))
+    metrics = _run(lake_spark, case)
+    assert all(r.first_attempt for r in metrics.reports)
+
+    counted = [e for e in first if "banner_id" in e or e["type"] == "page_view"] + second + [late_for_ctr, late_for_both]
+    counted += [first[-1]]  # the banner-less impression still counts for the interests
+    expected_ctr, expected_interests = expected_counters(counted, case.ctr, case.interests)
+    assert counters_in_redis(case.platform, case.ctr) == expected_ctr
+    assert counters_in_redis(case.platform, case.interests) == expected_interests
+
+    state = ViewStore(connect(case.platform), job_id(job_views(case.platform))).state()
+    assert state.counters["records"] == len(first) + 2 + 4
+    assert {k: v for k, v in state.counters.items() if k not in ("records", "applied")} == {
+        "malformed": 2, f"late:{case.ctr}": 2, f"late:{case.interests}": 1, f"incomplete:{case.ctr}": 1}
+
+    rejects = [orjson.loads(m.value()) for m in read_topic(case.platform, "central", case.rejects)]
+    by_kind = defaultdict(list)
+    for r in rejects:
+        by_kind[(r["kind"], r["view"])].append(r)
+    assert {k: len(v) for k, v in by_kind.items()} == {
+        ("malformed", None): 2, ("late", case.ctr): 2, ("late", case.interests): 1, ("incomplete", case.ctr): 1}
+    assert {r["value"] for r in by_kind[("malformed", None)]} == {"{not json", '{"event_id":"x","type":"click"}'}
+    assert all("before the view's watermark" in r["reason"] for r in by_kind[("late", case.ctr)])
+    assert all(r["topic"] == case.topic and r["offset"] >= 0 for r in rejects)
+
+    # Reading back: the Python API with CTR on read, and the CLI.
+    [window] = read_view(case.platform, case.ctr, ["b1"], [datetime.fromtimestamp(base, timezone.utc)])
+    assert window.counters == expected_ctr[f"t:{case.ctr}:b1:{minute_label(base)}"]
+    assert window.ratios["ctr"] == pytest.approx(window.counters["clicks"] / window.counters["impressions"])
+    result = CliRunner().invoke(app, ["views", "get", case.ctr, "b1", "--window", iso(base), "--platform",
+                                      str(case.path)])
+    assert result.exit_code == 0, result.output
+    assert "impressions" in result.output and f"{window.ratios['ctr']:.2%}" in result.output
+
+
+def test_a_replayed_batch_changes_nothing(lake_spark, realtime_case):
+    case = realtime_case(partitions=2)
+    base = time.time() - 120
+    produce(case.platform, case.topic, [event_at(base + i / 10, "impression", f"user-{i % 5}", f"b{i % 3}")
+                                        for i in range(50)])
+    _run(lake_spark, case)
+    before = counters_in_redis(case.platform, case.ctr), counters_in_redis(case.platform, case.interests)
+    store = ViewStore(connect(case.platform), job_id(job_views(case.platform)))
+    state = store.state()
+
+    # Forget that the last batch finished, as a crash after its writes would: Spark runs it again.
+    commits = checkpoint_dir(case.platform, job_views(case.platform)) / "commits"
+    last = max(commits.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    last.unlink()
+    (commits / f".{last.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum beside it
+    metrics = _run(lake_spark, case)
+    replays = [r for r in metrics.reports if not r.first_attempt]
+    assert [r.batch_id for r in replays] == [int(last.name)]
+    assert replays[0].applied == 50 and replays[0].keys_written == 0
+    assert (counters_in_redis(case.platform, case.ctr), counters_in_redis(case.platform, case.interests)) == before
+    assert store.state() == state
+
+
+def test_the_lua_scripts_apply_a_key_once_per_batch(local_platform, platform):
+    store = ViewStore(connect(platform), f"lua-{time.time_ns()}")
+    key = f"t:lua-test:{time.time_ns()}"
+    assert store.apply(5, {key: (3600, {"clicks": 2, "impressions": 10})}) == 1
+    assert store.apply(5, {key: (3600, {"clicks": 2, "impressions": 10})}) == 0  # the replay
+    assert store.apply(4, {key: (3600, {"clicks": 100})}) == 0  # an older batch
+    assert store.apply(6, {key: (3600, {"clicks": 1})}) == 1
+    assert store.client.hgetall(key) == {"clicks": "3", "impressions": "10", "_batch": "6"}
+    assert 3500 < store.client.ttl(key) <= 3600
+
+    assert store.commit(1, 1_000, {"applied": 3}) and store.commit(2, 5_000, {"applied": 4})
+    assert not store.commit(2, 9_000, {"applied": 4})  # a replay commits nothing
+    state = store.state()
+    assert (state.batch, state.max_ms, state.prev_max_ms, state.counters) == (2, 5_000, 1_000, {"applied": 7})
+    assert state.newest_before(3) == 5_000 and state.newest_before(2) == 1_000  # next batch; replay of 2
+    with pytest.raises(CheckpointBehindError):
+        state.newest_before(1)
