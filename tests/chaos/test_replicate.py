@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
@@ -131,18 +131,29 @@ def _create(platform: Platform, cluster: str, topic: str, partitions: int) -> No
         topic].result()
 
 
-def _probe_delays(platform: Platform, stop: threading.Event, delays: list[tuple[float, float]]) -> None:
+def _end_offset(consumer, topic: str, partition: int) -> int:
+    """The partition's end, asked again while the topic is too new to have a leader everywhere."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _probe_delays(platform: Platform, base: str, stop: threading.Event, delays: list[tuple[float, float]]) -> None:
     """Send a timestamped probe into dc1's base topic every 20 ms; time its arrival on central."""
     producer = kafka.producer(platform, "dc1", "probe", {"linger.ms": 0})
     consumer = kafka.consumer(platform, "central", f"probe-{uuid.uuid4().hex[:6]}", "probe")
-    partitions = kafka.admin(platform, "central").list_topics(BASE, timeout=10).topics[BASE].partitions
-    consumer.assign([TopicPartition(BASE, p, consumer.get_watermark_offsets(TopicPartition(BASE, p), timeout=10)[1])
-                     for p in partitions])
+    partitions = kafka.admin(platform, "central").list_topics(base, timeout=10).topics[base].partitions
+    consumer.assign([TopicPartition(base, p, _end_offset(consumer, base, p)) for p in partitions])
     last_sent = 0.0
     while not stop.is_set():
         now = time.time()
         if now - last_sent > 0.02:
-            producer.produce(BASE, orjson.dumps({"probe": now, "key": "probe", "seq": 0}), b"probe", partition=0)
+            producer.produce(base, orjson.dumps({"probe": now, "key": "probe", "seq": 0}), b"probe", partition=0)
             producer.poll(0)
             last_sent = now
         for message in consumer.consume(100, 0.01):
@@ -286,12 +297,13 @@ def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, plat
 
 @pytest.mark.skipif(not os.environ.get("CONVEYOR_PAUSE_TEST"),
                     reason="timing test; run with CONVEYOR_PAUSE_TEST=1 on an otherwise idle machine")
-def test_existing_partitions_do_not_pause_while_topics_are_added(route_platform, tmp_path):
-    platform, platform_file = route_platform
-    workers = _start_route_workers(platform, platform_file, tmp_path)
+def test_existing_partitions_do_not_pause_while_topics_are_added(provisioned, platform_data, platform_file, tmp_path):
+    base = "pause-base"
+    platform, path = _route_platform(platform_data, platform_file, "pause-.*", "exactly-once")
+    workers = _start_route_workers(platform, path, tmp_path, base)
     delays: list[tuple[float, float]] = []
     stop_probe = threading.Event()
-    probe = threading.Thread(target=_probe_delays, args=(platform, stop_probe, delays))
+    probe = threading.Thread(target=_probe_delays, args=(platform, base, stop_probe, delays))
     try:
         probe.start()
         deadline = time.monotonic() + 120
@@ -300,7 +312,7 @@ def test_existing_partitions_do_not_pause_while_topics_are_added(route_platform,
             time.sleep(0.5)
         adding_from = time.time()
         for i in range(20):
-            _create(platform, ("dc1", "dc2")[i % 2], f"rep-pause-{i:02d}", 3)
+            _create(platform, ("dc1", "dc2")[i % 2], f"pause-new-{i:02d}", 3)
             time.sleep(0.3)
         time.sleep(6)
     finally:
