@@ -276,29 +276,31 @@ def _summary(label: str, meter: Meter) -> dict[str, Any]:
 def backend_scenarios(platform: Platform, node: str, topics: dict[str, str], label: str, counts: tuple[int, int],
                       paced: tuple[int, int], group: str) -> dict[str, Any]:
     """The dispatcher scenarios against one node of one backend (classic or share); a group id
-    is a consumer group or a share group, never both, so each backend reads as its own group."""
+    is a consumer group or a share group, never both, so each backend reads as its own group, and
+    each scenario as its own group: one group over several topics would rebalance the scenarios
+    before it whenever a later one joins."""
     slow_count, fast_count = counts
     results: dict[str, Any] = {}
     results["dispatcher_30_clients"] = _measure(
         f"20 ms handler, {label}, 30 clients", slow_count,
-        lambda m: subscribers(node, topics["slow"], m, 30, 1, None, SLOW, group=group))
+        lambda m: subscribers(node, topics["slow"], m, 30, 1, None, SLOW, group=f"{group}-slow"))
     results["instant_subscriber"] = _measure(
         f"instant handler, {label}, Subscriber", fast_count,
-        lambda m: subscribers(node, topics["fast-sub"], m, 2, 8, 2_000, 0.0, group=group))
+        lambda m: subscribers(node, topics["fast-sub"], m, 2, 8, 2_000, 0.0, group=f"{group}-sub"))
     results["instant_frames"] = _measure(
         f"instant handler, {label}, frame client", fast_count,
-        lambda m: frame_client(node, topics["fast-frame"], m, 5_000, group))
+        lambda m: frame_client(node, topics["fast-frame"], m, 5_000, f"{group}-frames"))
     # Warm up: the group joined and its assignment settled (a share group's first assignment
     # takes a heartbeat interval, 5 s at the least), so the latency is the steady state's.
     _produce(platform, topics["latency"], _WARM_UP)
-    subscribers(node, topics["latency"], Meter(_WARM_UP), 1, 8, 64, 0.0, group=group)
+    subscribers(node, topics["latency"], Meter(_WARM_UP), 1, 8, 64, 0.0, group=f"{group}-latency")
     rate, seconds = paced
     producer = threading.Thread(target=_produce, args=(platform, topics["latency"], rate * seconds),
                                 kwargs={"rate": rate})
     producer.start()
     results["latency_at_fixed_rate"] = {"rate_per_s": rate, **_measure(
         f"latency at {rate}/s, {label}, Subscriber", rate * seconds,
-        lambda m: subscribers(node, topics["latency"], m, 1, 8, 64, 0.0, latency=True, group=group))}
+        lambda m: subscribers(node, topics["latency"], m, 1, 8, 64, 0.0, latency=True, group=f"{group}-latency"))}
     producer.join()
     return results
 
@@ -334,7 +336,7 @@ def run(platform_path: Path, quick: bool, node_port: int) -> dict[str, Any]:
                 lambda m: share_group(platform, names["share"], m))
             with _node(path, node_port, node_port + 1) as node:
                 results.update(backend_scenarios(platform, node, backends["classic"], "classic dispatcher",
-                                                 counts, paced, "mailer"))
+                                                 counts, paced, f"mailer.classic-{uuid.uuid4().hex[:6]}"))
             with _node(share_path, node_port + 2, node_port + 3) as node:
                 results["share_backend"] = backend_scenarios(platform, node, backends["share"],
                                                              "share-backed dispatcher", counts, paced,
