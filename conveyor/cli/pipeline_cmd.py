@@ -1,4 +1,4 @@
-"""``conveyor pipeline lake`` and ``conveyor pipeline audit``: the PySpark jobs over the central cluster.
+"""``conveyor pipeline lake``, ``audit`` and ``realtime``: the PySpark jobs over the central cluster.
 
 Exit statuses: 0 done; 1 an error (nothing half-done is visible); 2 a bad platform file;
 3 the lake run found data lost to retention (recorded in lake.ops.gaps, and it went on);
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
     from conveyor.pipeline.lake import RunSummary, TopicRun
 
-app = typer.Typer(help="The PySpark pipelines: land topics in the lake exactly once, audit what landed.",
+app = typer.Typer(help="The PySpark pipelines: land topics in the lake exactly once, audit what landed, keep "
+                  "the real-time views in Redis.",
                   no_args_is_help=True)
 
 EXIT_DATA_LOST = 3

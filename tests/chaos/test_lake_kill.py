@@ -111,6 +111,7 @@ def test_killed_runs_land_every_event_exactly_once(lake_spark, lake_case, tmp_pa
                 process.wait()
                 outcomes.append(("killed", round(delay, 1)))
     assert all(rc == 0 for kind, rc in outcomes if kind == "finished"), (outcomes, log.read_text()[-3000:])
+    print(f"seed {seed}: {sum(kind == 'killed' for kind, _ in outcomes)} of {RUNS} runs killed")
 
     final = run_once(lake_spark, case.platform).topics[0]
     assert final.lost == 0
