@@ -131,6 +131,8 @@ def _copied_mm2(platform: Platform, topic: str, partitions: int) -> int:
         if topic not in consumer.list_topics(timeout=10).topics:
             return 0
         return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions))
+    except KafkaException:  # MM2 just created the topic and its leaders are not elected yet: ask again
+        return 0
     finally:
         consumer.close()
 
