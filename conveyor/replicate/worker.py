@@ -16,7 +16,6 @@ import socket
 import threading
 
 from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import TopicMetadata
 
 from conveyor import kafka
 from conveyor.config import CleanupPolicy, Platform, Topic
@@ -69,13 +68,9 @@ class Worker:
                 log.info("%s: destination %s: %s %s", self.state.name, change.topic, change.kind.value, change.detail)
         destination = kafka.admin(platform, route.destination).list_topics(timeout=10)
         with self.state.lock:
-            known = set(self.state.destination_counts)
             self.state.source_counts = counts
-            # A new topic is copied once every destination partition has a leader: a transaction
-            # holding a record for a leaderless partition would hold up every partition of its bucket.
-            self.state.destination_counts = {
-                name: len(destination.topics[name].partitions) for name in counts
-                if name in destination.topics and (name in known or _led(destination.topics[name]))}
+            self.state.destination_counts = {name: len(destination.topics[name].partitions)
+                                             for name in counts if name in destination.topics}
         self.metrics.topics.labels(self.state.name).set(len(counts))
 
     def _discover_forever(self) -> None:
@@ -161,10 +156,6 @@ class Worker:
                 copier.join(90)
             membership.close()  # leaves the group at once, so the others take the buckets now
         return status
-
-
-def _led(topic: TopicMetadata) -> bool:
-    return not topic.error and all(p.leader >= 0 for p in topic.partitions.values())
 
 
 def run_worker(platform: Platform, route_name: str, worker_id: str | None = None,
