@@ -113,9 +113,13 @@ def _throttle(text: str) -> int | None:
         raise typer.BadParameter(str(exc), param_hint="--throttle") from None
 
 
+def _batch_limit(batch_bytes: str | None) -> int | None:
+    return parse_size_bytes(batch_bytes) if batch_bytes else None
+
+
 def _execution(live: LiveCluster, result: Plan, throttle: str, batch_partitions: int,
                batch_bytes: str | None) -> Execution:
-    limit = parse_size_bytes(batch_bytes) if batch_bytes else None
+    limit = _batch_limit(batch_bytes)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     return new_execution(live.cluster, result, live.assignment(), now, _throttle(throttle), batch_partitions, limit)
 
@@ -224,8 +228,8 @@ def execute(
     name = _cluster(model, cluster)
     execution = None if dry_run else _resumable(model, name, discard)
     if execution is None and plan_file is not None:
-        limit = parse_size_bytes(batch_bytes) if batch_bytes else None
-        execution = Execution.from_json(plan_file.read_text()).rebatched(_throttle(throttle), batch_partitions, limit)
+        execution = Execution.from_json(plan_file.read_text()).rebatched(_throttle(throttle), batch_partitions,
+                                                                         _batch_limit(batch_bytes))
         if execution.cluster != name:
             raise BalanceError(f"{plan_file} is a plan for cluster {execution.cluster}, not {name}")
     if execution is None:
