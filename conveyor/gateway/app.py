@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from conveyor.auth import AccessDenied, Authorizer
 from conveyor.config import Platform
+from conveyor.gctune import tune_for_throughput
 from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
 from conveyor.gateway.bulkhead import Bulkheads
 from conveyor.gateway.errors import Overloaded, Rejection, TooLarge, UnknownTopic
@@ -71,6 +72,7 @@ class Gateway:
         self.bulkheads = Bulkheads(s.lanes, s.workers_per_lane, s.queue_per_lane)
         self.writer.start()
         self._switched(self.dc, self.dc, "start")
+        tune_for_throughput()
         self._audit_task = asyncio.create_task(self._publish_audit_forever())
         log.info("gateway %s writing to %s (failover: %s)", self.source, self.dc,
                  ", ".join(self.writer.order[1:]) or "none")
@@ -79,7 +81,7 @@ class Gateway:
         if self._audit_task is not None:
             self._audit_task.cancel()
         await self.publish_audit()
-        left = await asyncio.to_thread(self.writer.stop)
+        left = await self.writer.stop()
         if left:
             log.error("%d messages were still undelivered at shutdown", left)
 
