@@ -457,8 +457,11 @@ class Dispatch(_Model):
     commit_interval: Seconds = Field(default=0.5, gt=0)
     #: The broker's offset.metadata.max.bytes; the dispatcher fetches no further ahead than fits.
     metadata_max_bytes: int = Field(default=4096, ge=64)
-    #: Fetched messages a partition may hold before the first delivery; the fetch pauses beyond.
-    prefetch: int = Field(default=2000, ge=1)
+    #: Fetched messages a partition may hold before the first delivery; the fetch pauses beyond
+    #: and resumes below half. librdkafka fetches about a megabyte per partition at a time and
+    #: drops it on a pause, so a bound near one fetch pauses all the time: 2,000 held the instant
+    #: handler to ~25,000 messages/s, 20,000 let it past 70,000.
+    prefetch: int = Field(default=20_000, ge=1)
     #: Most messages in one frame to a client.
     batch: int = Field(default=500, ge=1)
     #: Highest credit (unacked messages) one client stream may hold.

@@ -202,9 +202,13 @@ class PartitionQueue(Generic[H]):
             return None
         return self.acks.committed_offset, self.acks.commit_metadata()
 
-    def wants_fetch(self) -> bool:
-        """False: pause the partition (enough buffered, or the metadata bound is near the cap)."""
-        if len(self._fresh) >= self._limits.prefetch:
+    def wants_fetch(self, paused: bool = False) -> bool:
+        """False: pause the partition (enough buffered, or the metadata bound is near the cap).
+
+        A paused partition resumes only once half the prefetch is handed out: librdkafka drops
+        what it fetched ahead for a paused partition, so a resume costs a fetch round trip, and
+        the other half keeps the clients busy meanwhile."""
+        if len(self._fresh) >= (self._limits.prefetch // 2 if paused else self._limits.prefetch):
             return False
         return self.acks is None or self.acks.may_fetch_more(self._limits.metadata_limit)
 

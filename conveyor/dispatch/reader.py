@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 #: Longest wait for Kafka in one turn of the loop; deadlines and nack delays are checked as often.
 _POLL_WAIT = 0.05
+#: The wait while a partition is paused: acks arriving meanwhile free room that only this loop can
+#: resume, and a long wait here left the clients idle.
+_PAUSED_POLL_WAIT = 0.005
 _METRICS_EVERY = 1.0
 #: Seconds to wait for Kafka's answer to a commit before sending the next one regardless.
 _COMMIT_ANSWER_WAIT = 30.0
@@ -71,7 +74,7 @@ class GroupReader(Source):
         next_commit = next_metrics = time.monotonic()
         try:
             while not self._stop.is_set():
-                first = consumer.poll(_POLL_WAIT)
+                first = consumer.poll(_PAUSED_POLL_WAIT if self._paused else _POLL_WAIT)
                 messages = [first, *consumer.consume(self._settings.batch, 0)] if first is not None else []
                 now = time.monotonic()
                 with self._lock:
@@ -79,7 +82,7 @@ class GroupReader(Source):
                     self._fanout.expire(now)
                     self._fanout.dispatch(now, time.time())
                     dead = self._take_dead()
-                    wanted = {p for p, q in self._queues().items() if not q.wants_fetch()}
+                    wanted = {p for p, q in self._queues().items() if not q.wants_fetch(p in self._paused)}
                 self._dead_letter(dead)
                 self._pause(wanted)
                 if now >= next_commit:

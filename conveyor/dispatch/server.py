@@ -24,6 +24,7 @@ from conveyor.dispatch.discovery import Membership
 from conveyor.dispatch.errors import AccessError, ForeignGroup, GroupInUse, NodeStopping
 from conveyor.dispatch.fanout import Client
 from conveyor.dispatch.health import serve_http
+from conveyor.gctune import tune_for_throughput
 from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
@@ -84,6 +85,7 @@ class DispatchNode:
         self._http = serve_http(self.host, self.metrics_port, self.metrics.registry, self.health)
         server.start()
         self._grpc = server
+        tune_for_throughput()
         log.info("dispatcher %s serving cluster %s (metrics on %s:%d)", self.advertise, self.cluster, self.host,
                  self.metrics_port)
 

@@ -114,6 +114,12 @@ def test_an_uncommitted_partition_starts_tracking_at_the_first_offset_kafka_retu
 def test_the_fetch_pauses_when_prefetch_is_full_or_the_metadata_bound_is_near() -> None:
     assert not queue(range(100)).wants_fetch()
     assert queue(range(99)).wants_fetch()
+    # A paused partition resumes only below half the prefetch.
+    q = queue(range(100))
+    q.take(49, "a", 0.0)
+    assert not q.wants_fetch(paused=True) and q.wants_fetch(paused=False)
+    q.take(2, "a", 0.0)
+    assert q.wants_fetch(paused=True)
     tight = Limits(ack_deadline=10.0, max_attempts=3, metadata_limit=64, prefetch=10_000)
     q = queue(range(2_000), limits=tight)
     handed = q.take(2_000, "a", 0.0)
