@@ -142,6 +142,31 @@ def committed_offsets(platform: Platform, topic: str, group: str) -> dict[int, t
     return {tp.partition: (tp.offset, tp.metadata or "") for tp in tps}
 
 
+def unacked_in_share_group(platform: Platform, topic: str, group: str, expected: set[tuple[int, int]],
+                           grace: float = 5.0, timeout: float = 60.0) -> set[tuple[int, int]]:
+    """What a share consumer of ``group`` can still acquire: the records nobody acked. It takes
+    them (explicit mode allows no next poll before), so ask once, at the end of a test. Reads until
+    ``expected`` has come and ``grace`` seconds more passed (a new member's first assignment takes
+    a heartbeat or more), at most ``timeout`` seconds."""
+    from confluent_kafka import AcknowledgeType
+
+    consumer = kafka.share_consumer(platform, "central", group, "dispatch-test-leftovers")
+    consumer.subscribe([topic])
+    found: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            for message in consumer.poll(0.5):
+                if message.error() is None:
+                    found.add((message.partition(), message.offset()))
+                    consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+            if expected <= found:
+                deadline = min(deadline, time.monotonic() + grace)
+    finally:
+        consumer.close()
+    return found
+
+
 def end_offsets(platform: Platform, topic: str) -> dict[int, int]:
     from confluent_kafka import TopicPartition
 
