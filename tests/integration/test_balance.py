@@ -77,7 +77,9 @@ def test_every_leader_on_one_broker_is_evened_out_in_resumed_batches_and_no_acke
         resumed = CliRunner().invoke(app, ["balance", "execute", "-p", str(platform_file), "--cluster", CLUSTER,
                                            "--topic", skewed], catch_exceptions=False)
         assert resumed.exit_code == 0, resumed.output
-        assert "resuming" in resumed.output and "resubmitting" in resumed.output
+        # The interrupted batch may have finished moving before the resume looks (small partitions
+        # on an idle machine): then there is nothing to resubmit and the run goes on after it.
+        assert "resuming" in resumed.output and "(batch 2 of" in resumed.output, resumed.output
     finished = load_state(state_path(platform, CLUSTER))
     assert finished is not None and finished.finished
 

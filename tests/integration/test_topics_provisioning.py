@@ -111,6 +111,20 @@ def _wait_gone(platform: Platform, topic: str) -> None:
     raise AssertionError(f"{topic} still listed after deletion")
 
 
+def _partitions_once_listed(admin, topic: str, count: int) -> dict:
+    """The topic's partitions once the broker answering lists all ``count`` of them: a new topic's
+    metadata reaches each broker a moment after its creation returns."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        if len(partitions) == count or time.monotonic() > deadline:
+            assert len(partitions) == count, f"{topic} lists {len(partitions)} partitions, not {count}"
+            return partitions
+        time.sleep(0.2)
+
+
 def test_isolated_topic_is_created_only_on_its_tagged_brokers(provisioned: Platform, platform_data, platform_file):
     data = copy.deepcopy(platform_data)
     data["clusters"]["central"]["tags"] = {"ads": [1, 2]}
@@ -120,8 +134,7 @@ def test_isolated_topic_is_created_only_on_its_tagged_brokers(provisioned: Platf
     provisioner.apply(isolated, provisioner.plan(isolated, ["central"]))
     try:
         admin = kafka.admin(isolated, "central")
-        partitions = admin.list_topics("ads-only", timeout=10).topics["ads-only"].partitions
-        assert len(partitions) == 4
+        partitions = _partitions_once_listed(admin, "ads-only", 4)
         assert all(set(p.replicas) <= {1, 2} and len(p.replicas) == 2 for p in partitions.values())
         assert sorted(p.replicas[0] for p in partitions.values()) == [1, 1, 2, 2]
     finally:
