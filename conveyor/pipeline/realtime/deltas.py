@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from conveyor.gctune import tune_for_throughput
 from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms, matches
 from conveyor.pipeline.records import RecordParser
 from conveyor.pipeline.schema import Column
@@ -147,6 +148,7 @@ def _section(kind: str, **columns: list[Any]) -> pa.RecordBatch:
 def project(batches: Iterator[pa.RecordBatch], plan: BatchPlan) -> Iterator[pa.RecordBatch]:
     """For ``mapInArrow`` over Kafka rows (topic, partition, offset, timestamp, value): one batch
     of partial sums per task."""
+    tune_for_throughput()  # the partial sums grow to a dict per key, which the collector would walk again and again
     partial = _Partial(plan)
     for batch in batches:
         stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds

@@ -28,6 +28,7 @@ from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
 from conveyor.config import Platform, RealtimeView
+from conveyor.gctune import tune_for_throughput
 from conveyor.pipeline.errors import PipelineError, spark_failures
 from conveyor.pipeline.kafka_source import java_client_options, source_cluster
 from conveyor.pipeline.realtime.deltas import OUTPUT_DDL, BatchPlan, Reject, TopicPlan, latencies, merge, project
@@ -108,6 +109,7 @@ class BatchWriter:
         self.store = ViewStore(connect(platform), job_id(views))
         self.rejects = RejectsOutput(platform, source_cluster(platform), settings.rejects_topic)
         self.metrics = metrics
+        tune_for_throughput()  # the driver merges every batch's partial sums in Python
 
     @staticmethod
     def _topic_plan(platform: Platform, topic: str) -> TopicPlan:
