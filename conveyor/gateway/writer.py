@@ -111,12 +111,18 @@ class ClusterProducer:
             return 0
         if self._reports is not None:
             self._reports.cancel()  # the flush serves the last reports, on its own thread
-        return await asyncio.to_thread(self._producer.flush, timeout)
+        producer, self._producer = self._producer, None
+        left = await asyncio.to_thread(producer.flush, timeout)
+        # Without a close, librdkafka's threads live on and keep reconnecting to the cluster.
+        await asyncio.to_thread(producer.close)
+        return left
 
     def reachable(self, timeout: float = 2.0) -> bool:
-        assert self._producer is not None
+        producer = self._producer
+        if producer is None:  # stopped
+            return False
         try:
-            metadata = self._producer.list_topics(timeout=timeout)
+            metadata = producer.list_topics(timeout=timeout)
         except KafkaException:
             return False
         return bool(metadata.brokers)
