@@ -193,15 +193,17 @@ def _landed(records: list[tuple[str, int, int, dict]]) -> Counter[tuple[str, str
     return Counter((v["src"], topic, v["key"], v["seq"]) for topic, _, _, v in records)
 
 
-def _copied_everything(platform: Platform, traffic: Traffic, topics: list[str]) -> bool:
+def _missing(platform: Platform, traffic: Traffic, topics: list[str]) -> Counter[tuple[str, str]] | None:
+    """Acked events not on central yet, per (source cluster, topic); None while a topic is absent."""
     consumer = kafka.consumer(platform, "central", "count", "count")
     metadata = consumer.list_topics(timeout=10)
     # read_committed end offsets include commit markers, so compare by reading the records instead.
     present = all(t in metadata.topics for t in topics)
     consumer.close()
     if not present:
-        return False
-    return not traffic.acked - _landed(_central_records(platform, topics))
+        return None
+    missing = traffic.acked - _landed(_central_records(platform, topics))
+    return Counter({(src, topic): n for (src, topic, _, _), n in missing.items()})
 
 
 def _start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path, base: str = BASE) -> Workers:
@@ -221,8 +223,10 @@ def _start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path
 def _wait_until_copied(platform: Platform, traffic: Traffic, topics: list[str], workers: Workers) -> None:
     try:
         deadline = time.monotonic() + 300
-        while not _copied_everything(platform, traffic, topics):
-            assert time.monotonic() < deadline, "central did not receive every acked event in time"
+        while (missing := _missing(platform, traffic, topics)) != Counter():
+            assert time.monotonic() < deadline, (
+                "central did not receive every acked event in time; missing per (source, topic): "
+                f"{dict(missing) if missing is not None else 'a topic is absent on central'}")
             time.sleep(3)
     finally:
         workers.stop_all()
