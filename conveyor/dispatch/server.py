@@ -24,10 +24,10 @@ from conveyor.dispatch.discovery import Membership
 from conveyor.dispatch.errors import AccessError, ForeignGroup, GroupInUse, NodeStopping
 from conveyor.dispatch.fanout import Client
 from conveyor.dispatch.health import serve_http
-from conveyor.gctune import tune_for_throughput
 from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
+from conveyor.gctune import tune_for_throughput
 from conveyor.dispatch.reader import GroupReader
 from conveyor.dispatch.share_reader import ShareReader
 from conveyor.dispatch.source import Source

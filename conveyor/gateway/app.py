@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,22 +27,23 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from conveyor.auth import AccessDenied, Authorizer
 from conveyor.config import Platform
-from conveyor.gctune import tune_for_throughput
 from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
 from conveyor.gateway.bulkhead import Bulkheads
 from conveyor.gateway.errors import Overloaded, Rejection, TooLarge, UnknownTopic
 from conveyor.gateway.metrics import GatewayMetrics
 from conveyor.gateway.parsing import prepare
 from conveyor.gateway.writer import Delivery, Record, Writer
+from conveyor.gctune import tune_for_throughput
 from conveyor.topics.contracts import load_contracts
 
 log = logging.getLogger(__name__)
 
 
 def instance_id(dc: str) -> str:
-    """Unique per process run, so cumulative audit counts of a restarted gateway never overwrite
-    the counts of its previous run (the sum over instances stays exact)."""
-    return f"{dc}-{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
+    """Unique per gateway, so cumulative audit counts of a restarted gateway, or of another gateway
+    started in the same process and second, never overwrite its counts (the sum over instances
+    stays exact)."""
+    return f"{dc}-{socket.gethostname()}-{os.getpid()}-{int(time.time())}-{uuid.uuid4().hex[:6]}"
 
 
 class Gateway:
