@@ -161,9 +161,11 @@ class BucketCopier(threading.Thread):
         wanted = self.state.bucket_partitions(self.bucket) - set(self.stopped)
         new = wanted - self._assigned
         if new:
-            self.consumer.incremental_assign([
-                TopicPartition(p.topic, p.partition, self.next.get(p, OFFSET_BEGINNING)) for p in sorted(
-                    new, key=lambda p: (p.topic, p.partition))])
+            starts = [TopicPartition(p.topic, p.partition, self.next.get(p, OFFSET_BEGINNING)) for p in sorted(
+                new, key=lambda p: (p.topic, p.partition))]
+            self.consumer.incremental_assign(starts)
+            log.info("bucket %d of %s: copying %s", self.bucket, self.state.name, ", ".join(
+                f"{tp.topic}[{tp.partition}]@{tp.offset if tp.offset >= 0 else 'beginning'}" for tp in starts))
             self._assigned |= new
             for p in new:
                 self._last_copy.setdefault(p, time.monotonic())
@@ -185,13 +187,16 @@ class BucketCopier(threading.Thread):
         with state.lock:
             source_counts, destination_counts = dict(state.source_counts), dict(state.destination_counts)
         failures: list[tuple[SourcePartition, int, KafkaError]] = []
+        # Every partition of the batch, even those after a produce that raised, is rewound on failure:
+        # the consumer's position is already past all of them.
         first: dict[SourcePartition, int] = {}
+        for message in batch:
+            first.setdefault(SourcePartition(message.topic(), message.partition()), message.offset())
         touched: dict[SourcePartition, int] = {}
         if exactly_once:
             producer.begin_transaction()
         for message in batch:
             source = SourcePartition(message.topic(), message.partition())
-            first.setdefault(source, message.offset())
             target = plan.destination_partition(source.partition, source_counts.get(source.topic, 0),
                                                 destination_counts.get(source.topic, 0))
             headers = [*(message.headers() or []),
@@ -264,8 +269,12 @@ class BucketCopier(threading.Thread):
                 if exc.args[0].fatal():
                     raise Fenced() from exc
                 raise
-        for source, offset in first.items():
-            self.consumer.seek(TopicPartition(source.topic, source.partition, self.next.get(source, offset)))
+        rewound = {source: self.next.get(source, offset) for source, offset in first.items()}
+        for source, offset in rewound.items():
+            self.consumer.seek(TopicPartition(source.topic, source.partition, offset))
+        log.warning("%s bucket %d: batch not copied (%s); rewound %s", self.state.name, self.bucket,
+                    "; ".join(sorted({error.str() for _, _, error in failures})),
+                    ", ".join(f"{s.topic}[{s.partition}]@{o}" for s, o in rewound.items()))
         for source, offset, error in failures:
             if error.code() in _TOO_LARGE and source.partition >= 0:
                 reason = (f"{source.topic}[{source.partition}] offset {offset}: record too large for "

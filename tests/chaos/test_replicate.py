@@ -10,6 +10,7 @@ times arrivals and needs an idle machine, so it runs only with CONVEYOR_PAUSE_TE
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import random
 import subprocess
@@ -81,16 +82,32 @@ class Workers:
 class Traffic:
     """Keyed events with per-key sequence numbers into dc1 and dc2; remembers what was acked."""
 
-    def __init__(self, platform: Platform, base: str = BASE) -> None:
-        self.platform = platform
+    def __init__(self, platform: Platform, base: str = BASE, log_dir: Path | None = None) -> None:
+        self.platform, self.log_dir = platform, log_dir
         self.topics = {"dc1": [base], "dc2": [base]}
         self.acked: Counter[tuple[str, str, str, int]] = Counter()
+        #: Where each acked event was written on its source: (partition, offset).
+        self.written: dict[tuple[str, str, str, int], tuple[int, int]] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self.producers = {dc: self._producer(dc) for dc in ("dc1", "dc2")}
         self.threads = [threading.Thread(target=self._run, args=(dc,)) for dc in ("dc1", "dc2")]
 
+    def _producer(self, dc: str):
+        # librdkafka's own account of metadata and idempotence, kept for when an acked event is missing.
+        debug = {}
+        if self.log_dir is not None:
+            handler = logging.FileHandler(self.log_dir / f"producer-{dc}.log")
+            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+            client_log = logging.getLogger(f"chaos-producer-{dc}-{uuid.uuid4().hex[:6]}")
+            client_log.addHandler(handler)
+            client_log.setLevel(logging.DEBUG)
+            client_log.propagate = False
+            debug = {"debug": "topic,metadata,eos,msg", "logger": client_log}
+        return kafka.producer(self.platform, dc, f"chaos-{dc}", debug)
+
     def _run(self, dc: str) -> None:
-        producer = kafka.producer(self.platform, dc, f"chaos-{dc}")
+        producer = self.producers[dc]
         seq: Counter[tuple[str, str]] = Counter()
 
         def acked(err, msg) -> None:
@@ -98,6 +115,7 @@ class Traffic:
                 event = orjson.loads(msg.value())
                 with self._lock:
                     self.acked[(dc, msg.topic(), event["key"], event["seq"])] += 1
+                    self.written[(dc, msg.topic(), event["key"], event["seq"])] = (msg.partition(), msg.offset())
 
         while not self._stop.is_set():
             with self._lock:
@@ -110,7 +128,18 @@ class Traffic:
             time.sleep(0.002)
         assert producer.flush(60) == 0
 
-    def add_topic(self, dc: str, topic: str) -> None:
+    def add_topic(self, dc: str, topic: str, partitions: int) -> None:
+        """Write to ``topic`` once the producer's metadata has every partition with a leader, as a
+        service writes only to provisioned topics: one acked event was once missing from a topic
+        written to within its first second (see the README's replicator section)."""
+        deadline = time.monotonic() + 30
+        while True:
+            found = self.producers[dc].list_topics(topic, timeout=10).topics[topic]
+            if found.error is None and len(found.partitions) == partitions and all(
+                    p.leader >= 0 for p in found.partitions.values()):
+                break
+            assert time.monotonic() < deadline, f"{dc} never showed {topic} with {partitions} led partitions"
+            time.sleep(0.1)
         with self._lock:
             self.topics[dc].append(topic)
 
@@ -164,8 +193,10 @@ def _probe_delays(platform: Platform, base: str, stop: threading.Event, delays: 
     consumer.close()
 
 
-def _central_records(platform: Platform, topics: list[str]) -> list[tuple[str, int, int, dict]]:
-    consumer = kafka.consumer(platform, "central", f"verify-{uuid.uuid4().hex[:6]}", "verify")
+def _records(platform: Platform, topics: list[str], isolation: str = "read_committed",
+                     cluster: str = "central") -> list[tuple[str, int, int, dict]]:
+    consumer = kafka.consumer(platform, cluster, f"verify-{uuid.uuid4().hex[:6]}", "verify",
+                              {"isolation.level": isolation})
     metadata = consumer.list_topics(timeout=10)
     assignment, ends = [], {}
     for topic in topics:
@@ -193,8 +224,22 @@ def _landed(records: list[tuple[str, int, int, dict]]) -> Counter[tuple[str, str
     return Counter((v["src"], topic, v["key"], v["seq"]) for topic, _, _, v in records)
 
 
-def _missing(platform: Platform, traffic: Traffic, topics: list[str]) -> Counter[tuple[str, str]] | None:
-    """Acked events not on central yet, per (source cluster, topic); None while a topic is absent."""
+def _on_sources(platform: Platform, traffic: Traffic, topics: list[str]) -> Counter[tuple[str, str, str, int]]:
+    """The events dc1 and dc2 hold, read back: what the replicator had to copy. Fails when they
+    lack an event the producer saw acknowledged, which is a loss before the replicator."""
+    events: Counter[tuple[str, str, str, int]] = Counter()
+    for dc in ("dc1", "dc2"):
+        events += _landed(_records(platform, [t for t in topics if t in traffic.topics[dc]], cluster=dc))
+    lost = traffic.acked - events
+    if lost:
+        pytest.fail(f"{sum(lost.values())} acknowledged events are not on their source cluster, so the loss "
+                    "happened before the replicator; the producers' librdkafka logs are in the test's folder: "
+                    + "; ".join(f"{e} acked at (partition, offset) {traffic.written.get(e)}" for e in sorted(lost)[:5]))
+    return events
+
+
+def _missing(platform: Platform, expected: Counter, topics: list[str]) -> Counter[tuple[str, str]] | None:
+    """Source events not on central yet, per (source cluster, topic); None while a topic is absent."""
     consumer = kafka.consumer(platform, "central", "count", "count")
     metadata = consumer.list_topics(timeout=10)
     # read_committed end offsets include commit markers, so compare by reading the records instead.
@@ -202,8 +247,19 @@ def _missing(platform: Platform, traffic: Traffic, topics: list[str]) -> Counter
     consumer.close()
     if not present:
         return None
-    missing = traffic.acked - _landed(_central_records(platform, topics))
+    missing = expected - _landed(_records(platform, topics))
     return Counter({(src, topic): n for (src, topic, _, _), n in missing.items()})
+
+
+def _explain_missing(platform: Platform, expected: Counter, topics: list[str]) -> str:
+    """Where the first missing events are: written to central but not committed (an aborted or
+    still open transaction), or never written there."""
+    missing = expected - _landed(_records(platform, topics))
+    uncommitted = {(v["src"], topic, v["key"], v["seq"]): (partition, offset)
+                   for topic, partition, offset, v in _records(platform, topics, "read_uncommitted")}
+    return "; ".join(f"{event}: " + (f"on central uncommitted at (partition, offset) {uncommitted[event]}"
+                                     if event in uncommitted else "not on central")
+                     for event in sorted(missing)[:5])
 
 
 def _start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path, base: str = BASE) -> Workers:
@@ -220,14 +276,18 @@ def _start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path
     return workers
 
 
-def _wait_until_copied(platform: Platform, traffic: Traffic, topics: list[str], workers: Workers) -> None:
+def _wait_until_copied(platform: Platform, traffic: Traffic, topics: list[str], workers: Workers) -> Counter:
+    """The source events, once central has every one of them."""
     try:
+        expected = _on_sources(platform, traffic, topics)
         deadline = time.monotonic() + 300
-        while (missing := _missing(platform, traffic, topics)) != Counter():
-            assert time.monotonic() < deadline, (
-                "central did not receive every acked event in time; missing per (source, topic): "
-                f"{dict(missing) if missing is not None else 'a topic is absent on central'}")
+        while (missing := _missing(platform, expected, topics)) != Counter():
+            if time.monotonic() > deadline:
+                pytest.fail("central did not receive every source event in time; missing per (source, topic): "
+                            f"{dict(missing) if missing is not None else 'a topic is absent on central'}; "
+                            f"{_explain_missing(platform, expected, topics) if missing is not None else ''}")
             time.sleep(3)
+        return expected
     finally:
         workers.stop_all()
 
@@ -235,7 +295,7 @@ def _wait_until_copied(platform: Platform, traffic: Traffic, topics: list[str], 
 def test_exactly_once_in_order_through_worker_kills_and_new_topics(route_platform, tmp_path):
     platform, platform_file = route_platform
     workers = _start_route_workers(platform, platform_file, tmp_path)
-    traffic = Traffic(platform)
+    traffic = Traffic(platform, log_dir=tmp_path)
     new_topics = [f"rep-new-{i:02d}" for i in range(20)]
     try:
         traffic.start()
@@ -243,7 +303,7 @@ def test_exactly_once_in_order_through_worker_kills_and_new_topics(route_platfor
         for i, topic in enumerate(new_topics):  # topics appear while workers are being killed
             dc = ("dc1", "dc2")[i % 2]
             _create(platform, dc, topic, 3)
-            traffic.add_topic(dc, topic)
+            traffic.add_topic(dc, topic, 3)
             if i % 2 == 0 and kills < ROUNDS:
                 workers.start(workers.kill_one())
                 kills += 1
@@ -255,17 +315,17 @@ def test_exactly_once_in_order_through_worker_kills_and_new_topics(route_platfor
     finally:
         traffic.stop()
     topics = [BASE, *new_topics]
-    _wait_until_copied(platform, traffic, topics, workers)
+    expected = _wait_until_copied(platform, traffic, topics, workers)
 
-    records = _central_records(platform, topics)
+    records = _records(platform, topics)
     landed = _landed(records)
-    assert landed == traffic.acked, (
-        f"missing {sum((traffic.acked - landed).values())}, duplicated {sum((landed - traffic.acked).values())}")
+    assert landed == expected, (
+        f"missing {sum((expected - landed).values())}, duplicated {sum((landed - expected).values())}")
     order = defaultdict(list)
     for topic, partition, offset, value in sorted(records, key=lambda r: (r[0], r[1], r[2])):
         order[(value["src"], topic, value["key"])].append(value["seq"])
     assert all(seqs == sorted(seqs) for seqs in order.values()), "per-key order broken on central"
-    print(f"{sum(traffic.acked.values())} events copied exactly once through {ROUNDS} kills and 20 new topics")
+    print(f"{sum(expected.values())} events copied exactly once through {ROUNDS} kills and 20 new topics")
 
 
 def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, platform_data, platform_file, tmp_path):
@@ -285,7 +345,7 @@ def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, plat
         traffic.stop()
     _wait_until_copied(platform, traffic, [base], workers)
 
-    records = _central_records(platform, [base])
+    records = _records(platform, [base])
     landed = _landed(records)
     first_copies = defaultdict(list)
     seen = set()
