@@ -23,10 +23,9 @@ from conveyor.pipeline import guard
 from conveyor.pipeline.errors import LakeConfigError, RunFailedError, spark_failures
 from conveyor.pipeline.kafka_source import list_watermarks, read_range
 from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
-from conveyor.pipeline.records import CHECKED, PASSED_THROUGH, parse_batches
+from conveyor.pipeline.records import PASSED_THROUGH, parse_batches
 from conveyor.pipeline.schema import COORDINATES, REASON, Column, contract_columns, quote, read_schema
 from conveyor.pipeline.spark import require_warehouse
-from conveyor.pipeline.sql_contract import translate
 from conveyor.pipeline.tables import (
     GAPS_TABLE,
     append,
@@ -122,26 +121,18 @@ def _at_or_above(floors: Positions) -> SparkColumn:
 
 
 def _parsed(
-    spark: SparkSession, platform: Platform, plan: RangePlan, columns: tuple[Column, ...], schema: dict
+    spark: SparkSession, platform: Platform, plan: RangePlan, columns: tuple[Column, ...], schema_text: str
 ) -> DataFrame:
-    """The range's records with their coordinates, the verdict and the contract's columns: checked
-    and extracted in the JVM where SQL can vouch for a record, parsed in Python otherwise."""
+    """The range's records with their coordinates, the parser's verdict and the contract's columns."""
     from pyspark.sql.functions import col
 
     records = read_range(spark, platform, plan).select(
         *[col(kafka_name).alias(name) for name, kafka_name in PASSED_THROUGH.items()]
     )
     passed = [f"{f.name} {f.dataType.simpleString()}" for f in records.schema.fields]
-    sql = translate(schema, columns)
-    if sql is None:
-        checked = [f"false AS {CHECKED}", *[f"CAST(NULL AS {c.kind.spark_type}) AS {quote(c.name)}" for c in columns]]
-    else:
-        records = records.selectExpr("*", sql.doc)
-        checked = [f"coalesce({sql.keeps}, false) AS {CHECKED}",
-                   *[f"{value} AS {quote(c.name)}" for value, c in zip(sql.values, columns, strict=True)]]
     parsed = [f"{quote(REASON)} string"] + [c.ddl for c in columns]
-    parse = partial(parse_batches, topic=plan.topic, schema_text=json.dumps(schema, sort_keys=True), columns=columns)
-    return records.selectExpr(*PASSED_THROUGH, *checked).mapInArrow(parse, ", ".join(passed + parsed))
+    parse = partial(parse_batches, topic=plan.topic, schema_text=schema_text, columns=columns)
+    return records.mapInArrow(parse, ", ".join(passed + parsed))
 
 
 class _TopicLanding:
@@ -150,8 +141,9 @@ class _TopicLanding:
     def __init__(self, spark: SparkSession, platform: Platform, topic: str, run_id: str, step: StepCallback) -> None:
         self.spark, self.platform, self.topic, self.run_id = spark, platform, topic, run_id
         self.step = partial(step, topic)
-        self.schema = read_schema(platform, topic)
-        self.columns = contract_columns(topic, self.schema)
+        schema = read_schema(platform, topic)
+        self.schema_text = json.dumps(schema, sort_keys=True)
+        self.columns = contract_columns(topic, schema)
         self.data, self.quarantine = data_table(topic), quarantine_table(topic)
 
     def run(self) -> TopicRun:
@@ -192,7 +184,7 @@ class _TopicLanding:
         from pyspark.sql.functions import coalesce, col, count, length, lit, when
         from pyspark.sql.functions import sum as sum_
 
-        parsed = _parsed(self.spark, self.platform, plan, self.columns, self.schema)
+        parsed = _parsed(self.spark, self.platform, plan, self.columns, self.schema_text)
         # Parse once: the counts and both commits read the parsed rows back from local disk.
         parsed = parsed.persist(StorageLevel.DISK_ONLY)
         cached = [parsed]

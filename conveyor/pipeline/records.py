@@ -1,9 +1,9 @@
 """Kafka record values to lake rows, or to the reason they belong in quarantine. Pure.
 
 Runs inside Spark's Python workers, fed Arrow batches (``mapInArrow``): Kafka's coordinates and raw
-values pass through as Arrow arrays untouched, and only the values the SQL check could not vouch for
-(``sql_contract``) are parsed in Python. Everything a worker needs travels as plain values (the
-contract's text, the columns); each worker compiles a contract once.
+values pass through as Arrow arrays untouched, and only the values are parsed in Python. Everything
+a worker needs travels as plain values (the contract's text, the columns); each worker compiles a
+contract once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from conveyor.pipeline.schema import REASON, Column, Kind
 from conveyor.topics.contracts import Contract, compile_contract
@@ -39,11 +38,6 @@ _ARROW_TYPES = {
     # Spark hands over timestamps in the session's zone, which the pipelines set to UTC.
     Kind.timestamp: pa.timestamp("us", tz="UTC"),
 }
-
-
-#: The SQL check's verdict beside a Kafka row: true when the row certainly keeps the contract and
-#: its columns are already extracted.
-CHECKED = "__conveyor_checked"
 
 
 class _Reject(Exception):
@@ -137,18 +131,12 @@ def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
 def parse_batches(
     batches: Iterator[pa.RecordBatch], *, topic: str, schema_text: str, columns: tuple[Column, ...]
 ) -> Iterator[pa.RecordBatch]:
-    """For ``mapInArrow``, after the SQL check (``sql_contract``): each batch of Kafka rows with the
-    verdict and the contract's columns. A row the check vouched for (``CHECKED``) keeps the columns
-    it extracted; every other row is parsed here, and only those cost Python any work."""
+    """For ``mapInArrow``: each batch of Kafka rows with the verdict and the contract's columns added."""
     parser = RecordParser(topic, schema_text, columns)
     parsed_schema = arrow_schema(columns)
     for batch in batches:
-        doubtful = pc.invert(batch.column(CHECKED))
-        arrays = [pa.nulls(len(batch), pa.string()), *(batch.column(c.name) for c in columns)]
-        if doubtful.true_count:
-            values = batch.column("raw_value").filter(doubtful).to_pylist()
-            parsed = zip(*[parser.parse(value) for value in values], strict=True)
-            arrays = [pc.replace_with_mask(array, doubtful, pa.array(column, type=field.type))
-                      for array, column, field in zip(arrays, parsed, parsed_schema, strict=True)]
-        passed = [batch.column(name) for name in PASSED_THROUGH]
-        yield pa.RecordBatch.from_arrays(passed + arrays, names=[*PASSED_THROUGH, *parsed_schema.names])
+        rows = [parser.parse(value) for value in batch.column("raw_value").to_pylist()]
+        values = list(zip(*rows, strict=True)) if rows else [()] * len(parsed_schema)
+        arrays = [batch.column(name) for name in PASSED_THROUGH]
+        arrays += [pa.array(column, type=field.type) for column, field in zip(values, parsed_schema, strict=True)]
+        yield pa.RecordBatch.from_arrays(arrays, names=[*PASSED_THROUGH, *parsed_schema.names])

@@ -105,28 +105,23 @@ def test_an_integer_beyond_64_bits_is_quarantined(price):
     assert "does not fit a 64-bit integer" in verdict
 
 
-def test_arrow_batches_keep_the_coordinates_and_parse_only_what_sql_did_not_vouch_for():
+def test_arrow_batches_keep_the_coordinates_and_add_verdict_and_columns():
     import pyarrow as pa
 
-    from conveyor.pipeline.records import CHECKED, PASSED_THROUGH, arrow_schema, parse_batches
+    from conveyor.pipeline.records import PASSED_THROUGH, arrow_schema, parse_batches
 
-    values = [orjson.dumps(EVENT), b"nope", None, orjson.dumps({**EVENT, "user_id": "user-9"})]
-    types = arrow_schema(COLUMNS)
-    # The SQL check vouched for the last row only, and extracted its columns (user_id marks them).
-    extracted = [pa.array([None, None, None, "from-sql" if c.name == "user_id" else None], types.field(c.name).type)
-                 for c in COLUMNS]
+    values = [orjson.dumps(EVENT), b"nope", None]
     batch = pa.RecordBatch.from_arrays(
-        [pa.array([0, 0, 1, 1], pa.int32()), pa.array([5, 6, 7, 8], pa.int64()),
-         pa.array([1, 2, 3, 4], pa.timestamp("us", tz="UTC")), pa.array([b"k", None, b"k", b"k"], pa.binary()),
-         pa.array(values, pa.binary()), pa.array([False, False, False, True]), *extracted],
-        names=[*PASSED_THROUGH, CHECKED, *(c.name for c in COLUMNS)],
+        [pa.array([0, 0, 1], pa.int32()), pa.array([5, 6, 7], pa.int64()),
+         pa.array([1, 2, 3], pa.timestamp("us", tz="UTC")), pa.array([b"k", None, b"k"], pa.binary()),
+         pa.array(values, pa.binary())],
+        names=list(PASSED_THROUGH),
     )
     (out,) = parse_batches(iter([batch]), topic="ad-events", schema_text=json.dumps(SCHEMA), columns=COLUMNS)
-    assert out.schema.names == [*PASSED_THROUGH, *types.names]
-    assert out.schema.field("event_time").type == types.field("event_time").type
-    assert out.column("kafka_offset").to_pylist() == [5, 6, 7, 8]
+    assert out.schema.names == [*PASSED_THROUGH, *arrow_schema(COLUMNS).names]
+    assert out.column("kafka_offset").to_pylist() == [5, 6, 7]
     assert out.column("raw_value").to_pylist() == values
     reasons = out.column("quarantine_reason").to_pylist()
-    assert reasons[0] is None and "not JSON" in reasons[1] and "null record" in reasons[2] and reasons[3] is None
-    assert out.column("user_id").to_pylist() == ["user-7", None, None, "from-sql"]
+    assert reasons[0] is None and "not JSON" in reasons[1] and "null record" in reasons[2]
+    assert out.column("user_id").to_pylist() == ["user-7", None, None]
     assert out.column("event_time").to_pylist()[0] == datetime(2025, 3, 1, 10, 15, tzinfo=timezone.utc)
