@@ -26,6 +26,8 @@ from conveyor.replicate.plan import SourcePartition
 log = logging.getLogger(__name__)
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 _TIMEOUT = 60.0
+#: Partitions named in the log line of a bucket's new partitions (a takeover can bring thousands).
+_LOGGED_STARTS = 20
 
 
 class Fenced(Exception):
@@ -164,8 +166,10 @@ class BucketCopier(threading.Thread):
             starts = [TopicPartition(p.topic, p.partition, self.next.get(p, OFFSET_BEGINNING)) for p in sorted(
                 new, key=lambda p: (p.topic, p.partition))]
             self.consumer.incremental_assign(starts)
-            log.info("bucket %d of %s: copying %s", self.bucket, self.state.name, ", ".join(
-                f"{tp.topic}[{tp.partition}]@{tp.offset if tp.offset >= 0 else 'beginning'}" for tp in starts))
+            shown = ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset if tp.offset >= 0 else 'beginning'}"
+                              for tp in starts[:_LOGGED_STARTS])
+            more = f" and {len(starts) - _LOGGED_STARTS} more" if len(starts) > _LOGGED_STARTS else ""
+            log.info("bucket %d of %s: copying %s%s", self.bucket, self.state.name, shown, more)
             self._assigned |= new
             for p in new:
                 self._last_copy.setdefault(p, time.monotonic())
