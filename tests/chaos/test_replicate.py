@@ -200,6 +200,29 @@ def _probe_delays(platform: Platform, base: str, stop: threading.Event, delays: 
         consumer.close()
 
 
+def _direct_probe_delays(platform: Platform, cluster: str, topic: str, stop: threading.Event,
+                         delays: list[tuple[float, float]]) -> None:
+    """The same probe within one cluster (acks=all in, read_committed out), no replicator between:
+    how long that cluster itself holds a record back."""
+    _create(platform, cluster, topic, 1)
+    producer = kafka.producer(platform, cluster, "direct-probe", {"linger.ms": 0})
+    consumer = kafka.consumer(platform, cluster, f"direct-probe-{uuid.uuid4().hex[:6]}", "direct-probe")
+    consumer.assign([TopicPartition(topic, 0, _end_offset(consumer, topic, 0))])
+    last_sent = 0.0
+    while not stop.is_set():
+        now = time.time()
+        if now - last_sent > 0.02:
+            producer.produce(topic, orjson.dumps({"probe": now}), partition=0)
+            producer.poll(0)
+            last_sent = now
+        for message in consumer.consume(100, 0.005):
+            if message.error() is None:
+                sent = orjson.loads(message.value())["probe"]
+                delays.append((sent, time.time() - sent))
+    producer.flush(10)
+    consumer.close()
+
+
 def _records(platform: Platform, topics: list[str], isolation: str = "read_committed",
                      cluster: str = "central") -> list[tuple[str, int, int, dict]]:
     consumer = kafka.consumer(platform, cluster, f"verify-{uuid.uuid4().hex[:6]}", "verify",
@@ -373,10 +396,14 @@ def test_existing_partitions_do_not_pause_while_topics_are_added(provisioned, pl
     platform, path = _route_platform(platform_data, platform_file, "pause-.*", "exactly-once")
     workers = _start_route_workers(platform, path, tmp_path, base)
     delays: dict[str, list[tuple[float, float]]] = {"central": [], "dc1": []}
+    direct: list[tuple[float, float]] = []
     stop_probe = threading.Event()
-    probe = threading.Thread(target=_probe_delays, args=(platform, base, stop_probe, delays))
+    probes = [threading.Thread(target=_probe_delays, args=(platform, base, stop_probe, delays)),
+              threading.Thread(target=_direct_probe_delays, args=(platform, "central", "direct-probe", stop_probe,
+                                                                   direct))]
     try:
-        probe.start()
+        for probe in probes:
+            probe.start()
         deadline = time.monotonic() + 120
         while len(delays["central"]) < 20 or max(d for _, d in delays["central"][-20:]) > 0.5:
             assert time.monotonic() < deadline, "the replicator did not catch up with the probe"
@@ -388,11 +415,12 @@ def test_existing_partitions_do_not_pause_while_topics_are_added(provisioned, pl
         time.sleep(6)
     finally:
         stop_probe.set()
-        if probe.ident is not None:
-            probe.join()
+        for probe in probes:
+            if probe.ident is not None:
+                probe.join()
         workers.stop_all()
     worst = {}
-    for cluster, measured in delays.items():
+    for cluster, measured in {**delays, "central, produced there": direct}.items():
         while_adding = [(d, sent) for sent, d in measured if sent >= adding_from]
         assert len(while_adding) > 100
         worst[cluster], at = max(while_adding)
