@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
@@ -35,14 +35,18 @@ ROUNDS = int(os.environ.get("CONVEYOR_CHAOS_ROUNDS", "10"))
 #: Kills in the at-least-once test, which shares the exactly-once test's code path for workers.
 ALO_ROUNDS = 3
 ROUTES = ("dc1-central", "dc2-central")
+#: In the middle, so that a batch holds partitions both before and after the refused record.
+BIG_PARTITION = 3
 BASE = "rep-base"
 
 
-def _route_platform(platform_data, platform_file: Path, pattern: str, mode: str) -> tuple[Platform, Path]:
+def _route_platform(platform_data, platform_file: Path, pattern: str, mode: str,
+                    buckets: int = 6) -> tuple[Platform, Path]:
     data = copy.deepcopy(platform_data)
     for name in ROUTES:
-        data["routes"][name] = {**data["routes"][name], "topics": [], "pattern": pattern, "buckets": 6, "mode": mode}
-    path = platform_file.parent / f"replicate-{mode}.yaml"
+        data["routes"][name] = {**data["routes"][name], "topics": [], "pattern": pattern, "buckets": buckets,
+                                "mode": mode}
+    path = platform_file.parent / f"replicate-{pattern.split('-')[0]}-{mode}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return parse_platform(data, root=platform_file.parent), path
 
@@ -249,6 +253,24 @@ def _records(platform: Platform, topics: list[str], isolation: str = "read_commi
     return records
 
 
+def _raw_records(platform: Platform, topic: str) -> list[tuple[str, int, int, bytes]]:
+    """(topic, partition, offset, value) of every committed record of ``topic`` on central."""
+    consumer = kafka.consumer(platform, "central", f"raw-{uuid.uuid4().hex[:6]}", "raw",
+                              {"enable.partition.eof": True})
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    records, ended = [], set()
+    deadline = time.monotonic() + 60
+    while len(ended) < len(partitions) and time.monotonic() < deadline:
+        for message in consumer.consume(1000, 0.5):
+            if message.error() is None:
+                records.append((message.topic(), message.partition(), message.offset(), message.value()))
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                ended.add(message.partition())
+    consumer.close()
+    return records
+
+
 def _landed(records: list[tuple[str, int, int, dict]]) -> Counter[tuple[str, str, str, int]]:
     """Copies per event, keyed as Traffic.acked is."""
     return Counter((v["src"], topic, v["key"], v["seq"]) for topic, _, _, v in records)
@@ -387,6 +409,46 @@ def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, plat
     assert all(seqs == sorted(seqs) for seqs in first_copies.values()), "per-key order broken on central"
     duplicates = sum((landed - traffic.acked).values())
     print(f"at-least-once: {sum(traffic.acked.values())} events, {duplicates} duplicates after {ALO_ROUNDS} kills")
+
+
+def test_a_record_too_large_stops_its_partition_and_loses_nothing_else(provisioned, platform_data, platform_file,
+                                                                       tmp_path):
+    """A record the copier cannot write stops its own partition, with nothing skipped; the partitions
+    copied in the same transactions go on. One bucket, so they share every batch."""
+    base = "big-base"
+    platform, path = _route_platform(platform_data, platform_file, "big-.*", "exactly-once", buckets=1)
+    workers = _start_route_workers(platform, path, tmp_path, base)
+    # Above what the copier's producer takes (librdkafka's message.max.bytes, 1,000,000), below dc1's limit.
+    producer = kafka.producer(platform, "dc1", "big", {"message.max.bytes": 1_048_000, "linger.ms": 100})
+    sent: Counter[int] = Counter()
+    others = [p for p in range(6) if p != BIG_PARTITION]
+    for round_ in range(2):
+        for partition in range(6):
+            for _ in range(20):
+                producer.produce(base, b"small", partition=partition)
+                sent[partition] += 1
+        if round_ == 0:
+            producer.produce(base, b"x" * 1_020_000, partition=BIG_PARTITION)
+    assert producer.flush(30) == 0
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            copied = Counter(p for _, p, _, _ in _raw_records(platform, base))
+            if all(copied[p] >= sent[p] for p in others):
+                break
+            assert time.monotonic() < deadline, f"central has {dict(copied)} of {dict(sent)}"
+            time.sleep(1)
+        time.sleep(3)  # nothing more may come for the stopped partition
+        records = _raw_records(platform, base)
+        copied = Counter(p for _, p, _, _ in records)
+        assert {p: copied[p] for p in others} == {p: sent[p] for p in others}
+        # The stopped partition stays at its last committed offset: the refused record's transaction
+        # held the records before it too. What it copied is a prefix, and never the refused record.
+        assert copied[BIG_PARTITION] <= 20 and all(len(v) == 5 for _, p, _, v in records if p == BIG_PARTITION)
+        logs = "".join(log.read_text(errors="replace") for log in tmp_path.glob("dc1-central-w*.log"))
+        assert f"{base}[{BIG_PARTITION}] offset 20: record too large" in logs
+    finally:
+        workers.stop_all()
 
 
 @pytest.mark.skipif(not os.environ.get("CONVEYOR_PAUSE_TEST"),
