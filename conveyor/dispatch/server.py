@@ -18,6 +18,7 @@ import grpc
 from confluent_kafka import KafkaException
 
 from conveyor import kafka
+from conveyor.auth import Forbidden, Unauthenticated
 from conveyor.config import ClusterRole, ConfigError, Platform, Problem
 from conveyor.dispatch.access import Access
 from conveyor.dispatch.discovery import Membership
@@ -27,11 +28,10 @@ from conveyor.dispatch.health import serve_http
 from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
-from conveyor.gctune import tune_for_throughput
 from conveyor.dispatch.reader import GroupReader
 from conveyor.dispatch.share_reader import ShareReader
 from conveyor.dispatch.source import Source
-from conveyor.auth import Forbidden, Unauthenticated
+from conveyor.gctune import tune_for_throughput
 
 log = logging.getLogger(__name__)
 

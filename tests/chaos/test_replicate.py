@@ -19,12 +19,14 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 import yaml
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
@@ -182,59 +184,36 @@ def _end_offset(consumer, topic: str, partition: int) -> int:
             time.sleep(0.5)
 
 
-def _probe_delays(platform: Platform, base: str, stop: threading.Event, delays: dict[str, list[tuple[float, float]]]
-                  ) -> None:
-    """Send a timestamped probe into dc1's base topic every 20 ms; time its arrival on central and,
-    for comparison, on dc1 itself (what no replicator can do better than)."""
-    producer = kafka.producer(platform, "dc1", "probe", {"linger.ms": 0})
+def _probe_delays(platform: Platform, cluster: str, topic: str, stop: threading.Event,
+                  delays: dict[str, list[tuple[float, float]]]) -> None:
+    """Send a timestamped probe into partition 0 of ``topic`` on ``cluster`` every 20 ms; time its
+    arrival on each cluster of ``delays``."""
+    producer = kafka.producer(platform, cluster, "probe", {"linger.ms": 0})
     consumers = {}
-    for cluster in delays:
-        consumer = kafka.consumer(platform, cluster, f"probe-{uuid.uuid4().hex[:6]}", "probe")
-        partitions = kafka.admin(platform, cluster).list_topics(base, timeout=10).topics[base].partitions
-        consumer.assign([TopicPartition(base, p, _end_offset(consumer, base, p)) for p in partitions])
-        consumers[cluster] = consumer
+    for reader in delays:
+        consumer = kafka.consumer(platform, reader, f"probe-{uuid.uuid4().hex[:6]}", "probe")
+        partitions = kafka.admin(platform, reader).list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, _end_offset(consumer, topic, p)) for p in partitions])
+        consumers[reader] = consumer
     last_sent = 0.0
     while not stop.is_set():
         now = time.time()
         if now - last_sent > 0.02:
-            producer.produce(base, orjson.dumps({"probe": now, "key": "probe", "seq": 0}), b"probe", partition=0)
+            producer.produce(topic, orjson.dumps({"probe": now, "key": "probe", "seq": 0}), b"probe", partition=0)
             producer.poll(0)
             last_sent = now
-        for cluster, consumer in consumers.items():
+        for reader, consumer in consumers.items():
             for message in consumer.consume(100, 0.005):
                 if message.error() is None and message.key() == b"probe":
                     sent = orjson.loads(message.value())["probe"]
-                    delays[cluster].append((sent, time.time() - sent))
+                    delays[reader].append((sent, time.time() - sent))
     producer.flush(10)
     for consumer in consumers.values():
         consumer.close()
 
 
-def _direct_probe_delays(platform: Platform, cluster: str, topic: str, stop: threading.Event,
-                         delays: list[tuple[float, float]]) -> None:
-    """The same probe within one cluster (acks=all in, read_committed out), no replicator between:
-    how long that cluster itself holds a record back."""
-    _create(platform, cluster, topic, 1)
-    producer = kafka.producer(platform, cluster, "direct-probe", {"linger.ms": 0})
-    consumer = kafka.consumer(platform, cluster, f"direct-probe-{uuid.uuid4().hex[:6]}", "direct-probe")
-    consumer.assign([TopicPartition(topic, 0, _end_offset(consumer, topic, 0))])
-    last_sent = 0.0
-    while not stop.is_set():
-        now = time.time()
-        if now - last_sent > 0.02:
-            producer.produce(topic, orjson.dumps({"probe": now}), partition=0)
-            producer.poll(0)
-            last_sent = now
-        for message in consumer.consume(100, 0.005):
-            if message.error() is None:
-                sent = orjson.loads(message.value())["probe"]
-                delays.append((sent, time.time() - sent))
-    producer.flush(10)
-    consumer.close()
-
-
-def _records(platform: Platform, topics: list[str], isolation: str = "read_committed",
-                     cluster: str = "central") -> list[tuple[str, int, int, dict]]:
+def _records(platform: Platform, topics: list[str], isolation: str = "read_committed", cluster: str = "central",
+             decode: Callable[[bytes], Any] = orjson.loads) -> list[tuple[str, int, int, Any]]:
     consumer = kafka.consumer(platform, cluster, f"verify-{uuid.uuid4().hex[:6]}", "verify",
                               {"isolation.level": isolation})
     metadata = consumer.list_topics(timeout=10)
@@ -250,29 +229,12 @@ def _records(platform: Platform, topics: list[str], isolation: str = "read_commi
     while time.monotonic() < deadline:
         for message in consumer.consume(2000, 0.5):
             if message.error() is None:
-                records.append((message.topic(), message.partition(), message.offset(), orjson.loads(message.value())))
+                records.append((message.topic(), message.partition(), message.offset(), decode(message.value())))
         # Positions, not record offsets: transaction markers take offsets no record is returned for.
+        # An empty partition has no position yet (negative), and nothing to wait for.
         positions = consumer.position(assignment)
-        if all(tp.offset >= ends[(tp.topic, tp.partition)] for tp in positions):
+        if all(max(tp.offset, 0) >= ends[(tp.topic, tp.partition)] for tp in positions):
             break
-    consumer.close()
-    return records
-
-
-def _raw_records(platform: Platform, topic: str) -> list[tuple[str, int, int, bytes]]:
-    """(topic, partition, offset, value) of every committed record of ``topic`` on central."""
-    consumer = kafka.consumer(platform, "central", f"raw-{uuid.uuid4().hex[:6]}", "raw",
-                              {"enable.partition.eof": True})
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    records, ended = [], set()
-    deadline = time.monotonic() + 60
-    while len(ended) < len(partitions) and time.monotonic() < deadline:
-        for message in consumer.consume(1000, 0.5):
-            if message.error() is None:
-                records.append((message.topic(), message.partition(), message.offset(), message.value()))
-            elif message.error().code() == KafkaError._PARTITION_EOF:
-                ended.add(message.partition())
     consumer.close()
     return records
 
@@ -296,8 +258,8 @@ def _on_sources(platform: Platform, traffic: Traffic, topics: list[str]) -> Coun
     return events
 
 
-def _missing(platform: Platform, expected: Counter, topics: list[str]) -> Counter[tuple[str, str]] | None:
-    """Source events not on central yet, per (source cluster, topic); None while a topic is absent."""
+def _missing(platform: Platform, expected: Counter, topics: list[str]) -> Counter | None:
+    """Source events not on central yet; None while a topic is absent there."""
     consumer = kafka.consumer(platform, "central", "count", "count")
     metadata = consumer.list_topics(timeout=10)
     # read_committed end offsets include commit markers, so compare by reading the records instead.
@@ -305,19 +267,27 @@ def _missing(platform: Platform, expected: Counter, topics: list[str]) -> Counte
     consumer.close()
     if not present:
         return None
-    missing = expected - _landed(_records(platform, topics))
-    return Counter({(src, topic): n for (src, topic, _, _), n in missing.items()})
+    return expected - _landed(_records(platform, topics))
 
 
-def _explain_missing(platform: Platform, expected: Counter, topics: list[str]) -> str:
-    """Where the first missing events are: written to central but not committed (an aborted or
-    still open transaction), or never written there."""
-    missing = expected - _landed(_records(platform, topics))
+def _explain_missing(platform: Platform, missing: Counter, topics: list[str]) -> str:
+    """How many events miss per (source, topic), and where the first ones are: written to central
+    but not committed (an aborted or still open transaction), or never written there."""
+    per_topic = Counter({(src, topic): n for (src, topic, _, _), n in missing.items()})
     uncommitted = {(v["src"], topic, v["key"], v["seq"]): (partition, offset)
                    for topic, partition, offset, v in _records(platform, topics, "read_uncommitted")}
-    return "; ".join(f"{event}: " + (f"on central uncommitted at (partition, offset) {uncommitted[event]}"
-                                     if event in uncommitted else "not on central")
-                     for event in sorted(missing)[:5])
+    return f"missing per (source, topic): {dict(per_topic)}; " + "; ".join(
+        f"{event}: " + (f"on central uncommitted at (partition, offset) {uncommitted[event]}"
+                        if event in uncommitted else "not on central")
+        for event in sorted(missing)[:5])
+
+
+def _wait_until_replicated(platform: Platform, topic: str) -> None:
+    """Until the replicator has created ``topic`` on central."""
+    deadline = time.monotonic() + 90
+    while topic not in kafka.admin(platform, "central").list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"the replicator did not create {topic} on central"
+        time.sleep(0.5)
 
 
 def _start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path, base: str = BASE) -> Workers:
@@ -327,10 +297,7 @@ def _start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path
     for route in ROUTES:
         for i in range(2):
             workers.start(f"{route}-w{i}")
-    deadline = time.monotonic() + 90
-    while base not in kafka.admin(platform, "central").list_topics(timeout=10).topics:
-        assert time.monotonic() < deadline, f"the replicator did not create {base} on central"
-        time.sleep(0.5)
+    _wait_until_replicated(platform, base)
     return workers
 
 
@@ -341,9 +308,8 @@ def _wait_until_copied(platform: Platform, traffic: Traffic, topics: list[str], 
         deadline = time.monotonic() + 300
         while (missing := _missing(platform, expected, topics)) != Counter():
             if time.monotonic() > deadline:
-                pytest.fail("central did not receive every source event in time; missing per (source, topic): "
-                            f"{dict(missing) if missing is not None else 'a topic is absent on central'}; "
-                            f"{_explain_missing(platform, expected, topics) if missing is not None else ''}")
+                pytest.fail("central did not receive every source event in time; " + (
+                    "a topic is absent on central" if missing is None else _explain_missing(platform, missing, topics)))
             time.sleep(3)
         return expected
     finally:
@@ -430,6 +396,7 @@ def test_a_record_too_large_stops_its_partition_and_loses_nothing_else(provision
     _create(platform, "dc1", base, 6)
     workers = Workers(path, tmp_path)
     workers.start("dc1-big-w0")
+    _wait_until_replicated(platform, base)
     # Above what the copier's producer takes (librdkafka's message.max.bytes, 1,000,000), below dc1's limit.
     producer = kafka.producer(platform, "dc1", "big", {"message.max.bytes": 1_048_000, "linger.ms": 100})
     _wait_until_led(producer, base, 6)
@@ -446,13 +413,13 @@ def test_a_record_too_large_stops_its_partition_and_loses_nothing_else(provision
     try:
         deadline = time.monotonic() + 120
         while True:
-            copied = Counter(p for _, p, _, _ in _raw_records(platform, base))
+            copied = Counter(p for _, p, _, _ in _records(platform, [base], decode=bytes))
             if all(copied[p] >= sent[p] for p in others):
                 break
             assert time.monotonic() < deadline, f"central has {dict(copied)} of {dict(sent)}"
             time.sleep(1)
         time.sleep(3)  # nothing more may come for the stopped partition
-        records = _raw_records(platform, base)
+        records = _records(platform, [base], decode=bytes)
         copied = Counter(p for _, p, _, _ in records)
         assert {p: copied[p] for p in others} == {p: sent[p] for p in others}
         # The stopped partition stays at its last committed offset: the refused record's transaction
@@ -470,12 +437,14 @@ def test_existing_partitions_do_not_pause_while_topics_are_added(provisioned, pl
     base = "pause-base"
     platform, path = _route_platform(platform_data, platform_file, "pause-.*", "exactly-once")
     workers = _start_route_workers(platform, path, tmp_path, base)
+    # The replicated probe, timed on central and, for comparison, on dc1 itself; and a probe within
+    # central with no replicator between: how long central itself holds a record back.
     delays: dict[str, list[tuple[float, float]]] = {"central": [], "dc1": []}
-    direct: list[tuple[float, float]] = []
+    direct: dict[str, list[tuple[float, float]]] = {"central": []}
+    _create(platform, "central", "direct-probe", 1)
     stop_probe = threading.Event()
-    probes = [threading.Thread(target=_probe_delays, args=(platform, base, stop_probe, delays)),
-              threading.Thread(target=_direct_probe_delays, args=(platform, "central", "direct-probe", stop_probe,
-                                                                   direct))]
+    probes = [threading.Thread(target=_probe_delays, args=(platform, "dc1", base, stop_probe, delays)),
+              threading.Thread(target=_probe_delays, args=(platform, "central", "direct-probe", stop_probe, direct))]
     try:
         for probe in probes:
             probe.start()
@@ -495,7 +464,7 @@ def test_existing_partitions_do_not_pause_while_topics_are_added(provisioned, pl
                 probe.join()
         workers.stop_all()
     worst = {}
-    for cluster, measured in {**delays, "central, produced there": direct}.items():
+    for cluster, measured in {**delays, "central, produced there": direct["central"]}.items():
         while_adding = [(d, sent) for sent, d in measured if sent >= adding_from]
         assert len(while_adding) > 100
         worst[cluster], at = max(while_adding)
