@@ -12,7 +12,7 @@ Spark's start is excluded from every Spark figure (one session serves all); each
 best of ``--rounds`` runs over the whole topic, into fresh output each time. The platform is the
 demo's central cluster alone (3 brokers, RF 3) on its own ports and folder.
 
-    python -m bench.lake_ingest [--events 200000] [--rounds 2] [--base-port 31700]
+    python -m bench.lake_ingest [--events 200000] [--rounds 2] [--base-port 31700] [--stages]
 
 Writes bench/results/lake_ingest.json.
 """
@@ -37,8 +37,10 @@ from rich.table import Table
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.pipeline.guard import state_dir
-from conveyor.pipeline.kafka_source import java_client_options
-from conveyor.pipeline.lake import run_once
+from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, read_range
+from conveyor.pipeline.lake import _parsed, run_once
+from conveyor.pipeline.offsets import plan_ranges
+from conveyor.pipeline.schema import contract_columns, read_schema
 from conveyor.pipeline.spark import spark_session
 from conveyor.pipeline.tables import GAPS_TABLE, data_table, quarantine_table
 from conveyor.runtime.local import LocalPlatform
@@ -113,16 +115,45 @@ def _plain_sink(spark, platform: Platform, folder: Path) -> float:
     return seconds
 
 
-def _lake(spark, platform: Platform, events: int) -> float:
+def _lake(spark, platform: Platform, events: int, steps: dict[str, float] | None = None) -> float:
+    """One lake run into fresh tables; ``steps`` receives the seconds each step of the run took."""
     for table in (data_table(TOPIC), quarantine_table(TOPIC), GAPS_TABLE):
         spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
     shutil.rmtree(state_dir(platform), ignore_errors=True)
-    summary = run_once(spark, platform)
+    marks = [(time.monotonic(), "")]
+    summary = run_once(spark, platform, step=lambda _topic, what: marks.append((time.monotonic(), what)))
+    marks.append((time.monotonic(), ""))
+    if steps is not None:
+        steps.update({what: later - at for (at, what), (later, _) in zip(marks[1:], marks[2:], strict=False)})
     assert summary.topics[0].landed == events, summary
     return summary.seconds
 
 
-def run(events: int, size: int, rounds: int, base_port: int) -> dict:
+def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
+    """Where the lake's time goes: Spark's Kafka read of the whole topic alone, with a Python
+    round trip that returns its input, and with the lake's parser (each into a noop sink)."""
+    _, marks = list_watermarks(platform, TOPIC)
+    plan = plan_ranges(TOPIC, {"bench": None}, marks)
+    schema = read_schema(platform, TOPIC)
+    raw = read_range(spark, platform, plan)
+    frames = {
+        "kafka_read": raw,
+        "kafka_read_python_round_trip": raw.mapInArrow(lambda batches: batches, raw.schema),
+        "kafka_read_parse": _parsed(spark, platform, plan, contract_columns(TOPIC, schema),
+                                    json.dumps(schema, sort_keys=True)),
+    }
+    seconds = {}
+    for name, frame in frames.items():
+        runs = []
+        for _ in range(rounds):
+            started = time.monotonic()
+            frame.write.format("noop").mode("overwrite").save()
+            runs.append(time.monotonic() - started)
+        seconds[name] = min(runs)
+    return seconds
+
+
+def run(events: int, size: int, rounds: int, base_port: int, stages: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="conveyor-lake-bench-") as tmp:
         folder = Path(tmp)
         platform = _platform(folder, base_port, "1h")
@@ -139,9 +170,15 @@ def run(events: int, size: int, rounds: int, base_port: int) -> dict:
                 ("lake_no_dedup", lambda: _lake(spark, _platform(folder, base_port, "0s"), events)),
             ):
                 seconds[name] = min(measure() for _ in range(rounds))
+            breakdown = {}
+            if stages:
+                steps: dict[str, float] = {}
+                _lake(spark, platform, events, steps)
+                breakdown = {**_stages(spark, platform, rounds), **{f"lake step: {k}": v for k, v in steps.items()}}
         finally:
             local.down()
     return {
+        **({"stages": {k: round(v, 2) for k, v in breakdown.items()}} if breakdown else {}),
         "events": events,
         "event_bytes": round(produced_bytes / events),
         "partitions": PARTITIONS,
@@ -157,8 +194,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024, help="bytes per event (JSON)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--base-port", type=int, default=31700)
+    parser.add_argument("--stages", action="store_true",
+                        help="also time Spark's read alone, with a Python round trip, with the parser, and each "
+                             "step of one more lake run")
     args = parser.parse_args()
-    result = run(args.events, args.size, args.rounds, args.base_port)
+    result = run(args.events, args.size, args.rounds, args.base_port, args.stages)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
     table = Table(title=f"lake ingestion: {result['events']:,} events of ~{result['event_bytes']} bytes")
@@ -168,6 +208,13 @@ def main() -> None:
         rate = result["events_per_second"][name]
         table.add_row(name, f"{seconds:.2f}", f"{rate:,}", f"{rate * result['event_bytes'] / 1e6:.1f}")
     Console().print(table)
+    if "stages" in result:
+        stages = Table(title="where the lake's time goes (seconds)")
+        stages.add_column("stage")
+        stages.add_column("seconds")
+        for name, seconds in result["stages"].items():
+            stages.add_row(name, f"{seconds:.2f}")
+        Console().print(stages)
 
 
 if __name__ == "__main__":
