@@ -165,6 +165,7 @@ def latency(platform: Platform, rate: int, seconds: int) -> dict:
     samples: dict[str, list[tuple[float, float]]] = {"ours": [], "mm2": []}
     stop = threading.Event()
     added_at: list[float] = []
+    sent_total: list[int] = []
 
     def produce() -> None:
         producer = kafka.producer(platform, "dc1", "bench-rate", {"linger.ms": 1})
@@ -182,6 +183,7 @@ def latency(platform: Platform, rate: int, seconds: int) -> dict:
             producer.poll(0)
             time.sleep(0.002)
         producer.flush(30)
+        sent_total.append(sent)
         time.sleep(10)
         stop.set()
 
@@ -199,7 +201,8 @@ def latency(platform: Platform, rate: int, seconds: int) -> dict:
     for tool, values in samples.items():
         delays = sorted(d for _, d in values)
         after = [d for s, d in values if added_at and s >= added_at[0]]
-        result[tool] = {"records": len(delays), "p50_ms": round(delays[len(delays) // 2] * 1000, 1),
+        result[tool] = {"sent": sent_total[0], "records": len(delays),
+                        "p50_ms": round(delays[len(delays) // 2] * 1000, 1),
                         "p99_ms": round(delays[int(len(delays) * 0.99)] * 1000, 1),
                         "max_ms_after_topics_added": round(max(after) * 1000, 1) if after else None}
     return result
