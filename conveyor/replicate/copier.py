@@ -223,6 +223,10 @@ class BucketCopier(threading.Thread):
                 failures.append((source, message.offset(), exc.args[0]))
                 break
             touched[source] = message.offset() + 1
+        if not failures and not exactly_once:
+            # At least once: the copies are on the destination before the offsets that pass them are
+            # written. In one flush, a worker killed mid-way could leave the offsets without the copies.
+            failures += self._flushed()
         if not failures:
             for source, next_offset in touched.items():
                 key, value = plan.offset_record(source.topic, source.partition, next_offset)
@@ -248,11 +252,16 @@ class BucketCopier(threading.Thread):
             except BufferError:
                 self.producer.poll(0.05)
 
+    def _flushed(self) -> list[tuple[SourcePartition, int, KafkaError]]:
+        """Wait for every delivery (failed ones reach the batch's failures through ``_collect``); a
+        failure if some are still undelivered."""
+        left = self.producer.flush(_TIMEOUT)
+        return [(SourcePartition("", -1), -1, KafkaError(KafkaError._TIMED_OUT))] if left else []
+
     def _finish(self, exactly_once: bool) -> list[tuple[SourcePartition, int, KafkaError]]:
         """Commit the transaction (or flush); the failures that make it void, if any."""
         if not exactly_once:
-            left = self.producer.flush(_TIMEOUT)
-            return [(SourcePartition("", -1), -1, KafkaError(KafkaError._TIMED_OUT))] if left else []
+            return self._flushed()
         while True:
             try:
                 self.producer.commit_transaction(_TIMEOUT)

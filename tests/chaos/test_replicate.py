@@ -34,8 +34,6 @@ from conveyor.config import Platform, parse_platform
 
 pytestmark = pytest.mark.chaos
 ROUNDS = int(os.environ.get("CONVEYOR_CHAOS_ROUNDS", "10"))
-#: Kills in the at-least-once test, which shares the exactly-once test's code path for workers.
-ALO_ROUNDS = 3
 ROUTES = ("dc1-central", "dc2-central")
 #: In the middle, so that a batch holds partitions both before and after the refused record.
 BIG_PARTITION = 3
@@ -273,15 +271,18 @@ def _missing(platform: Platform, expected: Counter, topics: list[str]) -> Counte
     return expected - _landed(_records(platform, topics))
 
 
-def _explain_missing(platform: Platform, missing: Counter, topics: list[str]) -> str:
-    """How many events miss per (source, topic), and where the first ones are: written to central
-    but not committed (an aborted or still open transaction), or never written there."""
-    per_topic = Counter({(src, topic): n for (src, topic, _, _), n in missing.items()})
+def _explain_missing(platform: Platform, missing: Counter, topics: list[str],
+                     written: dict[tuple[str, str, str, int], tuple[int, int]]) -> str:
+    """How many events miss per (source, topic), and where the first ones are: their place on the
+    source, and whether central holds them uncommitted (an aborted or still open transaction)."""
+    per_topic: Counter[tuple[str, str]] = Counter()
+    for (src, topic, _, _), n in missing.items():
+        per_topic[(src, topic)] += n
     uncommitted = {(v["src"], topic, v["key"], v["seq"]): (partition, offset)
                    for topic, partition, offset, v in _records(platform, topics, "read_uncommitted")}
     return f"missing per (source, topic): {dict(per_topic)}; " + "; ".join(
-        f"{event}: " + (f"on central uncommitted at (partition, offset) {uncommitted[event]}"
-                        if event in uncommitted else "not on central")
+        f"{event} (source partition, offset {written.get(event)}): "
+        + (f"on central uncommitted at {uncommitted[event]}" if event in uncommitted else "not on central")
         for event in sorted(missing)[:5])
 
 
@@ -312,7 +313,8 @@ def _wait_until_copied(platform: Platform, traffic: Traffic, topics: list[str], 
         while (missing := _missing(platform, expected, topics)) != Counter():
             if time.monotonic() > deadline:
                 pytest.fail("central did not receive every source event in time; " + (
-                    "a topic is absent on central" if missing is None else _explain_missing(platform, missing, topics)))
+                    "a topic is absent on central" if missing is None
+                    else _explain_missing(platform, missing, topics, traffic.written)))
             time.sleep(3)
         return expected
     finally:
@@ -364,7 +366,7 @@ def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, plat
     traffic = Traffic(platform, base)
     try:
         traffic.start()
-        for _ in range(ALO_ROUNDS):
+        for _ in range(ROUNDS):
             time.sleep(random.uniform(1.0, 3.0))
             workers.start(workers.kill_one())
         time.sleep(2)
@@ -383,7 +385,7 @@ def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, plat
             first_copies[event[:3]].append(value["seq"])
     assert all(seqs == sorted(seqs) for seqs in first_copies.values()), "per-key order broken on central"
     duplicates = sum((landed - traffic.acked).values())
-    print(f"at-least-once: {sum(traffic.acked.values())} events, {duplicates} duplicates after {ALO_ROUNDS} kills")
+    print(f"at-least-once: {sum(traffic.acked.values())} events, {duplicates} duplicates after {ROUNDS} kills")
 
 
 def test_a_record_too_large_stops_its_partition_and_loses_nothing_else(provisioned, platform_data, platform_file,
