@@ -38,7 +38,7 @@ from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.pipeline.guard import state_dir
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, read_range
-from conveyor.pipeline.lake import _parsed, run_once
+from conveyor.pipeline.lake import parsed_range, run_once
 from conveyor.pipeline.offsets import plan_ranges
 from conveyor.pipeline.schema import contract_columns, read_schema
 from conveyor.pipeline.spark import spark_session
@@ -139,7 +139,7 @@ def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
     frames = {
         "kafka_read": raw,
         "kafka_read_python_round_trip": raw.mapInArrow(lambda batches: batches, raw.schema),
-        "kafka_read_parse": _parsed(spark, platform, plan, contract_columns(TOPIC, schema),
+        "kafka_read_parse": parsed_range(spark, platform, plan, contract_columns(TOPIC, schema),
                                     json.dumps(schema, sort_keys=True)),
     }
     seconds = {}

@@ -120,7 +120,7 @@ def _at_or_above(floors: Positions) -> SparkColumn:
     return reduce(lambda a, b: a | b, conditions)
 
 
-def _parsed(
+def parsed_range(
     spark: SparkSession, platform: Platform, plan: RangePlan, columns: tuple[Column, ...], schema_text: str
 ) -> DataFrame:
     """The range's records with their coordinates, the parser's verdict and the contract's columns."""
@@ -184,7 +184,7 @@ class _TopicLanding:
         from pyspark.sql.functions import coalesce, col, count, length, lit, when
         from pyspark.sql.functions import sum as sum_
 
-        parsed = _parsed(self.spark, self.platform, plan, self.columns, self.schema_text)
+        parsed = parsed_range(self.spark, self.platform, plan, self.columns, self.schema_text)
         # Parse once: the counts and both commits read the parsed rows back from local disk.
         parsed = parsed.persist(StorageLevel.DISK_ONLY)
         cached = [parsed]
