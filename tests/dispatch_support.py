@@ -63,7 +63,9 @@ def free_port() -> int:
 
 
 def start_node(platform: Platform) -> DispatchNode:
-    node = DispatchNode(platform, port=free_port(), metrics_port=free_port())
+    # Port 0: the node binds what the OS gives; a port probed free first can be taken (by one of the
+    # many Kafka client connections) before the node binds it.
+    node = DispatchNode(platform, port=0, metrics_port=0)
     node.start()
     return node
 

@@ -65,7 +65,7 @@ class DispatchNode:
         self.host = host
         self.port = platform.dispatch.port if port is None else port
         self.metrics_port = platform.dispatch.metrics_port if metrics_port is None else metrics_port
-        self.advertise = advertise or f"{host}:{self.port}"
+        self._advertise = advertise
         self.metrics = NodeMetrics()
         self.access = Access(platform, self.cluster)
         self.membership = Membership(kafka.admin(platform, self.cluster))
@@ -75,14 +75,23 @@ class DispatchNode:
         self._http: Any = None
         self._stopping = False
 
+    @property
+    def advertise(self) -> str:
+        """host:port clients reach this node at; with port 0, known once ``start`` has bound one."""
+        return self._advertise or f"{self.host}:{self.port}"
+
     def start(self) -> None:
+        """Listen (port 0 for either port: one the OS picks, read back here) and serve."""
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_STREAMS + 16, thread_name_prefix="grpc"),
                              maximum_concurrent_rpcs=MAX_STREAMS)
         pb_grpc.add_DiscoveryServicer_to_server(DiscoveryService(self), server)
         pb_grpc.add_ReaderServicer_to_server(ReaderService(self), server)
-        if server.add_insecure_port(f"{self.host}:{self.port}") == 0:
+        bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        if bound == 0:
             raise OSError(f"cannot listen on {self.host}:{self.port}")
+        self.port = bound
         self._http = serve_http(self.host, self.metrics_port, self.metrics.registry, self.health)
+        self.metrics_port = self._http.server_address[1]
         server.start()
         self._grpc = server
         tune_for_throughput()
