@@ -1,27 +1,28 @@
 """Kafka record values to lake rows, or to the reason they belong in quarantine. Pure.
 
-Runs inside Spark's Python workers, fed Arrow batches (``mapInArrow``): Kafka's coordinates and raw
-values pass through as Arrow arrays untouched, and only the values are parsed in Python. Everything
-a worker needs travels as plain values (the contract's text, the columns); each worker compiles a
-contract once.
+Runs inside Spark's Python workers as a scalar pandas UDF over the raw values: only the values
+travel to Python (in Arrow batches), and only the verdict and the contract's columns travel back;
+the JVM keeps the rest of each Kafka row, the value included. Everything a worker needs travels as
+plain values (the contract's text, the columns); each worker compiles a contract once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
 import orjson
+import pandas as pd
 import pyarrow as pa
 
 from conveyor.pipeline.schema import REASON, Column, Kind
 from conveyor.topics.contracts import Contract, compile_contract
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-#: The columns of a Kafka range the parser receives and returns untouched: our name -> the name
-#: Spark's Kafka connector gives it.
+#: The columns of a Kafka range that land as they are: our name -> the name Spark's Kafka connector
+#: gives it.
 PASSED_THROUGH = {
     "kafka_partition": "partition",
     "kafka_offset": "offset",
@@ -38,6 +39,8 @@ _ARROW_TYPES = {
     # Spark hands over timestamps in the session's zone, which the pipelines set to UTC.
     Kind.timestamp: pa.timestamp("us", tz="UTC"),
 }
+#: pandas types that keep a column's nulls as nulls (numpy's would turn nullable integers into floats).
+_PANDAS_TYPES = {pa.int64(): pd.Int64Dtype(), pa.float64(): pd.Float64Dtype(), pa.bool_(): pd.BooleanDtype()}
 
 
 class _Reject(Exception):
@@ -128,15 +131,16 @@ def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
     return pa.schema([(REASON, pa.string())] + [(c.name, _ARROW_TYPES[c.kind]) for c in columns])
 
 
-def parse_batches(
-    batches: Iterator[pa.RecordBatch], *, topic: str, schema_text: str, columns: tuple[Column, ...]
-) -> Iterator[pa.RecordBatch]:
-    """For ``mapInArrow``: each batch of Kafka rows with the verdict and the contract's columns added."""
-    parser = RecordParser(topic, schema_text, columns)
-    parsed_schema = arrow_schema(columns)
-    for batch in batches:
-        rows = [parser.parse(value) for value in batch.column("raw_value").to_pylist()]
-        values = list(zip(*rows, strict=True)) if rows else [()] * len(parsed_schema)
-        arrays = [batch.column(name) for name in PASSED_THROUGH]
-        arrays += [pa.array(column, type=field.type) for column, field in zip(values, parsed_schema, strict=True)]
-        yield pa.RecordBatch.from_arrays(arrays, names=[*PASSED_THROUGH, *parsed_schema.names])
+def values_parser(topic: str, schema_text: str, columns: tuple[Column, ...]) -> Callable[[pd.Series], pd.DataFrame]:
+    """For a scalar pandas UDF over the raw values (its type hints make it one): per value, the
+    verdict and the contract's columns."""
+    schema = arrow_schema(columns)
+
+    def parse(values: pd.Series) -> pd.DataFrame:
+        parser = RecordParser(topic, schema_text, columns)
+        rows = [parser.parse(value) for value in values]
+        parsed = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
+        arrays = [pa.array(column, type=field.type) for column, field in zip(parsed, schema, strict=True)]
+        return pa.Table.from_arrays(arrays, schema=schema).to_pandas(types_mapper=_PANDAS_TYPES.get)
+
+    return parse

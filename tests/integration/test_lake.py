@@ -11,7 +11,7 @@ import pytest
 from conveyor.pipeline.completeness import floor_hour
 from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.status import topic_status
-from conveyor.pipeline.tables import OFFSETS_PROPERTY, current_commit, data_table, quarantine_table
+from conveyor.pipeline.tables import OFFSETS_PROPERTY, as_utc, current_commit, data_table, quarantine_table
 from tests.conftest import demo_event
 from tests.lakekit import lake_case, lake_folder, lake_spark, produce, quarantine_of, rows_of  # noqa: F401
 
@@ -24,7 +24,9 @@ def _snapshots(spark, table: str) -> list:
 
 def test_each_run_lands_the_new_range_with_its_end_offsets_in_the_same_commit(lake_spark, lake_case):
     case = lake_case(partitions=3)
-    first = [demo_event(user_id=f"user-{i}") for i in range(30)]
+    # Every other event has the optional fields: they must land as values, the others as nulls.
+    first = [demo_event(user_id=f"user-{i}", **({"price_micros": i, "banner_id": f"b{i}"} if i % 2 else {}))
+             for i in range(30)]
     acked = produce(case.platform, case.topic, first)
 
     summary = run_once(lake_spark, case.platform)
@@ -34,6 +36,12 @@ def test_each_run_lands_the_new_range_with_its_end_offsets_in_the_same_commit(la
     assert sorted(r.event_id for r in rows) == sorted(e["event_id"] for e in first)
     assert {(r.kafka_partition, r.kafka_offset) for r in rows} == set(acked)
     assert all(r.event_time is not None and r.raw_value for r in rows)
+    sent = {e["event_id"]: e for e in first}
+    assert {r.event_id: (r.price_micros, r.banner_id) for r in rows} == {
+        i: (e.get("price_micros"), e.get("banner_id")) for i, e in sent.items()
+    }
+    assert all(as_utc(r.event_time) == datetime.fromisoformat(sent[r.event_id]["event_time"]) for r in rows)
+    assert all(json.loads(r.raw_value) == sent[r.event_id] for r in rows)
 
     ends = {p: max(o for q, o in acked if q == p) + 1 for p, _ in acked}
     latest = _snapshots(lake_spark, data_table(case.topic))[-1]

@@ -105,23 +105,29 @@ def test_an_integer_beyond_64_bits_is_quarantined(price):
     assert "does not fit a 64-bit integer" in verdict
 
 
-def test_arrow_batches_keep_the_coordinates_and_add_verdict_and_columns():
-    import pyarrow as pa
+def test_the_values_parser_gives_one_row_per_value_with_nulls_kept_as_nulls():
+    import pandas as pd
 
-    from conveyor.pipeline.records import PASSED_THROUGH, arrow_schema, parse_batches
+    from conveyor.pipeline.records import arrow_schema, values_parser
 
-    values = [orjson.dumps(EVENT), b"nope", None]
-    batch = pa.RecordBatch.from_arrays(
-        [pa.array([0, 0, 1], pa.int32()), pa.array([5, 6, 7], pa.int64()),
-         pa.array([1, 2, 3], pa.timestamp("us", tz="UTC")), pa.array([b"k", None, b"k"], pa.binary()),
-         pa.array(values, pa.binary())],
-        names=list(PASSED_THROUGH),
-    )
-    (out,) = parse_batches(iter([batch]), topic="ad-events", schema_text=json.dumps(SCHEMA), columns=COLUMNS)
-    assert out.schema.names == [*PASSED_THROUGH, *arrow_schema(COLUMNS).names]
-    assert out.column("kafka_offset").to_pylist() == [5, 6, 7]
-    assert out.column("raw_value").to_pylist() == values
-    reasons = out.column("quarantine_reason").to_pylist()
-    assert reasons[0] is None and "not JSON" in reasons[1] and "null record" in reasons[2]
-    assert out.column("user_id").to_pylist() == ["user-7", None, None]
-    assert out.column("event_time").to_pylist()[0] == datetime(2025, 3, 1, 10, 15, tzinfo=timezone.utc)
+    without_price = {k: v for k, v in EVENT.items() if k != "price_micros"}
+    values = pd.Series([orjson.dumps(EVENT), b"nope", None, orjson.dumps(without_price)])
+    out = values_parser("ad-events", json.dumps(SCHEMA), COLUMNS)(values)
+    assert list(out.columns) == arrow_schema(COLUMNS).names and len(out) == 4
+    reasons = out["quarantine_reason"]
+    assert reasons.isna().tolist() == [True, False, False, True]
+    assert "not JSON" in reasons.iloc[1] and "null record" in reasons.iloc[2]
+    assert out["user_id"].isna().tolist() == [False, True, True, False] and out["user_id"].iloc[3] == "user-7"
+    # A missing integer stays a null integer: numpy's dtype would have made the column floats.
+    assert str(out["price_micros"].dtype) == "Int64"
+    assert out["price_micros"].iloc[0] == 1500 and out["price_micros"].isna().tolist() == [False, True, True, True]
+    assert out["event_time"].iloc[0] == datetime(2025, 3, 1, 10, 15, tzinfo=timezone.utc)
+
+
+def test_the_values_parser_of_no_values_gives_the_columns_and_no_rows():
+    import pandas as pd
+
+    from conveyor.pipeline.records import arrow_schema, values_parser
+
+    out = values_parser("ad-events", json.dumps(SCHEMA), COLUMNS)(pd.Series([], dtype=object))
+    assert list(out.columns) == arrow_schema(COLUMNS).names and len(out) == 0
