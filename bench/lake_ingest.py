@@ -178,11 +178,13 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
                 ("lake_no_dedup", lambda: _lake(spark, _platform(folder, base_port, "0s"), events)),
             ):
                 seconds[name] = min(measure() for _ in range(rounds))
-            breakdown = {}
+            breakdown: dict[str, float] = {}
             if stages:
-                steps: dict[str, float] = {}
-                _lake(spark, platform, events, steps)
-                breakdown = {**_stages(spark, platform, rounds), **{f"lake step: {k}": v for k, v in steps.items()}}
+                breakdown = _stages(spark, platform, rounds)
+                for label, variant in (("de-dup on", platform), ("de-dup off", _platform(folder, base_port, "0s"))):
+                    steps: dict[str, float] = {}
+                    _lake(spark, variant, events, steps)
+                    breakdown.update({f"lake step ({label}): {k}": v for k, v in steps.items()})
         finally:
             local.down()
     return {
@@ -204,7 +206,7 @@ def main() -> None:
     parser.add_argument("--base-port", type=int, default=31700)
     parser.add_argument("--stages", action="store_true",
                         help="also time Spark's read alone, with the values sent to Python, with the parser, and each "
-                             "step of one more lake run")
+                             "step of one more lake run with de-duplication and one without")
     args = parser.parse_args()
     result = run(args.events, args.size, args.rounds, args.base_port, args.stages)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
