@@ -64,6 +64,15 @@ def test_each_run_lands_the_new_range_with_its_end_offsets_in_the_same_commit(la
     assert sorted(landed) == sorted(e["event_id"] for e in first + second)
 
 
+def test_a_first_run_over_an_empty_topic_commits_its_positions_and_lands_nothing(lake_spark, lake_case):
+    case = lake_case(partitions=2)
+    run = run_once(lake_spark, case.platform).topics[0]
+    assert (run.committed, run.records_read, run.landed, run.quarantined) == (True, 0, 0, 0)
+    for table in (data_table(case.topic), quarantine_table(case.topic)):
+        commit = current_commit(lake_spark, table)
+        assert commit is not None and commit.positions == {0: 0, 1: 0} and commit.records == 0
+
+
 def test_bad_records_go_to_quarantine_with_reason_raw_bytes_and_coordinates(lake_spark, lake_case):
     case = lake_case(partitions=1)
     good = [demo_event(), demo_event()]
@@ -91,9 +100,12 @@ def test_bad_records_go_to_quarantine_with_reason_raw_bytes_and_coordinates(lake
 def test_an_event_id_seen_again_within_the_window_lands_once(lake_spark, lake_case):
     case = lake_case(partitions=2, dedup_window="1h")
     event = demo_event()
-    produce(case.platform, case.topic, [event, event, demo_event()])  # a producer's retry, in one run
+    # A producer's retry, in one run; and a bad record, which the quarantine reads back from the
+    # parsed range that de-duplication kept on disk.
+    produce(case.platform, case.topic, [event, event, demo_event(), b"broken"])
     first = run_once(lake_spark, case.platform).topics[0]
-    assert (first.records_read, first.landed, first.duplicates_dropped) == (3, 2, 1)
+    assert (first.records_read, first.landed, first.duplicates_dropped, first.quarantined) == (4, 2, 1, 1)
+    assert [bytes(q.raw_value) for q in quarantine_of(lake_spark, case.topic)] == [b"broken"]
 
     produce(case.platform, case.topic, [event])  # and again in a later run
     second = run_once(lake_spark, case.platform).topics[0]
