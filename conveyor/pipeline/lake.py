@@ -174,21 +174,25 @@ class _TopicLanding:
         counts = dict.fromkeys(("records_read", "bytes_read", "landed", "quarantined", "duplicates_dropped"), 0)
         if stale:
             self.step(f"reading {plan.records:,} offsets")
-            counts = self._land(plan, stale, commit_properties(plan.end_positions, listed_at, self.run_id), listed_at)
+            properties = commit_properties(plan.end_positions, listed_at, self.run_id)
+            last = commits[self.quarantine]
+            counts = self._land(plan, stale, properties, listed_at, bad_before=bool(last and last.added_records))
         guard.clear_running(self.platform, self.topic)
         return TopicRun(topic=self.topic, ranges=plan.ranges, gaps=plan.gaps, **counts, orphans_deleted=orphans,
                         committed=bool(stale), seconds=time.monotonic() - started, listed_at=listed_at)
 
     def _land(
-        self, plan: RangePlan, stale: list[str], properties: dict[str, str], listed_at: datetime
+        self, plan: RangePlan, stale: list[str], properties: dict[str, str], listed_at: datetime, bad_before: bool
     ) -> dict[str, int]:
         """Commit the stale tables, the rows first; the run's counts.
 
         The rows' commit reads and parses the range once, counting it on the way (an observation,
         not another pass). The quarantine's commit reads it again only when that count found bad
-        records; otherwise it is an empty commit that moves its offsets. De-duplication looks at
-        the keys before the rows are written, so then the parsed range is kept on local disk and
-        read back instead of parsed twice.
+        records; otherwise it is an empty commit that moves its offsets. The parsed range is kept
+        on local disk and read back, which costs less than reading and parsing it again, when it
+        will be read twice: with de-duplication (the keys are looked at before the rows are
+        written), and when the quarantine's last commit added rows (``bad_before``: a topic that
+        had bad records likely has more).
         """
         from pyspark import StorageLevel
         from pyspark.sql import Observation
@@ -198,7 +202,7 @@ class _TopicLanding:
         parsed = parsed_range(self.spark, self.platform, plan, self.columns, self.schema_text)
         deduplicating = self.data in stale and self.platform.pipeline.lake.dedup_window > 0
         cached = []
-        if deduplicating:
+        if deduplicating or (bad_before and len(stale) == 2):
             parsed = parsed.persist(StorageLevel.DISK_ONLY)
             cached.append(parsed)
         eligible, rejected = col(REASON).isNull(), col(REASON).isNotNull()
