@@ -202,7 +202,8 @@ class _TopicLanding:
         parsed = parsed_range(self.spark, self.platform, plan, self.columns, self.schema_text)
         deduplicating = self.data in stale and self.platform.pipeline.lake.dedup_window > 0
         cached = []
-        if deduplicating or (bad_before and len(stale) == 2):
+        both_tables = self.data in stale and self.quarantine in stale
+        if deduplicating or (bad_before and both_tables):
             parsed = parsed.persist(StorageLevel.DISK_ONLY)
             cached.append(parsed)
         eligible, rejected = col(REASON).isNull(), col(REASON).isNotNull()
