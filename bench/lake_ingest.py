@@ -165,6 +165,7 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
     with tempfile.TemporaryDirectory(prefix="conveyor-lake-bench-") as tmp:
         folder = Path(tmp)
         platform = _platform(folder, base_port, "1h")
+        no_dedup = _platform(folder, base_port, "0s")  # the same platform, de-duplication off
         local = LocalPlatform(platform)
         local.up()
         try:
@@ -175,13 +176,13 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
             for name, measure in (
                 ("plain_sink", lambda: _plain_sink(spark, platform, folder)),
                 ("lake", lambda: _lake(spark, platform, events)),
-                ("lake_no_dedup", lambda: _lake(spark, _platform(folder, base_port, "0s"), events)),
+                ("lake_no_dedup", lambda: _lake(spark, no_dedup, events)),
             ):
                 seconds[name] = min(measure() for _ in range(rounds))
             breakdown: dict[str, float] = {}
             if stages:
                 breakdown = _stages(spark, platform, rounds)
-                for label, variant in (("de-dup on", platform), ("de-dup off", _platform(folder, base_port, "0s"))):
+                for label, variant in (("de-dup on", platform), ("de-dup off", no_dedup)):
                     steps: dict[str, float] = {}
                     _lake(spark, variant, events, steps)
                     breakdown.update({f"lake step ({label}): {k}": v for k, v in steps.items()})
