@@ -10,6 +10,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 setup: $(STAMP) system-deps
 	@$(BIN)/python -c "from conveyor.runtime.jars import resolve_jars; resolve_jars()"
+	@$(BIN)/python -c "from conveyor.pipeline.spark import pipeline_jars; pipeline_jars()"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -1,16 +1,17 @@
 """The one place a Spark session is built, so every pipeline runs the same pinned engine.
 
-Versions are pinned together: PySpark from PyPI, and from Maven Central the Kafka connector of the
-same Spark version and the Iceberg runtime built for that Spark line (Iceberg supports Spark 4.0
-officially from 1.10). Ivy resolves them once into Conveyor's cache; later starts reuse the
-resolved files without Ivy or the network. The JVM's console (Ivy's report, Spark's warnings)
-goes to a log file under the runtime home rather than over the CLI's output.
+Versions are pinned together: PySpark from PyPI, and from Maven Central (through pom.xml beside
+this module) the Kafka connector of the same Spark version and the Iceberg runtime built for that
+Spark line. Maven resolves them once; later starts reuse the cached file list without Maven or the
+network. The jars reach the session as ``spark.jars``, which Spark also serves to executors on
+other hosts. The JVM's console (Spark's warnings) goes to a log file under the runtime home rather
+than over the CLI's output.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,21 +20,16 @@ from typing import TYPE_CHECKING
 
 from conveyor.config import Platform
 from conveyor.pipeline.errors import SparkSetupError
-from conveyor.runtime.jars import cache_dir
+from conveyor.runtime.jars import maven_classpath
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-SPARK_VERSION = "4.0.0"
-SCALA_VERSION = "2.13"
-ICEBERG_VERSION = "1.11.0"
-PACKAGES = (
-    f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{SPARK_VERSION}",
-    f"org.apache.iceberg:iceberg-spark-runtime-4.0_{SCALA_VERSION}:{ICEBERG_VERSION}",
-)
+SPARK_VERSION = "4.1.1"
+#: The connector and the Iceberg runtime, with the versions pom.xml pins beside PySpark's.
+POM = Path(__file__).with_name("pom.xml")
 #: The Iceberg catalog every table lives in: ``lake.<namespace>.<table>``.
 CATALOG = "lake"
-IVY_SETTINGS = Path(__file__).with_name("ivysettings.xml")
 #: Settings that take effect only when Spark launches its JVM, which spark-submit does itself.
 _LAUNCH_SETTINGS = ("spark.master", "spark.driver.memory")
 
@@ -54,36 +50,34 @@ def local_warehouse(platform: Platform) -> Path | None:
     return Path(warehouse_uri(platform).removeprefix("file://"))
 
 
-def _jars_file() -> Path:
-    digest = hashlib.sha256(",".join(PACKAGES).encode() + IVY_SETTINGS.read_bytes()).hexdigest()[:16]
-    return cache_dir() / f"spark-jars-{digest}.txt"
+def _pyspark_artifacts() -> set[str]:
+    """The artifact ids of the jars PySpark ships (``scala-library-2.13.17.jar``: scala-library)."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    return {re.sub(r"-\d[^-]*(-[A-Za-z]\w*)?\.jar$", "", jar.name) for jar in jars.glob("*.jar")}
 
 
-def resolved_jars() -> str | None:
-    """The jar files Ivy resolved for PACKAGES on an earlier start, if they are all still there."""
-    try:
-        jars = _jars_file().read_text().strip()
-    except FileNotFoundError:
-        return None
-    paths = [j.removeprefix("file://").removeprefix("file:") for j in jars.split(",")]
-    return jars if jars and all(Path(p).is_file() for p in paths) else None
+def pipeline_jars() -> list[str]:
+    """The connector and Iceberg jars with what they need that PySpark does not already ship.
+
+    Its own copies of Hadoop's client, Scala and SLF4J win: a second, older SLF4J API beside them
+    would only be shipped to every executor and shadowed."""
+    shipped = _pyspark_artifacts()
+    # A Maven repository keeps a jar at <group path>/<artifact>/<version>/<file>.
+    return [jar for jar in maven_classpath(POM, "Spark's Kafka connector and Iceberg runtime")
+            if Path(jar).parents[1].name not in shipped]
 
 
-def session_conf(platform: Platform, app_name: str, jars: str | None = None) -> dict[str, str]:
-    """Every setting of a pipeline session; static ones only take effect before the JVM starts.
-    ``jars``: the files an earlier start resolved, which skips Ivy (seconds at every start)."""
+def session_conf(platform: Platform, app_name: str, jars: list[str]) -> dict[str, str]:
+    """Every setting of a pipeline session; static ones only take effect before the JVM starts."""
     spark = platform.pipeline.spark
     catalog = f"spark.sql.catalog.{CATALOG}"
-    resolution = {"spark.jars": jars} if jars else {
-        "spark.jars.packages": ",".join(PACKAGES),
-        "spark.jars.ivySettings": str(IVY_SETTINGS),
-        "spark.jars.ivy": str(cache_dir() / "ivy"),
-    }
     return {
         "spark.master": spark.master,
         "spark.app.name": app_name,
         "spark.driver.memory": spark.driver_memory,
-        **resolution,
+        "spark.jars": ",".join(jars),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         catalog: "org.apache.iceberg.spark.SparkCatalog",
         f"{catalog}.type": "hadoop",
@@ -92,6 +86,13 @@ def session_conf(platform: Platform, app_name: str, jars: str | None = None) -> 
         # read the table's current metadata instead of a cached copy.
         f"{catalog}.cache-enabled": "false",
         "spark.sql.session.timeZone": "UTC",
+        # Streaming reads of Kafka through the connector's first (V1) source. The V2 source of
+        # Spark 4.1.1 fails a query that replays its last uncommitted batch after a restart: its
+        # progress metrics dereference offsets only a new batch sets (SPARK-55271, a
+        # NullPointerException in KafkaMicroBatchStream.metrics), and replaying is exactly how
+        # the real-time job recovers from a kill. The V1 source reads the same offsets into the
+        # same checkpoint format and reports no such metrics.
+        "spark.sql.streaming.disabledV2MicroBatchReaders": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
         "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
         # No web UI (a port per job, memory) and no console progress bar over our own.
         "spark.ui.enabled": "false",
@@ -147,10 +148,9 @@ def spark_session(platform: Platform, app_name: str = "conveyor") -> SparkSessio
             f"PySpark {pyspark.__version__} is installed but the pipelines pin Spark {SPARK_VERSION} "
             "with jars of that version; reinstall with `pip install -e .`"
         )
-    # Under spark-submit the JVM runs already: its --master, --driver-memory and --packages decide.
+    # Under spark-submit the JVM runs already: its --master, --driver-memory and --jars decide.
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
-    jars = None if submitted else resolved_jars()
-    conf = session_conf(platform, app_name, jars)
+    conf = session_conf(platform, app_name, [] if submitted else pipeline_jars())
     if submitted:
         conf = {k: v for k, v in conf.items() if k not in _LAUNCH_SETTINGS and not k.startswith("spark.jars")}
     active = SparkSession.getActiveSession()
@@ -173,7 +173,4 @@ def spark_session(platform: Platform, app_name: str = "conveyor") -> SparkSessio
     except PySparkException as err:  # the JVM did not start; its reason is in the log
         raise SparkSetupError(f"Spark did not start ({type(err).__name__}); see {log}") from err
     session.sparkContext.setLogLevel("WARN")
-    if jars is None:
-        _jars_file().parent.mkdir(parents=True, exist_ok=True)
-        _jars_file().write_text(session.sparkContext.getConf().get("spark.jars", ""))
     return session

@@ -1,4 +1,5 @@
-"""Kafka's jars, resolved from Maven Central through this package's pom.xml.
+"""Jars resolved from Maven Central through a pom: Kafka's (this package's pom.xml) and the
+pipelines' (conveyor/pipeline/pom.xml).
 
 Maven keeps the jars in its local repository (~/.m2); we keep only the classpath it printed, in a
 file named after the pom's hash, so that after the first run no network and no Maven start-up is
@@ -32,8 +33,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("CONVEYOR_CACHE", Path.home() / ".cache" / "conveyor"))
 
 
-def _cached_classpath_file(maven_repo: Path | None) -> Path:
-    digest = hashlib.sha256(POM.read_bytes() + str(maven_repo).encode()).hexdigest()[:16]
+def _cached_classpath_file(pom: Path, maven_repo: Path | None) -> Path:
+    digest = hashlib.sha256(pom.read_bytes() + str(maven_repo).encode()).hexdigest()[:16]
     return cache_dir() / f"classpath-{digest}.txt"
 
 
@@ -44,31 +45,38 @@ def _split(entries: list[str]) -> Jars:
     return Jars(classpath=os.pathsep.join(e for e in entries if e not in agents), jmx_agent=Path(agents[0]))
 
 
-def resolve_jars(maven_repo: Path | None = None) -> Jars:
-    """The jars named by pom.xml; runs Maven only when the cached classpath is missing or stale.
-
-    ``maven_repo`` overrides Maven's local repository (the cold-start benchmark uses an empty one).
-    """
-    cached = _cached_classpath_file(maven_repo)
+def maven_classpath(pom: Path, what: str, maven_repo: Path | None = None) -> list[str]:
+    """The jar files ``pom`` depends on at run time (test scope left out); runs Maven only when the
+    cached list is missing or names a file that is gone. ``what`` names the jars in errors."""
+    cached = _cached_classpath_file(pom, maven_repo)
     if cached.is_file():
         entries = cached.read_text().strip().split(os.pathsep)
         if entries and all(Path(e).is_file() for e in entries):
-            return _split(entries)
+            return entries
 
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise RuntimeSetupError("Maven (mvn) is not installed: it resolves Kafka's jars from Maven Central")
+        raise RuntimeSetupError(f"Maven (mvn) is not installed: it resolves {what} from Maven Central")
     cached.parent.mkdir(parents=True, exist_ok=True)
     out = cached.with_suffix(".tmp")
-    argv = [mvn, "-q", "-B", "-f", str(POM), "dependency:build-classpath", f"-Dmdep.outputFile={out}"]
+    argv = [mvn, "-q", "-B", "-f", str(pom), "dependency:build-classpath",
+            "-Dmdep.includeScope=runtime", f"-Dmdep.outputFile={out}"]
     if maven_repo is not None:
         argv.append(f"-Dmaven.repo.local={maven_repo}")
     result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-        raise RuntimeSetupError(f"Maven could not resolve Kafka's jars from {POM}:\n{tail}")
+        raise RuntimeSetupError(f"Maven could not resolve {what} from {pom}:\n{tail}")
     out.replace(cached)
-    return _split(cached.read_text().strip().split(os.pathsep))
+    return cached.read_text().strip().split(os.pathsep)
+
+
+def resolve_jars(maven_repo: Path | None = None) -> Jars:
+    """The jars named by pom.xml.
+
+    ``maven_repo`` overrides Maven's local repository (the cold-start benchmark uses an empty one).
+    """
+    return _split(maven_classpath(POM, "Kafka's jars", maven_repo))
 
 
 def java_binary() -> str:

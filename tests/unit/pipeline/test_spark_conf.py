@@ -11,7 +11,7 @@ from conveyor.config import ConfigError, Platform, parse_platform
 from conveyor.pipeline.errors import LakeConfigError
 from conveyor.pipeline.kafka_source import java_client_options
 from conveyor.pipeline.lake import lake_topics
-from conveyor.pipeline.spark import CATALOG, PACKAGES, SPARK_VERSION, session_conf, warehouse_uri
+from conveyor.pipeline.spark import CATALOG, POM, SPARK_VERSION, session_conf, warehouse_uri
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -26,16 +26,18 @@ def test_session_pins_the_connector_and_iceberg_for_the_installed_spark():
     import pyspark
 
     assert pyspark.__version__ == SPARK_VERSION
-    assert any(f"spark-sql-kafka-0-10_2.13:{SPARK_VERSION}" in p for p in PACKAGES)
-    assert any("iceberg-spark-runtime-4.0_2.13" in p for p in PACKAGES)
+    pom = POM.read_text()
+    assert f"<spark.version>{SPARK_VERSION}</spark.version>" in pom
+    assert f"<spark.line>{SPARK_VERSION.rsplit('.', 1)[0]}</spark.line>" in pom
 
 
 def test_session_conf_uses_the_platform_s_warehouse_and_a_small_driver():
-    conf = session_conf(demo(), "x")
+    conf = session_conf(demo(), "x", ["/jars/a.jar", "/jars/b.jar"])
     assert conf[f"spark.sql.catalog.{CATALOG}.warehouse"] == str(ROOT / ".conveyor" / "warehouse")
     assert conf[f"spark.sql.catalog.{CATALOG}.type"] == "hadoop"
     assert (conf["spark.master"], conf["spark.driver.memory"]) == ("local[2]", "1g")
     assert conf["spark.ui.enabled"] == "false"
+    assert conf["spark.jars"] == "/jars/a.jar,/jars/b.jar"
 
 
 def test_a_warehouse_uri_is_kept_as_given():
