@@ -1,9 +1,11 @@
 """The gateway's HTTP API (FastAPI): ``POST /v1/topics/{topic}/events``, ``/healthz``, ``/metrics``.
 
-A request is all-or-nothing up to Kafka: it is authenticated, authorised, parsed and checked
-against the topic's contract in full before a single event is written, and the answer comes only
-after Kafka acknowledged every event (acks=all). Health and metrics never pass through the
-per-topic lanes, so they answer while a topic is stuck.
+A request is all-or-nothing up to Kafka: it is admitted (a bound on requests in progress),
+authenticated and authorised before its body is read; the body is read up to the size limit, then
+parsed and checked against the topic's contract and every size limit on the way to Kafka in full
+before a single event is written, and the answer comes only after Kafka acknowledged every event
+(acks=all). Health and metrics never pass through the admission bound or the per-topic lanes, so
+they answer while a topic is stuck.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,13 +32,18 @@ from conveyor.config import Platform
 from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
 from conveyor.gateway.bulkhead import Bulkheads
 from conveyor.gateway.errors import Overloaded, Rejection, TooLarge, UnknownTopic
+from conveyor.gateway.limits import batch_size, event_limit, read_topic_maxima
 from conveyor.gateway.metrics import GatewayMetrics
-from conveyor.gateway.parsing import prepare
+from conveyor.gateway.parsing import media_type, prepare
 from conveyor.gateway.writer import Delivery, Record, Writer
 from conveyor.gctune import tune_for_throughput
 from conveyor.topics.contracts import load_contracts
 
 log = logging.getLogger(__name__)
+
+#: Bodies larger than this are parsed and checked on a worker thread, so one large request does not
+#: hold every other request on the event loop up for its whole parse.
+PARSE_OFF_LOOP_BYTES = 256 * 1024
 
 
 def instance_id(dc: str) -> str:
@@ -63,6 +70,9 @@ class Gateway:
                              f"conveyor-gateway-{dc}", on_switch=self._switched)
         self.bulkheads: Bulkheads | None = None
         self._audit_task: asyncio.Task[None] | None = None
+        #: Per topic, the most bytes one event's key and value may take; set by :meth:`start`.
+        self.event_limits: dict[str, int] = {}
+        self._in_progress = 0
 
     def _switched(self, old: str, new: str, why: str) -> None:
         self.metrics.failovers.labels(old, new).inc()
@@ -72,7 +82,9 @@ class Gateway:
     async def start(self) -> None:
         s = self.settings
         self.bulkheads = Bulkheads(s.lanes, s.workers_per_lane, s.queue_per_lane)
-        self.writer.start()
+        maxima = await asyncio.to_thread(read_topic_maxima, self.platform, self.writer.order, self.contracts)
+        self.event_limits = {topic: event_limit(s.max_event_bytes, m) for topic, m in maxima.items()}
+        self.writer.start(batch_size(maxima.values()))
         self._switched(self.dc, self.dc, "start")
         tune_for_throughput()
         self._audit_task = asyncio.create_task(self._publish_audit_forever())
@@ -103,12 +115,30 @@ class Gateway:
             log.warning("audit counts not published (%s); retrying at the next interval", err)
             self.audit.mark_all_changed()
 
-    async def publish(self, topic: str, authorization: str | None, body: bytes, content_type: str) -> dict[str, Any]:
+    @contextmanager
+    def admission(self) -> Iterator[None]:
+        """A request in progress; refused at once when ``max_concurrent_requests`` are."""
+        limit = self.settings.max_concurrent_requests
+        if self._in_progress >= limit:
+            raise Overloaded(f"the gateway has {limit} requests in progress; retry later", retry_after=1)
+        self._in_progress += 1
+        try:
+            yield
+        finally:
+            self._in_progress -= 1
+
+    def authorize(self, topic: str, authorization: str | None) -> None:
+        """Before the body is read: who is asking, for a topic that takes events, as its producer."""
         service = self.auth.service_of(authorization)
         if topic not in self.platform.topics or topic not in self.contracts:
             raise UnknownTopic(f"no topic {topic} takes events through the gateway", topic=topic)
         self.auth.check_producer(service, topic)
-        prepared = prepare(body, content_type, self.contracts[topic], self.settings)
+
+    async def publish(self, topic: str, body: bytes, content_type: str) -> dict[str, Any]:
+        """Events of an authorized request, all written or none acknowledged."""
+        check = (body, content_type, self.contracts[topic], self.event_limits[topic],
+                 self.settings.max_events_per_request)
+        prepared = await asyncio.to_thread(prepare, *check) if len(body) > PARSE_OFF_LOOP_BYTES else prepare(*check)
         assert self.bulkheads is not None
         async with self.bulkheads.enter(topic):
             deliveries = await self.writer.write(topic, prepared.records)
@@ -116,6 +146,21 @@ class Gateway:
         for cluster, count in Counter(d.cluster for d in deliveries).items():
             self.metrics.accepted.labels(topic, cluster).inc(count)
         return _answer(deliveries, self.settings.summary_above)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body as it streams in, refused with 413 as soon as it passes ``limit``: a chunked request
+    has no Content-Length to check up front, and must not be held in memory whole first."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise TooLarge(f"request of {length} bytes is above the limit of {limit} bytes", limit=limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"request of more than {limit} bytes is above the limit", limit=limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _answer(deliveries: list[Delivery], summary_above: int) -> dict[str, Any]:
@@ -145,24 +190,19 @@ def create_app(gateway: Gateway) -> FastAPI:
     @app.post("/v1/topics/{topic}/events")
     async def publish(topic: str, request: Request) -> Response:
         started = time.perf_counter()
-        length = request.headers.get("content-length")
+        label = topic if topic in gateway.platform.topics else "(unknown)"
         try:
-            limit = gateway.settings.max_request_bytes
-            if length is not None and length.isdigit() and int(length) > limit:
-                raise TooLarge(f"request of {length} bytes is above the limit of {limit} bytes", limit=limit)
-            body = await request.body()
-            if len(body) > limit:  # a chunked request has no Content-Length to check up front
-                raise TooLarge(f"request of {len(body)} bytes is above the limit of {limit} bytes", limit=limit)
-            answer = await gateway.publish(topic, request.headers.get("authorization"), body,
-                                           request.headers.get("content-type", "application/json"))
+            with gateway.admission():
+                gateway.authorize(topic, request.headers.get("authorization"))
+                media = media_type(request.headers.get("content-type"))
+                body = await read_body(request, gateway.settings.max_request_bytes)
+                answer = await gateway.publish(topic, body, media)
         except (Rejection, AccessDenied) as err:
-            gateway.metrics.rejected.labels(topic if topic in gateway.platform.topics else "(unknown)",
-                                            err.reason).inc()
+            gateway.metrics.rejected.labels(label, err.reason).inc()
             headers = {"Retry-After": str(err.retry_after)} if isinstance(err, Overloaded) else None
             return Response(orjson.dumps(err.body()), err.status, headers, media_type="application/json")
         finally:
-            gateway.metrics.latency.labels(topic if topic in gateway.platform.topics else "(unknown)").observe(
-                time.perf_counter() - started)
+            gateway.metrics.latency.labels(label).observe(time.perf_counter() - started)
         return Response(orjson.dumps(answer), 200, media_type="application/json")
 
     @app.get("/healthz")

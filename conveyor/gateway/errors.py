@@ -25,6 +25,9 @@ class MalformedBody(Rejection):
     status, reason = 400, "malformed"
 
 
+class UnsupportedMediaType(Rejection):
+    status, reason = 415, "unsupported_media_type"
+
 
 class UnknownTopic(Rejection):
     status, reason = 404, "unknown_topic"

@@ -1,6 +1,8 @@
 """From a request body to Kafka records: parse, check sizes and the contract, key by the contract.
 
-Pure. Every event is checked before any is returned, so a request with one bad event writes none.
+Pure. Every event is checked before any is returned, so a request with one bad event writes none;
+every limit an event could break later on its way to Kafka (the producer's and the topic's message
+size, orjson's nesting depth) is checked here, so nothing is refused after the first is queued.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from typing import Any
 
 import orjson
 
-from conveyor.config import Gateway as GatewaySettings
-from conveyor.gateway.errors import ContractViolation, MalformedBody, TooLarge
+from conveyor.gateway.errors import ContractViolation, MalformedBody, TooLarge, UnsupportedMediaType
 from conveyor.gateway.writer import Record
 from conveyor.topics.contracts import Contract, event_hour
 
+JSON_TYPES = ("application/json",)
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")
 
 
@@ -26,11 +28,21 @@ class Prepared:
     hours: list[datetime]
 
 
+def media_type(content_type: str | None) -> str:
+    """The request's media type, JSON when it names none; 415 for anything else."""
+    media = (content_type or JSON_TYPES[0]).split(";")[0].strip().lower()
+    if media not in JSON_TYPES and media not in NDJSON_TYPES:
+        raise UnsupportedMediaType(f"Content-Type {media!r} is not accepted: send application/json (one event "
+                                   "or an array) or application/x-ndjson (one event per line)",
+                                   accepted=[*JSON_TYPES, *NDJSON_TYPES])
+    return media
+
+
 def parse_events(body: bytes, content_type: str) -> list[Any]:
     """One JSON event, a JSON array of events, or NDJSON (one event per line)."""
     if not body.strip():
         raise MalformedBody("empty body: send one JSON event, a JSON array, or NDJSON")
-    if content_type.split(";")[0].strip().lower() in NDJSON_TYPES:
+    if media_type(content_type) in NDJSON_TYPES:
         events = []
         for line_number, line in enumerate(body.splitlines(), start=1):
             if line.strip():
@@ -46,10 +58,15 @@ def parse_events(body: bytes, content_type: str) -> list[Any]:
     return parsed if isinstance(parsed, list) else [parsed]
 
 
-def prepare(body: bytes, content_type: str, contract: Contract, settings: GatewaySettings) -> Prepared:
+def prepare(body: bytes, content_type: str, contract: Contract, max_event_bytes: int, max_events: int) -> Prepared:
+    """``max_event_bytes`` bounds one record's key and value together: the smallest of the gateway's
+    own limit and what the producer and the topic take (conveyor.gateway.limits)."""
     events = parse_events(body, content_type)
     if not events:
         raise MalformedBody("no events in the request")
+    if len(events) > max_events:
+        raise TooLarge(f"request has {len(events)} events, above the limit of {max_events}; split it",
+                       limit=max_events)
     records, hours = [], []
     for index, event in enumerate(events):
         if not isinstance(event, dict):
@@ -58,10 +75,19 @@ def prepare(body: bytes, content_type: str, contract: Contract, settings: Gatewa
         if violation is not None:
             raise ContractViolation(f"event {index}: {violation.message}", index=index,
                                     field=violation.field, rule=violation.rule)
-        value = orjson.dumps(event)
-        if len(value) > settings.max_event_bytes:
-            raise TooLarge(f"event {index} is {len(value)} bytes, above the limit of {settings.max_event_bytes}",
-                           index=index, limit=settings.max_event_bytes)
-        records.append(Record(contract.key_of(event), value))
-        hours.append(event_hour(event))
+        try:
+            hours.append(event_hour(event))
+        except ValueError as err:
+            raise ContractViolation(f"event {index}: event_time {event['event_time']!r} cannot be placed in "
+                                    f"time ({err})", index=index, field="event_time", rule="format") from None
+        try:
+            value = orjson.dumps(event)
+        except orjson.JSONEncodeError as err:  # nested deeper than orjson writes (254 levels)
+            raise ContractViolation(f"event {index} cannot be stored: {err}", index=index, field="(event)",
+                                    rule="max_depth") from None
+        key = contract.key_of(event)
+        if len(key) + len(value) > max_event_bytes:
+            raise TooLarge(f"event {index} is {len(key) + len(value)} bytes with its key, above the limit of "
+                           f"{max_event_bytes}", index=index, limit=max_event_bytes)
+        records.append(Record(key, value))
     return Prepared(records, hours)

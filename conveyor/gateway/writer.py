@@ -22,11 +22,16 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.gateway.errors import Overloaded, Unavailable
+from conveyor.gateway.limits import PRODUCER_MESSAGE_MAX
 
 log = logging.getLogger(__name__)
 
-#: Producer queue bound; a request that would overflow it is refused before anything is queued.
+#: The producer's queue bounds, and the gateway's own, below them: a request that would pass ours
+#: is refused before anything is queued, so librdkafka's (BufferError in the middle of a request,
+#: after part of it was queued) is never reached.
 QUEUE_LIMIT = 500_000
+LIBRDKAFKA_QUEUE_KBYTES = 2_097_151
+QUEUE_BYTES = 1 << 30
 
 
 # Named tuples, not dataclasses: one of each is made per event on the hot path.
@@ -80,17 +85,19 @@ class ClusterProducer:
             # A request's answer waits for its acks, so lingering only adds latency: the batches
             # that waiting requests queue meanwhile fill the next produce request anyway.
             "linger.ms": 1,
-            "queue.buffering.max.messages": QUEUE_LIMIT,
-            "queue.buffering.max.kbytes": 1_048_576,
-            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": QUEUE_LIMIT + 1,
+            "queue.buffering.max.kbytes": LIBRDKAFKA_QUEUE_KBYTES,
+            "message.max.bytes": PRODUCER_MESSAGE_MAX,
         })
         self._producer: Producer | None = None
         self._reports: asyncio.Task[None] | None = None
         self._written = asyncio.Event()
+        #: Key and value bytes of the records queued and not yet reported delivered.
+        self._queued_bytes = 0
 
-    def start(self) -> None:
-        """On the event loop that will call :meth:`write`."""
-        self._producer = Producer(self._config)
+    def start(self, batch_size: int = PRODUCER_MESSAGE_MAX) -> None:
+        """On the event loop that will call :meth:`write`; ``batch_size`` from the topics' limits."""
+        self._producer = Producer({**self._config, "batch.size": batch_size})
         self._reports = asyncio.get_running_loop().create_task(self._serve_reports(self._producer))
 
     async def _serve_reports(self, producer: Producer) -> None:
@@ -129,15 +136,30 @@ class ClusterProducer:
 
     async def write(self, topic: str, records: list[Record]) -> list[Message | KafkaError]:
         assert self._producer is not None
-        if len(self._producer) + len(records) > QUEUE_LIMIT:
-            raise Overloaded(f"cluster {self.cluster} has {len(self._producer)} messages queued; retry later",
-                             retry_after=1, topic=topic)
+        size = sum(len(r.key) + len(r.value) for r in records)
+        if len(self._producer) + len(records) > QUEUE_LIMIT or self._queued_bytes + size > QUEUE_BYTES:
+            raise Overloaded(f"cluster {self.cluster} has {len(self._producer)} messages "
+                             f"({self._queued_bytes} bytes) queued; retry later", retry_after=1, topic=topic)
         batch = _Batch(asyncio.get_running_loop(), len(records))
-        for index, record in enumerate(records):
-            self._producer.produce(topic, record.value, record.key,
-                                   on_delivery=functools.partial(batch.on_delivery, index))
+        self._queued_bytes += size
+        try:
+            for index, record in enumerate(records):
+                self._producer.produce(topic, record.value, record.key,
+                                       on_delivery=functools.partial(batch.on_delivery, index))
+        except (BufferError, KafkaException) as err:
+            # Unreachable through the checks above and the gateway's size limits; if it happens
+            # anyway, the records already queued are delivered and the client's retry carries the
+            # same event ids, which the lake and the views count once.
+            self._queued_bytes -= size
+            log.error("produce to %s refused record %d of %d after the checks passed: %s", self.cluster,
+                      index, len(records), err)
+            raise Unavailable(f"cluster {self.cluster} refused the request part-way ({err}); retry it",
+                              topic=topic) from None
         self._written.set()
-        await batch.future
+        try:
+            await batch.future
+        finally:
+            self._queued_bytes -= size
         return batch.results  # type: ignore[return-value]
 
 
@@ -159,10 +181,10 @@ class Writer:
         self._probe: threading.Thread | None = None
         self._stopping = threading.Event()
 
-    def start(self) -> None:
+    def start(self, batch_size: int = PRODUCER_MESSAGE_MAX) -> None:
         """On the event loop that will call :meth:`write`."""
         for producer in self._producers.values():
-            producer.start()
+            producer.start(batch_size)
 
     async def stop(self) -> int:
         self._stopping.set()

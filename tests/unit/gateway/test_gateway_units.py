@@ -11,7 +11,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conveyor.config import Gateway as GatewaySettings
 from conveyor.config import load_platform
 from conveyor.gateway.audit import AuditCounts
 from conveyor.auth import Authorizer, Forbidden, Unauthenticated
@@ -23,7 +22,7 @@ from conveyor.topics.contracts import ContractError, compile_contract, load_cont
 ROOT = Path(__file__).resolve().parents[3]
 PLATFORM = load_platform(ROOT / "platform.yaml")
 CONTRACT = load_contracts(PLATFORM)["ad-events"]
-SETTINGS = GatewaySettings(max_event_bytes=300)
+MAX_EVENT_BYTES, MAX_EVENTS = 300, 1000
 
 
 def event(**overrides):
@@ -33,10 +32,10 @@ def event(**overrides):
 
 
 def test_single_event_array_and_ndjson_all_parse_to_keyed_records():
-    one = prepare(orjson.dumps(event()), "application/json", CONTRACT, SETTINGS)
-    many = prepare(orjson.dumps([event(user_id="a"), event(user_id="b")]), "application/json", CONTRACT, SETTINGS)
+    one = prepare(orjson.dumps(event()), "application/json", CONTRACT, MAX_EVENT_BYTES, MAX_EVENTS)
+    many = prepare(orjson.dumps([event(user_id="a"), event(user_id="b")]), "application/json", CONTRACT, MAX_EVENT_BYTES, MAX_EVENTS)
     ndjson = b"\n".join(orjson.dumps(event(user_id=u)) for u in "abc") + b"\n"
-    lines = prepare(ndjson, "application/x-ndjson", CONTRACT, SETTINGS)
+    lines = prepare(ndjson, "application/x-ndjson", CONTRACT, MAX_EVENT_BYTES, MAX_EVENTS)
     assert [r.key for r in one.records] == [b"u1"]
     assert [r.key for r in many.records] == [b"a", b"b"]
     assert [r.key for r in lines.records] == [b"a", b"b", b"c"]
@@ -64,7 +63,7 @@ def test_single_event_array_and_ndjson_all_parse_to_keyed_records():
         "date-time", "event-too-large"])
 def test_every_bad_body_names_the_event_field_and_rule(body, content_type, error, details):
     with pytest.raises(error) as caught:
-        prepare(body, content_type, CONTRACT, SETTINGS)
+        prepare(body, content_type, CONTRACT, MAX_EVENT_BYTES, MAX_EVENTS)
     assert details.items() <= caught.value.body().items()
     assert caught.value.body()["error"] == error.reason
 
@@ -129,3 +128,40 @@ def test_audit_records_are_cumulative_per_topic_hour_and_source():
     assert counts.take_changed(now) == []
     counts.mark_all_changed()
     assert len(counts.take_changed(now)) == 2
+
+
+@pytest.mark.parametrize(("content_type", "accepted"), [
+    (None, True), ("application/json", True), ("Application/JSON; charset=utf-8", True),
+    ("application/x-ndjson", True), ("text/plain", False), ("multipart/form-data; boundary=x", False),
+])
+def test_only_json_and_ndjson_bodies_are_taken(content_type, accepted):
+    from conveyor.gateway.errors import UnsupportedMediaType
+    from conveyor.gateway.parsing import media_type
+
+    if accepted:
+        assert media_type(content_type) in ("application/json", "application/x-ndjson")
+    else:
+        with pytest.raises(UnsupportedMediaType) as caught:
+            media_type(content_type)
+        assert caught.value.status == 415 and "application/x-ndjson" in caught.value.body()["accepted"]
+
+
+def test_the_event_limit_counts_the_key_and_the_request_limit_counts_events():
+    value = orjson.dumps(event(user_id="k" * 10))
+    exact = len(value) + 10
+    assert prepare(value, "application/json", CONTRACT, exact, 1).records[0].key == b"k" * 10
+    with pytest.raises(TooLarge) as caught:
+        prepare(value, "application/json", CONTRACT, exact - 1, 1)
+    assert caught.value.body()["limit"] == exact - 1
+    with pytest.raises(TooLarge, match="2 events, above the limit of 1"):
+        prepare(orjson.dumps([event(), event()]), "application/json", CONTRACT, 1000, 1)
+
+
+def test_kafka_s_limits_lower_the_event_limit_and_the_batch_size():
+    from conveyor.gateway.limits import BROKER_DEFAULT_MAX, batch_size, event_limit
+
+    assert event_limit(2**20, BROKER_DEFAULT_MAX) == 1_000_000 - 36  # the producer's message.max.bytes
+    assert event_limit(2**20, 20_000) == 20_000 - 61 - 36           # the topic's, framing included
+    assert event_limit(300, 20_000) == 300                           # the gateway's own
+    assert batch_size([BROKER_DEFAULT_MAX, BROKER_DEFAULT_MAX]) == 1_000_000
+    assert batch_size([BROKER_DEFAULT_MAX, 20_000]) == 20_000 - 61

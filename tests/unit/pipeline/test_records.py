@@ -99,10 +99,13 @@ def test_times_are_read_as_rfc_3339_in_any_case_and_offset():
         assert reason is None and event_time == expected
 
 
-@pytest.mark.parametrize("price", [2**63, 2**64])
-def test_an_integer_beyond_64_bits_is_quarantined(price):
+@pytest.mark.parametrize(("price", "reason"), [
+    (2**63, "is greater than the maximum of 9223372036854775807 (rule maximum)"),
+    (2**64, "is greater than the maximum of 9223372036854775807 (rule maximum)"),  # orjson reads it as a float
+])
+def test_an_integer_beyond_64_bits_is_quarantined(price, reason):
     verdict, *_ = parse(json.dumps({**EVENT, "price_micros": price}).encode())
-    assert "does not fit a 64-bit integer" in verdict
+    assert reason in verdict
 
 
 def test_the_values_parser_gives_one_row_per_value_with_nulls_kept_as_nulls():
