@@ -118,3 +118,44 @@ def rows_of(spark: Any, topic: str) -> list[Any]:
 
 def quarantine_of(spark: Any, topic: str) -> list[Any]:
     return spark.table(quarantine_table(topic)).orderBy("kafka_partition", "kafka_offset").collect()
+
+
+@dataclass(frozen=True)
+class GatewayLakeCase:
+    """New topics on dc1 that take events through the gateway and that the lake lands straight from
+    dc1, and the platform file that declares them."""
+
+    platform: Platform
+    path: Path
+    #: contract name (a file in contracts/) -> topic
+    topics: dict[str, str]
+
+
+#: The demo service that produces each contract's topic.
+PRODUCERS = {"ad-events": "adserver", "notifications": "notifier"}
+
+
+def gateway_lake_case(platform_data: dict[str, Any], folder: Path, contracts: Iterable[str],
+                      **lake: Any) -> GatewayLakeCase:
+    """Declares and creates one new dc1 topic per contract; delete them with :func:`drop_topics`."""
+    data = _lake_data(platform_data, ROOT / "platform.yaml", folder, None, 0, {})
+    topics = {contract: f"gw-{contract}-{uuid.uuid4().hex[:8]}" for contract in contracts}
+    for contract, topic in topics.items():
+        data["topics"][topic] = {"partitions": 3, "contract": str(ROOT / "contracts" / f"{contract}.schema.json"),
+                                 "producers": [PRODUCERS[contract]], "consumers": ["lake"], "clusters": ["dc1"]}
+    data["pipeline"].update(source="dc1", lake={"topics": list(topics.values()), **lake})
+    path = folder / f"platform-{next(iter(topics.values()))}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    platform = load_platform(path)
+    from confluent_kafka.admin import NewTopic
+
+    admin = kafka.admin(platform, "dc1")
+    for future in admin.create_topics([NewTopic(t, 3, 1) for t in topics.values()]).values():
+        future.result(30)
+    return GatewayLakeCase(platform, path, topics)
+
+
+def drop_topics(case: GatewayLakeCase) -> None:
+    admin = kafka.admin(case.platform, "dc1")
+    for future in admin.delete_topics(list(case.topics.values())).values():
+        future.result(30)

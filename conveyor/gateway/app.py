@@ -26,6 +26,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conveyor.auth import AccessDenied, Authorizer
 from conveyor.config import Platform
@@ -186,6 +187,13 @@ def create_app(gateway: Gateway) -> FastAPI:
             await gateway.stop()
 
     app = FastAPI(title="Conveyor gateway", lifespan=lifespan, openapi_url="/openapi.json")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, err: StarletteHTTPException) -> Response:
+        # FastAPI's own refusals (no such path, wrong method) in the gateway's error shape.
+        reason = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "bad_request")
+        return Response(orjson.dumps({"error": reason, "message": str(err.detail)}), err.status_code,
+                        getattr(err, "headers", None), media_type="application/json")
 
     @app.post("/v1/topics/{topic}/events")
     async def publish(topic: str, request: Request) -> Response:

@@ -1,0 +1,150 @@
+"""Properties of the gateway against real brokers and the real lake.
+
+- Fuzzed requests (random bytes, JSON of any shape, media types, topics) never get a 500.
+- For events generated from each contract, valid and broken ones: an event the gateway accepts is
+  landed by the lake as a row, never quarantined; an event it refuses gets a 4xx naming the field
+  and the rule.
+
+Hypothesis draws from a seed printed with every failure (CONVEYOR_TEST_SEED reproduces a run);
+CONVEYOR_PROPERTY_EVENTS sets the events per contract (default 2,000).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from conveyor.config import Platform
+from conveyor.pipeline.lake import run_once
+from tests.contract_events import broken_events, json_values, valid_events
+from tests.lakekit import drop_topics, gateway_lake_case, lake_folder, lake_spark, quarantine_of, rows_of  # noqa: F401
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+EVENTS = int(os.environ.get("CONVEYOR_PROPERTY_EVENTS", "2000"))
+SEED = int(os.environ.get("CONVEYOR_TEST_SEED", random.randrange(1 << 32)))
+TOKENS = {"ad-events": "demo-adserver-token", "notifications": "demo-notifier-token"}
+OK_STATUSES = {200, 400, 401, 403, 404, 413, 415, 422}
+
+
+def _schema(contract: str) -> dict[str, Any]:
+    return json.loads((ROOT / "contracts" / f"{contract}.schema.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def prop_platform(provisioned: Platform, platform_data: dict[str, Any], lake_folder: Path,  # noqa: F811
+                  lake_spark: Any) -> Iterator[tuple[Platform, dict[str, str]]]:  # noqa: F811
+    """Two new topics on dc1, one per contract, landed by the lake straight from dc1."""
+    case = gateway_lake_case(platform_data, lake_folder, TOKENS)
+    yield case.platform, case.topics
+    drop_topics(case)
+
+
+def _post(client: httpx.Client, topic: str, body: bytes, token: str | None, content_type: str | None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    return client.post(f"/v1/topics/{topic}/events", content=body, headers=headers)
+
+
+def _in_seed(check: Callable[[], None]) -> None:
+    try:
+        check()
+    except BaseException as failure:
+        failure.add_note(f"seed {SEED}: rerun with CONVEYOR_TEST_SEED={SEED}")
+        raise
+
+
+@st.composite
+def _requests(draw: st.DrawFn, schema: dict[str, Any]) -> tuple[bytes, str | None, str]:
+    """A body, a media type and a topic, from plausible to hostile."""
+    valid = valid_events(schema)
+    event = draw(st.one_of(valid, broken_events(schema).map(lambda b: b[0]), json_values))
+    deep = draw(st.integers(1, 400))
+    shapes = [
+        json.dumps(event).encode(),
+        json.dumps([event, draw(valid)]).encode(),
+        b"\n".join(json.dumps(e).encode() for e in (draw(valid), event)),
+        draw(st.binary(max_size=200)),
+        orjson.dumps(draw(valid))[:-1] + b',"x":' + b'{"a":' * deep + b"0" + b"}" * deep + b"}",
+        b"[" * deep + b"]" * deep,
+        json.dumps({**draw(valid), "n": draw(st.integers(-(2**70), 2**70))}).encode(),
+    ]
+    body = draw(st.sampled_from(shapes))
+    content_type = draw(st.sampled_from([None, "application/json", "application/x-ndjson", "application/json; charset=utf-8",
+                                         "text/plain", "", "application/json;;", "*/*"]))
+    topic = draw(st.sampled_from(["ad-events", "ad-events", "no-such-topic", "%2e%2e", "ad-events%00"]))
+    return body, content_type, topic
+
+
+def test_no_request_a_client_can_send_gets_a_500(prop_platform, serve_gateway):
+    platform, _ = prop_platform
+    url = serve_gateway(platform, "dc1")
+    schema = _schema("ad-events")
+
+    @seed(SEED)
+    @settings(max_examples=max(EVENTS // 4, 100), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(_requests(schema), st.sampled_from([TOKENS["ad-events"], None, "wrong"]))
+    def fuzz(request: tuple[bytes, str | None, str], token: str | None) -> None:
+        body, content_type, topic = request
+        answer = _post(client, topic, body, token, content_type)
+        assert answer.status_code in OK_STATUSES, (answer.status_code, answer.text[:300])
+        if answer.status_code != 200:
+            assert answer.json()["error"] and answer.json()["message"]
+
+    with httpx.Client(base_url=url, timeout=60) as client:
+        _in_seed(fuzz)
+
+
+def test_what_the_gateway_accepts_the_lake_lands_and_what_it_refuses_names_the_rule(prop_platform, serve_gateway,
+                                                                                  lake_spark):  # noqa: F811
+    platform, topics = prop_platform
+    url = serve_gateway(platform, "dc1")
+    accepted: dict[str, set[str]] = {topic: set() for topic in topics.values()}
+
+    def send_all(contract: str) -> None:
+        schema, topic, token = _schema(contract), topics[contract], TOKENS[contract]
+
+        @seed(SEED)
+        @settings(max_examples=EVENTS, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(st.one_of(valid_events(schema).map(lambda e: (e, None, None)), broken_events(schema)))
+        def send(case: tuple[dict[str, Any], str | None, str | None]) -> None:
+            event, field, how = case
+            answer = _post(client, topic, json.dumps(event).encode(), token, "application/json")
+            if field is None:
+                assert answer.status_code == 200, (event, answer.text)
+                accepted[topic].add(event["event_id"])
+                return
+            assert answer.status_code == 422, (event, answer.text)
+            body = answer.json()
+            expected = {how, "enum"} if "enum" in schema["properties"][field] else {how}
+            assert body["field"] == field and body["rule"] in expected, (event, body)
+
+        send()
+
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for contract in topics:
+            _in_seed(lambda: send_all(contract))
+
+    run_once(lake_spark, platform, list(topics.values()))
+    for topic, ids in accepted.items():
+        landed = [row["event_id"] for row in rows_of(lake_spark, topic)]
+        quarantined = quarantine_of(lake_spark, topic)
+        _in_seed(lambda: _same(topic, ids, landed, quarantined))
+
+
+def _same(topic: str, accepted: set[str], landed: list[str], quarantined: list[Any]) -> None:
+    assert not quarantined, f"{topic}: the lake quarantined {len(quarantined)} accepted events: {quarantined[:3]}"
+    assert len(landed) == len(set(landed)) == len(accepted), (topic, len(landed), len(accepted))
+    assert set(landed) == accepted, topic
