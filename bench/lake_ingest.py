@@ -3,7 +3,12 @@
 - ``librdkafka``: the raw consume rate of one confluent-kafka consumer over the same partitions,
   the ceiling (no parsing, no writing);
 - ``plain_sink``: Spark's plain Structured Streaming Kafka-to-Parquet file sink (trigger
-  availableNow, its own checkpoint), the peer: raw Kafka columns to Parquet, no parsing, no contract;
+  availableNow, its own checkpoint): raw Kafka columns to Parquet, no parsing, no contract; a
+  ceiling for any Spark job;
+- ``user_job``: the peer, the job a data engineer writes by hand: Structured Streaming from Kafka,
+  ``from_json`` with the contract's columns, appended to an Iceberg table partitioned by event
+  hour, trigger availableNow with its checkpoint (Spark's own exactly-once); no contract checks,
+  no quarantine, no gaps, no de-duplication;
 - ``lake`` and ``lake_no_dedup``: ``conveyor pipeline lake`` (one run of :func:`run_once`): parse
   and check every record against the contract, quarantine, Iceberg commits carrying the offsets,
   with and without the event_id de-duplication window.
@@ -116,6 +121,30 @@ def _plain_sink(spark, platform: Platform, folder: Path) -> float:
     return seconds
 
 
+def _user_job(spark, platform: Platform, folder: Path, events: int) -> float:
+    from pyspark.sql.functions import col, from_json
+
+    columns = contract_columns(TOPIC, read_schema(platform, TOPIC))
+    table = "lake.bench.user_job"
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.bench")
+    spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
+    spark.sql(f"CREATE TABLE {table} ({', '.join(c.ddl for c in columns)}) USING iceberg "
+              "PARTITIONED BY (hours(event_time))")
+    out = folder / f"user-{uuid.uuid4().hex[:6]}"
+    stream = (spark.readStream.format("kafka").options(**java_client_options(platform, "central"))
+              .option("subscribe", TOPIC).option("startingOffsets", "earliest").load())
+    parsed = stream.select(from_json(col("value").cast("string"), ", ".join(c.ddl for c in columns)).alias("e"))
+    started = time.monotonic()
+    query = (parsed.select("e.*").writeStream.format("iceberg").outputMode("append")
+             .option("checkpointLocation", str(out / "checkpoint")).trigger(availableNow=True).toTable(table))
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    landed = spark.table(table).count()
+    assert landed == events, f"the user's job landed {landed} of {events}"
+    shutil.rmtree(out)
+    return seconds
+
+
 def _lake(spark, platform: Platform, events: int, steps: dict[str, float] | None = None) -> float:
     """One lake run into fresh tables; ``steps`` receives the seconds each step of the run took."""
     for table in (data_table(TOPIC), quarantine_table(TOPIC), GAPS_TABLE):
@@ -175,6 +204,7 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
             seconds = {"librdkafka": _librdkafka(platform, events)}
             for name, measure in (
                 ("plain_sink", lambda: _plain_sink(spark, platform, folder)),
+                ("user_job", lambda: _user_job(spark, platform, folder, events)),
                 ("lake", lambda: _lake(spark, platform, events)),
                 ("lake_no_dedup", lambda: _lake(spark, no_dedup, events)),
             ):
@@ -196,6 +226,7 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
         "rounds": rounds,
         "seconds": {k: round(v, 2) for k, v in seconds.items()},
         "events_per_second": {k: round(events / v) for k, v in seconds.items()},
+        "ratio_to_user_job": {k: round(seconds["user_job"] / v, 2) for k, v in seconds.items()},
     }
 
 
@@ -213,11 +244,12 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
     table = Table(title=f"lake ingestion: {result['events']:,} events of ~{result['event_bytes']} bytes")
-    for column in ("path", "seconds", "events/s", "MB/s"):
+    for column in ("path", "seconds", "events/s", "MB/s", "x user's job"):
         table.add_column(column)
     for name, seconds in result["seconds"].items():
         rate = result["events_per_second"][name]
-        table.add_row(name, f"{seconds:.2f}", f"{rate:,}", f"{rate * result['event_bytes'] / 1e6:.1f}")
+        table.add_row(name, f"{seconds:.2f}", f"{rate:,}", f"{rate * result['event_bytes'] / 1e6:.1f}",
+                      f"{result['ratio_to_user_job'][name]:.2f}")
     Console().print(table)
     if "stages" in result:
         stages = Table(title="where the lake's time goes (seconds)")
