@@ -298,10 +298,16 @@ class Gateway(_Model):
 class Spark(_Model):
     """How the pipelines run Spark (``conveyor.pipeline.spark`` builds every session from this)."""
 
-    #: local[N] here; a cluster URL (or spark-submit's --master) in production.
-    master: str = "local[2]"
+    #: local[N] here; in production a cluster: spark://host:port (standalone), yarn, k8s://https://host:port.
+    master: str = Field(default="local[2]", pattern=r"^(local(\[(\d+|\*)(,\d+)?\])?|spark://\S+|yarn|k8s://\S+)$")
     driver_memory: str = Field(default="1g", pattern=r"^\d+[mg]$")
     shuffle_partitions: int = Field(default=4, ge=1)
+    #: On a cluster, the address executors reach the driver on, and the one it listens on (Spark's
+    #: spark.driver.host and spark.driver.bindAddress); local[N] always uses 127.0.0.1.
+    driver_host: str | None = None
+    driver_bind_address: str | None = None
+    #: How long a cluster master may take to answer before a pipeline gives up with its URL.
+    master_timeout: Seconds = Field(default=30.0, gt=0)
 
 
 class Lake(_Model):

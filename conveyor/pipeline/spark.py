@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,12 +95,41 @@ def session_conf(platform: Platform, app_name: str, jars: list[str]) -> dict[str
         # same checkpoint format and reports no such metrics.
         "spark.sql.streaming.disabledV2MicroBatchReaders": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
         "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
-        # No web UI (a port per job, memory) and no console progress bar over our own.
-        "spark.ui.enabled": "false",
+        # No console progress bar over our own.
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.host": "127.0.0.1",
+        **(_local_conf() if is_local(spark.master) else _cluster_conf(platform)),
     }
+
+
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def _local_conf() -> dict[str, str]:
+    # One machine: the driver on loopback only, and no web UI (a port per job, memory).
+    return {"spark.ui.enabled": "false", "spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+
+
+def _cluster_conf(platform: Platform) -> dict[str, str]:
+    # Executors on other hosts connect back to the driver: it listens where the settings say (Spark's
+    # default, the host's name, when they say nothing), and its UI stays on for the cluster's operators.
+    spark = platform.pipeline.spark
+    return {key: value for key, value in (("spark.driver.host", spark.driver_host),
+                                          ("spark.driver.bindAddress", spark.driver_bind_address)) if value}
+
+
+def require_reachable_master(master: str, timeout: float) -> None:
+    """Fail at once, naming the master, when a standalone or Kubernetes master does not accept a
+    connection within ``timeout``: Spark itself would retry for minutes, or hang, before it says so."""
+    match = re.match(r"^(?:spark://|k8s://(?:https?://)?)([^/,:]+):(\d+)", master)
+    if match is None:  # local[N], yarn (its address comes from the Hadoop configuration)
+        return
+    host, port = match.group(1), int(match.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        raise SparkSetupError(f"Spark master {master} did not answer within {timeout:g} s ({err}); check "
+                              "pipeline.spark.master and that the master runs") from None
 
 
 def require_warehouse(spark: SparkSession, platform: Platform) -> None:
@@ -163,7 +193,10 @@ def spark_session(platform: Platform, app_name: str = "conveyor") -> SparkSessio
         builder = builder.config(key, value)
     if submitted:
         return builder.getOrCreate()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = platform.pipeline.spark
+    require_reachable_master(settings.master, settings.master_timeout)
+    if is_local(settings.master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # PySpark starts its Python workers from this variable; they must import conveyor.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     log = spark_log(platform)

@@ -83,3 +83,38 @@ def test_platform_check_names_a_lake_topic_it_cannot_land(topics, problem):
     with pytest.raises(ConfigError) as raised:
         demo(lake={"topics": topics})
     assert any(str(p).startswith(problem) for p in raised.value.problems), raised.value.problems
+
+
+def test_loopback_and_no_ui_only_for_a_local_master():
+    local = session_conf(demo(), "x", [])
+    assert (local["spark.driver.host"], local["spark.driver.bindAddress"], local["spark.ui.enabled"]) == (
+        "127.0.0.1", "127.0.0.1", "false")
+    cluster = session_conf(demo(spark={"master": "spark://spark-master:7077", "driver_host": "10.1.2.3"}), "x", [])
+    assert cluster["spark.master"] == "spark://spark-master:7077"
+    assert cluster["spark.driver.host"] == "10.1.2.3"
+    assert "spark.driver.bindAddress" not in cluster and "spark.ui.enabled" not in cluster
+
+
+@pytest.mark.parametrize("master", ["local", "local[*]", "local[4]", "spark://h:7077", "yarn", "k8s://https://k:6443"])
+def test_every_kind_of_master_is_taken(master):
+    assert demo(spark={"master": master}).pipeline.spark.master == master
+
+
+def test_an_unknown_master_is_refused():
+    with pytest.raises(ConfigError) as raised:
+        demo(spark={"master": "mesos://old:5050"})
+    assert any(str(p).startswith("pipeline.spark.master") for p in raised.value.problems), raised.value.problems
+
+
+def test_an_unreachable_master_is_one_error_naming_it():
+    import socket
+
+    from conveyor.pipeline.errors import SparkSetupError
+    from conveyor.pipeline.spark import require_reachable_master
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(SparkSetupError, match=f"Spark master spark://127.0.0.1:{port} did not answer within 2 s"):
+        require_reachable_master(f"spark://127.0.0.1:{port}", 2.0)
+    require_reachable_master("yarn", 2.0)  # its address is in the Hadoop configuration: nothing to probe
