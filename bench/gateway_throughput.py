@@ -7,7 +7,11 @@ with confluent-kafka (the ceiling), plus request latency and resident memory.
 - single events at a fixed 1,000 requests/s: an open-loop paced client; latency counts from each
   request's scheduled time, so a stall is not hidden (coordinated omission).
 
-    python -m bench.gateway_throughput [--seconds 15] [--base-port 28092]
+The platform's JVMs and the gateway compile for their first minute, so the bench first loads the
+gateway for ``--warmup`` seconds (not counted), then measures ``--runs`` rounds of everything
+(ceiling included) and reports each figure's median over the rounds, with every round kept.
+
+    python -m bench.gateway_throughput [--seconds 15] [--runs 3] [--warmup 60] [--base-port 28092]
 """
 
 from __future__ import annotations
@@ -134,11 +138,38 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def run(seconds: int, base_port: int) -> dict:
+def _round(platform: Platform, url: str, port: int, events: list[dict], direct: list[dict], seconds: int) -> dict:
+    measured: dict = {"direct_ceiling": ceiling(platform, direct), "gateway": {}}
+    for batch in (1, 100, 500, 1000):
+        body = orjson.dumps(events[:batch]) if batch > 1 else orjson.dumps(events[0])
+        figures = _wrk(url, body, seconds, connections=16 if batch == 1 else 8)
+        figures["events_per_s"] = round(figures["requests_per_s"] * batch)
+        measured["gateway"][str(batch)] = figures
+        print(f"batch {batch}: {figures}", flush=True)
+    measured["single_events_paced"] = asyncio.run(_paced(port, orjson.dumps(events[0]), 1000, seconds))
+    print(f"paced: {measured['single_events_paced']}", flush=True)
+    return measured
+
+
+def _median(rounds: list[dict]) -> dict:
+    """Each figure's median over the rounds."""
+    def med(get) -> float:
+        return round(statistics.median(get(r) for r in rounds), 2)
+
+    batches = rounds[0]["gateway"]
+    return {
+        "direct_ceiling": {"events_per_s": med(lambda r: r["direct_ceiling"]["events_per_s"])},
+        "gateway": {b: {k: med(lambda r, b=b, k=k: r["gateway"][b][k]) for k in ("events_per_s", "p50_ms", "p99_ms")}
+                    for b in batches},
+        "single_events_paced": {k: med(lambda r, k=k: r["single_events_paced"][k]) for k in ("p50_ms", "p99_ms", "max_ms")},
+    }
+
+
+def run(seconds: int, base_port: int, runs: int = 3, warmup: int = 60) -> dict:
     traffic = AdTraffic(seed=3)
     events = [traffic.event() for _ in range(1000)]
     size = statistics.mean(len(orjson.dumps(e)) for e in events)
-    result: dict = {"event_bytes_mean": round(size), "gateway": {}}
+    result: dict = {"event_bytes_mean": round(size), "runs": runs, "warmup_seconds": warmup}
     with tempfile.TemporaryDirectory(prefix="conveyor-bench-gw-") as tmp:
         platform, platform_file = _platform(Path(tmp) / "home", base_port)
         local = LocalPlatform(platform)
@@ -146,7 +177,6 @@ def run(seconds: int, base_port: int) -> dict:
         gateway = None
         try:
             provisioner.apply(platform, provisioner.plan(platform))
-            result["direct_ceiling"] = ceiling(platform, [traffic.event() for _ in range(300_000)])
             port = platform.gateway.port
             url = f"http://127.0.0.1:{port}"
             gateway = subprocess.Popen([sys.executable, "-m", "conveyor", "gateway", "serve", "--dc", "dc1",
@@ -154,14 +184,16 @@ def run(seconds: int, base_port: int) -> dict:
                                        stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "gateway.log", "wb"))
             if not wait_healthy(f"{url}/healthz", 60, alive=lambda: gateway.poll() is None):
                 raise SystemExit("gateway did not start:\n" + (Path(tmp) / "gateway.log").read_text())
-            for batch in (1, 100, 500, 1000):
-                body = orjson.dumps(events[:batch]) if batch > 1 else orjson.dumps(events[0])
-                measured = _wrk(url, body, seconds, connections=16 if batch == 1 else 8)
-                measured["events_per_s"] = round(measured["requests_per_s"] * batch)
-                result["gateway"][str(batch)] = measured
-                print(f"batch {batch}: {measured}", flush=True)
-            result["single_events_paced"] = asyncio.run(_paced(port, orjson.dumps(events[0]), 1000, seconds))
-            print(f"paced: {result['single_events_paced']}", flush=True)
+            if warmup:
+                print(f"warming up for {warmup} s", flush=True)
+                ceiling(platform, [traffic.event() for _ in range(100_000)])
+                _wrk(url, orjson.dumps(events[:500]), warmup, connections=8)
+            rounds = []
+            for number in range(runs):
+                print(f"round {number + 1} of {runs}", flush=True)
+                rounds.append(_round(platform, url, port, events, [traffic.event() for _ in range(300_000)], seconds))
+            result["rounds"] = rounds
+            result.update(_median(rounds))
             result["gateway_rss_mib"] = _rss_mib(gateway.pid)
         finally:
             if gateway is not None:
@@ -170,15 +202,19 @@ def run(seconds: int, base_port: int) -> dict:
             local.down()
     at500 = result["gateway"]["500"]["events_per_s"]
     result["batch500_share_of_ceiling"] = round(at500 / result["direct_ceiling"]["events_per_s"], 2)
+    result["batch500_share_per_round"] = [round(r["gateway"]["500"]["events_per_s"] / r["direct_ceiling"]["events_per_s"], 2)
+                                          for r in result["rounds"]]
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=15, help="duration of each measurement")
+    parser.add_argument("--runs", type=int, default=3, help="measured rounds; figures are their medians")
+    parser.add_argument("--warmup", type=int, default=60, help="seconds of load before the first round")
     parser.add_argument("--base-port", type=int, default=28092)
     args = parser.parse_args()
-    result = run(args.seconds, args.base_port)
+    result = run(args.seconds, args.base_port, args.runs, args.warmup)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "gateway_throughput.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
