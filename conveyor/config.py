@@ -484,6 +484,16 @@ class Dispatch(_Model):
     #: Share consumers per (topic, group) on a node (share backend); each polls again only once
     #: its whole previous poll is settled, so several keep records flowing past a slow one.
     share_consumers: int = Field(default=3, ge=1, le=32)
+    #: A Read stream must subscribe within this of opening, or it is closed (DEADLINE_EXCEEDED):
+    #: streams waiting for their first frame hold a node's stream slots.
+    subscribe_timeout: Seconds = Field(default=5.0, gt=0)
+    #: Longest redelivery delay a nack may ask for; a longer one is refused (INVALID_ARGUMENT).
+    #: The node holds the message meanwhile, and with it its partition's committed offset.
+    max_retry_delay: Seconds = Field(default=300.0, gt=0)
+    #: A (topic, group) with no client for this long has its reader stopped: acks committed, Kafka
+    #: consumers closed and the group left, so its partitions go to nodes whose clients read them.
+    reader_idle_timeout: Seconds = Field(default=600.0, gt=0)
+
 
     @model_validator(mode="after")
     def _share_attempts_fit_the_broker(self) -> Dispatch:
@@ -783,11 +793,20 @@ def load_platform(path: str | Path = DEFAULT_PLATFORM_FILE) -> Platform:
     """Read and validate a platform file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(
             [Problem("", f"no platform file at {path} (pass --platform or set CONVEYOR_PLATFORM)")]
         ) from None
+    except IsADirectoryError:
+        raise ConfigError([Problem("", "is a directory, not a platform file")], path) from None
+    except NotADirectoryError:
+        raise ConfigError([Problem("", "cannot be read: a part of the path before the file name is "
+                                       "not a directory")], path) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError([Problem("", f"is not UTF-8 text (byte {err.start}: {err.reason})")], path) from None
+    except OSError as err:
+        raise ConfigError([Problem("", f"cannot be read: {(err.strerror or str(err)).lower()}")], path) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:

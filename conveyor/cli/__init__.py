@@ -49,6 +49,11 @@ def main() -> None:
         app()
     except ConfigError as err:
         where = f"{err.source}: " if err.source else ""
+        if len(err.problems) == 1 and not err.problems[0].path:
+            # The file as a whole (missing, a directory, not UTF-8, not YAML): one line says it all.
+            err_console.print("[bold red]error:[/] ", end="")
+            err_console.print(f"{where}{err.problems[0].message}", markup=False, highlight=False, soft_wrap=True)
+            sys.exit(err.exit_code)
         err_console.print(f"[bold red]error:[/] {where}platform file is invalid ({len(err.problems)} problem(s))")
         for problem in err.problems:
             err_console.print(f"  {problem}", markup=False, highlight=False)

@@ -24,6 +24,9 @@ PlatformOption = Annotated[
         envvar="CONVEYOR_PLATFORM",
         help="The platform file that describes clusters, topics and services.",
         show_default=True,
+        # load_platform says what is wrong with the file in one line; Click's own check would
+        # answer an unreadable file with a usage box instead.
+        readable=False,
     ),
 ]
 DEFAULT_PLATFORM = Path(DEFAULT_PLATFORM_FILE)

@@ -77,11 +77,14 @@ def generate(
     url: Annotated[list[str] | None, typer.Option(help="Gateway URL (repeatable; default: every local "
                                                        "gateway's default address).")] = None,
     token: Annotated[str, typer.Option(envvar="CONVEYOR_TOKEN", help="The publishing service's token.")] = "",
+    seed: Annotated[int | None, typer.Option(min=0, help="Send the events of an earlier run again (its seed "
+                                                         "is printed at its start); default: a new seed.")] = None,
 ) -> None:
     """Publish realistic ad events (page views, impressions, clicks from many sites, keyed by user)
-    through the gateways at a steady rate, and print what was accepted and how fast."""
+    through the gateways at a steady rate, and print what was accepted and how fast. Each run sends
+    new event ids unless `--seed` repeats a run: the lake keeps one event per id."""
     from conveyor.gateway.client import Publisher
-    from conveyor.gateway.generate import run
+    from conveyor.gateway.generate import AdTraffic, run
 
     if not token:
         raise typer.BadParameter("give the publishing service's token (--token or CONVEYOR_TOKEN)")
@@ -89,10 +92,12 @@ def generate(
     urls = url or [f"http://127.0.0.1:{default_port(model, dc)}" for dc, c in model.clusters.items()
                    if c.role == ClusterRole.writable]
     publishers = [Publisher(u, token, batch_size=batch) for u in urls]
+    traffic = AdTraffic() if seed is None else AdTraffic(seed=seed)
+    console.print(f"seed {traffic.seed}; rerun with --seed {traffic.seed} to send the same events")
     with Progress(TextColumn("publishing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("events", total=int(rate * duration))
-        result = run(publishers, topic, rate, duration, batch,
+        result = run(publishers, topic, rate, duration, batch, traffic,
                      progress=lambda done, total: progress.update(task, completed=done))
     for publisher in publishers:
         publisher.close()

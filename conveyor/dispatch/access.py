@@ -15,6 +15,10 @@ class Access:
         self._cluster = cluster
         self._authorizer = Authorizer(platform)
 
+    def service(self, authorization: str | None) -> str:
+        """The service behind ``authorization``; raises Unauthenticated (conveyor.auth)."""
+        return self._authorizer.service_of(authorization)
+
     def check(self, authorization: str | None, topic: str, group: str) -> str:
         """The service behind ``authorization`` if it may read ``topic`` as ``group``.
 

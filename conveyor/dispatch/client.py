@@ -52,7 +52,10 @@ class Message:
 
 
 class Retry(Exception):
-    """Raise from a handler to have the message delivered again, no sooner than ``delay`` seconds."""
+    """Raise from a handler to have the message delivered again, no sooner than ``delay`` seconds.
+
+    Nodes refuse a delay above their ``dispatch.max_retry_delay`` (5 minutes by default) with
+    INVALID_ARGUMENT, which stops the subscriber: a node would hold the message that long."""
 
     def __init__(self, delay: float = 0.0) -> None:
         super().__init__(f"retry in {delay} s")

@@ -71,3 +71,8 @@ class NodeStopping(DispatchError):
 class GroupInUse(DispatchError):
     """The group id is taken by a consumer group, and Kafka keeps one type per group id: the share
     backend needs a group name that no consumer group uses (or the old group deleted)."""
+
+
+class ReaderStopped(DispatchError):
+    """The reader of a (topic, group) stopped (idle, failed or the node stopping) between a stream
+    looking it up and connecting to it; the stream looks again and gets a fresh one."""

@@ -1,5 +1,6 @@
 """The dispatcher's Prometheus metrics (names in docs/dispatch.md), on a registry per node so that
-several nodes in one process (tests) never share counters. Every series is per (topic, group)."""
+several nodes in one process (tests) never share counters. Every series is per (topic, group),
+but for the node's own: readers running, and Read streams closed before they subscribed."""
 
 from __future__ import annotations
 
@@ -86,6 +87,11 @@ class NodeMetrics:
                                   **r)
         self._ignored = Counter("conveyor_dispatch_ignored_acks", "Acks and nacks that changed nothing, "
                                 "by reason (unknown, foreign, late or repeated ids)", [*_PAIR, "reason"], **r)
+        self.readers = Gauge("conveyor_dispatch_readers", "(topic, group) readers running on this node", **r)
+        self.reaped = Counter("conveyor_dispatch_readers_reaped", "Readers stopped after dispatch."
+                              "reader_idle_timeout without a client", _PAIR, **r)
+        self.subscribe_timeouts = Counter("conveyor_dispatch_subscribe_timeouts", "Read streams closed for "
+                                          "not subscribing within dispatch.subscribe_timeout", **r)
 
     def reader(self, topic: str, group: str) -> ReaderMetrics:
         bound = {name: metric.labels(topic=topic, group=group)
@@ -93,3 +99,11 @@ class NodeMetrics:
         return ReaderMetrics(**bound, delivery_latency=self._latency.labels(topic=topic, group=group),
                              ignored=IgnoredAcks(self._ignored, topic, group))
 
+    def forget(self, topic: str, group: str) -> None:
+        """Drop the pair's gauges once its reader is gone, so that they do not report its last
+        values for ever; counters stay. Call before another reader of the pair binds its series."""
+        for gauge in self._gauges.values():
+            try:
+                gauge.remove(topic, group)
+            except KeyError:
+                pass  # never set

@@ -3,13 +3,18 @@
 A (topic, group) is served from the first time a client locates or subscribes to it on this node:
 the node starts a ``GroupReader`` for it, whose consumer joins the Kafka group and gets a share of
 the partitions. Each Read stream takes a worker thread of the gRPC server for its frames out and a
-thread of its own for the frames in (acks, nacks, credit).
+thread of its own for the frames in (acks, nacks, credit). A stream's token is checked before
+anything is read from it, and it must subscribe within ``dispatch.subscribe_timeout``: a stream
+waiting for its first frame holds one of the node's ``MAX_STREAMS`` slots. A pair without a client
+for ``dispatch.reader_idle_timeout`` has its reader stopped; the next client gets a new one, which
+starts from the group's commit.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any, NoReturn
@@ -22,7 +27,7 @@ from conveyor.auth import Forbidden, Unauthenticated
 from conveyor.config import ClusterRole, ConfigError, Platform, Problem
 from conveyor.dispatch.access import Access
 from conveyor.dispatch.discovery import Membership
-from conveyor.dispatch.errors import AccessError, ForeignGroup, GroupInUse, NodeStopping
+from conveyor.dispatch.errors import AccessError, ForeignGroup, GroupInUse, NodeStopping, ReaderStopped
 from conveyor.dispatch.fanout import Client
 from conveyor.dispatch.health import serve_http
 from conveyor.dispatch.metrics import NodeMetrics
@@ -31,12 +36,15 @@ from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.dispatch.reader import GroupReader
 from conveyor.dispatch.share_reader import ShareReader
 from conveyor.dispatch.source import Source
+from conveyor.dispatch.streams import FirstFrameTimeout, Inbound
 from conveyor.gctune import tune_for_throughput
 
 log = logging.getLogger(__name__)
 
 #: Read streams one node holds open; more get RESOURCE_EXHAUSTED.
 MAX_STREAMS = 512
+#: Longest pause between two looks for idle readers.
+_REAP_EVERY = 5.0
 _STATUS = {
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     Forbidden: grpc.StatusCode.PERMISSION_DENIED,
@@ -74,6 +82,8 @@ class DispatchNode:
         self._grpc: grpc.Server | None = None
         self._http: Any = None
         self._stopping = False
+        self._reaper_stop = threading.Event()
+        self._reaper: threading.Thread | None = None
 
     @property
     def advertise(self) -> str:
@@ -94,6 +104,8 @@ class DispatchNode:
         self.metrics_port = self._http.server_address[1]
         server.start()
         self._grpc = server
+        self._reaper = threading.Thread(target=self._reap_idle, name="dispatch-reaper", daemon=True)
+        self._reaper.start()
         tune_for_throughput()
         log.info("dispatcher %s serving cluster %s (metrics on %s:%d)", self.advertise, self.cluster, self.host,
                  self.metrics_port)
@@ -102,6 +114,10 @@ class DispatchNode:
         """Commit every partition's acks, leave the groups, end the streams, stop listening."""
         with self._lock:
             self._stopping = True
+        self._reaper_stop.set()
+        if self._reaper is not None:
+            self._reaper.join()  # it may be stopping a reader it has taken out of the table
+        with self._lock:
             readers = list(self._readers.values())
         for reader in readers:
             reader.stop()
@@ -123,7 +139,7 @@ class DispatchNode:
             if self._stopping:
                 raise NodeStopping("the node is stopping; locate another")
             reader = self._readers.get((topic, group))
-            if reader is None or not reader.alive:
+            if reader is None or not reader.alive or reader.stopping:
                 if reader is not None:
                     reader.stop()
                 backend = ShareReader if self.platform.dispatch.backend == "share" else GroupReader
@@ -131,8 +147,30 @@ class DispatchNode:
                                  self.metrics.reader(topic, group))
                 reader.start()
                 self._readers[(topic, group)] = reader
+                self.metrics.readers.set(len(self._readers))
                 log.info("serving %s as %s group %s", topic, self.platform.dispatch.backend, group)
+            else:
+                reader.touch(time.monotonic())
             return reader
+
+    def _reap_idle(self) -> None:
+        """Stop the readers that have had no client for ``reader_idle_timeout``: their consumers
+        and threads go, and their partitions go to the nodes whose clients read them."""
+        idle_for = self.platform.dispatch.reader_idle_timeout
+        while not self._reaper_stop.wait(min(idle_for / 2, _REAP_EVERY)):
+            now = time.monotonic()
+            with self._lock:
+                if self._stopping:
+                    return
+                idle = {pair: r for pair, r in self._readers.items() if r.retire_if_idle(now, idle_for)}
+                for topic, group in idle:
+                    del self._readers[(topic, group)]
+                    self.metrics.forget(topic, group)  # before a new reader of the pair binds its series
+                self.metrics.readers.set(len(self._readers))
+            for (topic, group), reader in idle.items():
+                reader.stop()
+                self.metrics.reaped.labels(topic=topic, group=group).inc()
+                log.info("stopped the reader of %s/%s: no client for %g s", topic, group, idle_for)
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         with self._lock:
@@ -142,6 +180,13 @@ class DispatchNode:
                 for (t, g), r in readers.items()}
         ok = all(r.alive for r in readers.values()) and not self._stopping
         return ok, {"status": "ok" if ok else "failing", "node": self.advertise, "readers": body}
+
+    def authenticate(self, context: grpc.ServicerContext) -> str:
+        """The service whose token the call carries, before the stream is read at all."""
+        try:
+            return self.access.service(dict(context.invocation_metadata()).get("authorization"))
+        except Unauthenticated as exc:
+            _abort(context, grpc.StatusCode.UNAUTHENTICATED, str(exc))
 
     def authorize(self, context: grpc.ServicerContext, topic: str, group: str) -> str:
         authorization = dict(context.invocation_metadata()).get("authorization")
@@ -157,6 +202,17 @@ class DispatchNode:
             _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
         except GroupInUse as exc:
             _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+
+    def attach(self, context: grpc.ServicerContext, topic: str, group: str, client: Client) -> Source:
+        """Connect ``client`` to the pair's reader, and to a fresh one if that stopped meanwhile."""
+        for _ in range(3):
+            reader = self.serving(context, topic, group)
+            try:
+                reader.connect(client)
+                return reader
+            except ReaderStopped:
+                continue
+        _abort(context, grpc.StatusCode.UNAVAILABLE, f"the reader of {topic}/{group} keeps stopping; try again")
 
 
 class DiscoveryService(pb_grpc.DiscoveryServicer):
@@ -185,50 +241,41 @@ class ReaderService(pb_grpc.ReaderServicer):
 
     def Read(self, requests: Iterator[pb.ReadRequest],  # noqa: N802
              context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
-        first = next(requests, None)
-        if first is None or not first.HasField("subscribe"):
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the first frame of a Read stream must be a Subscribe")
-        subscribe = first.subscribe
-        service = self._node.authorize(context, subscribe.topic, subscribe.group)
-        reader = self._node.serving(context, subscribe.topic, subscribe.group)
-        client = Client(service, subscribe.credit)
-        problem: list[str] = []
-        reader.connect(client)
-        threading.Thread(target=_pump, args=(requests, reader, client, problem), daemon=True,
-                         name=f"read-in-{client.id}").start()
+        node = self._node
+        settings = node.platform.dispatch
+        service = node.authenticate(context)
+        inbound = Inbound(requests, round(settings.max_retry_delay * 1000), "read-in")
+        try:
+            reader, client = self._subscribe(context, inbound, service)
+        except BaseException:
+            inbound.abandon()
+            raise
+        inbound.serve(reader, client)
         try:
             while (frame := client.outbox.get()) is not None:
                 yield frame
         finally:
             client.open = False
             reader.disconnect(client)
-        if problem:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem[0])
+        if inbound.problem is not None:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, inbound.problem)
 
-
-def _pump(requests: Iterator[pb.ReadRequest], reader: Source, client: Client, problem: list[str]) -> None:
-    """The client's frames in; the stream ends when they end, or with the first bad one."""
-    try:
-        for request in requests:
-            why = _invalid(request)
-            if why is not None:
-                problem.append(why)
-                return
-            reader.handle(client, request)
-    except grpc.RpcError:
-        pass  # the client went away: what it held goes to the others
-    finally:
-        reader.disconnect(client)
-        client.outbox.put(None)
-
-
-def _invalid(request: pb.ReadRequest) -> str | None:
-    if request.HasField("subscribe"):
-        return "a stream subscribes once, in its first frame"
-    for ids in (request.acks, *(n.ids for n in request.nacks)):
-        if len(ids.partitions) != len(ids.offsets):
-            return f"ids have {len(ids.partitions)} partitions but {len(ids.offsets)} offsets"
-    return None
+    def _subscribe(self, context: grpc.ServicerContext, inbound: Inbound, service: str) -> tuple[Source, Client]:
+        """The stream's first frame, within the time allowed, and the reader it subscribes to."""
+        node = self._node
+        timeout = node.platform.dispatch.subscribe_timeout
+        try:
+            first = inbound.first(timeout)
+        except FirstFrameTimeout:
+            node.metrics.subscribe_timeouts.inc()
+            _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED,
+                   f"no Subscribe within {timeout:g} s of opening the stream (dispatch.subscribe_timeout)")
+        if first is None or not first.HasField("subscribe"):
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the first frame of a Read stream must be a Subscribe")
+        subscribe = first.subscribe
+        node.authorize(context, subscribe.topic, subscribe.group)
+        client = Client(service, subscribe.credit)
+        return node.attach(context, subscribe.topic, subscribe.group, client), client
 
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:

@@ -4,7 +4,9 @@ frames clients send, the reader thread's life, and dead letters.
 A backend (``reader.GroupReader``: a consumer group with acks in the commit metadata;
 ``share_reader.ShareReader``: a KIP-932 share group) subclasses ``Source`` and provides the
 thread's body (``_run``) and how nodes find each other (``membership``). gRPC threads reach the
-shared state only through ``handle``/``connect``/``disconnect``, under one lock.
+shared state only through ``handle``/``connect``/``disconnect``, under one lock. A stopped
+source takes no new client, so a node can retire one that has been idle (``retire_if_idle``)
+while a stream is about to connect to it: that stream gets ``ReaderStopped`` and a fresh reader.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from conveyor.config import Dispatch, Platform
 from conveyor.dispatch.deadletter import dead_letter_headers, dead_letter_producer
+from conveyor.dispatch.errors import ReaderStopped
 from conveyor.dispatch.fanout import Client, Fanout
 from conveyor.dispatch.metrics import ReaderMetrics
 from conveyor.dispatch.partition import DeadLetter, Record
@@ -70,6 +73,8 @@ class Source:
         self._thread: threading.Thread | None = None
         self._producer: Producer | None = None
         self._failed: BaseException | None = None
+        #: Monotonic time since which no client has been connected; None while one is.
+        self._idle_since: float | None = time.monotonic()
 
     @property
     def membership(self) -> MembershipSource:
@@ -96,18 +101,44 @@ class Source:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def stopping(self) -> bool:
+        """Stopped or stopping: it takes no new client."""
+        return self._stop.is_set()
+
+    def touch(self, now: float) -> None:
+        """A client asked for the pair (Locate): it counts as use, so the reader is kept."""
+        with self._lock:
+            if self._idle_since is not None:
+                self._idle_since = max(self._idle_since, now)
+
+    def retire_if_idle(self, now: float, idle_for: float) -> bool:
+        """Begin stopping (``stop`` then waits for the end) if no client has been connected for
+        ``idle_for`` seconds; whether it did. Under the lock, so no client connects meanwhile."""
+        with self._lock:
+            if self._fanout.clients or self._idle_since is None or now - self._idle_since < idle_for:
+                return False
+            self._stop.set()
+            return True
+
     def partitions(self) -> list[int]:
         with self._lock:
             return sorted(self._fanout.partitions)
 
     def connect(self, client: Client) -> None:
+        """Serve ``client``; raises ReaderStopped if this reader stops or has stopped."""
         with self._lock:
+            if self._stop.is_set():
+                raise ReaderStopped(f"the reader of {self.topic}/{self.group} has stopped")
+            self._idle_since = None
             self._fanout.add_client(client)
             self._fanout.dispatch(time.monotonic(), time.time())
 
     def disconnect(self, client: Client) -> None:
         with self._lock:
             self._fanout.remove_client(client, time.monotonic())
+            if not self._fanout.clients and self._idle_since is None:
+                self._idle_since = time.monotonic()
             self._fanout.dispatch(time.monotonic(), time.time())
 
     def handle(self, client: Client, request: pb.ReadRequest) -> None:
@@ -138,6 +169,7 @@ class Source:
                 self._producer.flush(30)
                 self._producer = None
             with self._lock:  # end the streams: their clients locate again and reconnect
+                self._stop.set()  # and take no new one: it would wait for frames that never come
                 for client in list(self._fanout.clients):
                     client.outbox.put(None)
 

@@ -1,10 +1,15 @@
-"""The command line without servers: help, and a bad platform file's one-line-per-problem error."""
+"""The command line without servers: help, a bad platform file's one-line-per-problem error, and a
+platform path that cannot be read (a directory, not UTF-8, unreadable) answered in one line."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,3 +54,48 @@ def test_demo_config_check_summarises_replication():
     run = conveyor("config", "check")
     assert run.returncode == 0, run.stderr
     assert "ad-events (12 x 3, 2)" in run.stdout
+
+
+def _one_line_error(run: subprocess.CompletedProcess, path: Path, problem: str) -> None:
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith("error: ") and str(path) in lines[0] and problem in lines[0], lines[0]
+
+
+def test_a_platform_path_that_is_a_directory_is_one_line_and_exit_2(tmp_path):
+    run = conveyor("config", "check", "--platform", str(tmp_path))
+    _one_line_error(run, tmp_path, "is a directory")
+
+
+def test_a_platform_file_that_is_not_utf8_is_one_line_and_exit_2(tmp_path):
+    latin1 = tmp_path / "platform.yaml"
+    latin1.write_bytes("clusters: {}\n# caf\u00e9\n".encode("latin-1"))
+    run = conveyor("config", "check", "--platform", str(latin1))
+    _one_line_error(run, latin1, "is not UTF-8")
+
+
+def test_a_platform_path_through_a_file_is_one_line_and_exit_2(tmp_path):
+    through = tmp_path / "platform.yaml" / "platform.yaml"
+    through.parent.write_text("clusters: {}\n")
+    run = conveyor("config", "check", "--platform", str(through))
+    _one_line_error(run, through, "not a directory")
+
+
+def test_an_unreadable_platform_file_is_one_line_and_exit_2(tmp_path):
+    locked = tmp_path / "platform.yaml"
+    locked.write_text((ROOT / "platform.yaml").read_text())
+    locked.chmod(0)
+    command = [sys.executable, "-m", "conveyor", "config", "check", "--platform", str(locked)]
+    if os.geteuid() == 0:
+        # Root reads a mode-000 file through CAP_DAC_OVERRIDE; without that capability (and
+        # CAP_DAC_READ_SEARCH) root is held to the mode bits like anyone else.
+        setpriv = shutil.which("setpriv")
+        drop = [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"] if setpriv else []
+        probe = subprocess.run([*drop, "cat", str(locked)], capture_output=True) if drop else None
+        if probe is None or probe.returncode == 0:
+            pytest.skip("running as root, and setpriv cannot drop the capabilities that let root read a mode-000 file")
+        command = [*drop, *command]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    _one_line_error(run, locked, "permission denied")

@@ -1,0 +1,204 @@
+"""What one client may hold of a real dispatcher node: streams that never subscribe give their slot
+back, a nack cannot hold a message for hours, and a group nobody reads loses its reader (Kafka
+consumer, threads) until a client comes back and resumes from the commit."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from conveyor import kafka
+from conveyor.config import Platform
+from conveyor.dispatch import server
+from conveyor.dispatch.client import Message, Subscriber
+from conveyor.dispatch.protos import dispatch_pb2 as pb
+from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
+from conveyor.dispatch.server import DispatchNode
+from tests.dispatch_support import (
+    MAILER_TOKEN,
+    Ledger,
+    nodes,  # noqa: F401 (a fixture)
+    produce,
+    start_node,
+    topic_maker,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def setup(platform_file: Path, platform_data: dict[str, Any], provisioned: Platform,
+          topic_factory: Callable[..., str]) -> Callable[..., tuple[Platform, str]]:
+    return topic_maker(platform_file, platform_data, topic_factory, commit_interval="200ms")
+
+
+class Stream:
+    """A Read stream whose frames the test sends by hand (none at all, for an idle one); ``status``
+    is how it ended, once it has."""
+
+    def __init__(self, channel: grpc.Channel, token: str | None, first: pb.ReadRequest | None = None,
+                 timeout: float | None = None) -> None:
+        self._frames: queue.SimpleQueue[pb.ReadRequest | None] = queue.SimpleQueue()
+        if first is not None:
+            self._frames.put(first)
+        metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.call = pb_grpc.ReaderStub(channel).Read(iter(self._frames.get, None), metadata=metadata,
+                                                     timeout=timeout)
+        self.messages: queue.SimpleQueue[pb.Message] = queue.SimpleQueue()
+        self.status: grpc.StatusCode | None = None
+        self.details = ""
+        self.ended = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def send(self, **fields: Any) -> None:
+        self._frames.put(pb.ReadRequest(**fields))
+
+    def take(self, count: int, timeout: float = 30) -> list[pb.Message]:
+        return [self.messages.get(timeout=timeout) for _ in range(count)]
+
+    def close(self) -> None:
+        self._frames.put(None)
+        self.call.cancel()
+
+    def _read(self) -> None:
+        try:
+            for frame in self.call:
+                for message in frame.messages:
+                    self.messages.put(message)
+            self.status = grpc.StatusCode.OK
+        except grpc.RpcError as exc:
+            self.status, self.details = exc.code(), exc.details() or ""
+        finally:
+            self.ended.set()
+
+
+def subscribe(topic: str, group: str, credit: int) -> pb.ReadRequest:
+    return pb.ReadRequest(subscribe=pb.Subscribe(topic=topic, group=group, credit=credit))
+
+
+def sample(node: DispatchNode, name: str, **labels: str) -> float:
+    return node.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_streams_that_never_subscribe_do_not_keep_a_real_client_out(setup, nodes, monkeypatch) -> None:
+    slots = 8
+    monkeypatch.setattr(server, "MAX_STREAMS", slots)  # the node's limit, small enough to fill
+    platform, topic = setup()
+    node = start_node(platform)
+    nodes.append(node)
+    sent = set(produce(platform, topic, 100))
+    channel = grpc.insecure_channel(node.advertise)
+    try:
+        # A valid token but never a first frame, on every slot the node has.
+        idle = [Stream(channel, MAILER_TOKEN) for _ in range(slots)]
+        time.sleep(0.5)
+        wait_until(lambda: probe(channel) is grpc.StatusCode.RESOURCE_EXHAUSTED, 4,
+                   "the idle streams to take every slot")
+        ledger = Ledger()
+        with Subscriber(topic, "mailer", lambda m: ledger.delivered(0, m.partition, m.offset, m.value),
+                        nodes=[node.advertise], token=MAILER_TOKEN, on_committed=ledger.committed,
+                        relocate_every=1.0):
+            wait_until(lambda: ledger.confirmed_values() >= sent, 90, "the real client to read everything")
+        for stream in idle:
+            assert stream.ended.wait(30), "the idle stream was never closed"
+            assert stream.status is grpc.StatusCode.DEADLINE_EXCEEDED, (stream.status, stream.details)
+            assert "no Subscribe within 5 s" in stream.details and "dispatch.subscribe_timeout" in stream.details
+        assert sample(node, "conveyor_dispatch_subscribe_timeouts_total") == slots
+        # Without a token a stream is refused before the node waits for its first frame.
+        anonymous = Stream(channel, token=None, timeout=20)
+        assert anonymous.ended.wait(25)
+        assert anonymous.status is grpc.StatusCode.UNAUTHENTICATED, (anonymous.status, anonymous.details)
+    finally:
+        channel.close()
+
+
+def probe(channel: grpc.Channel) -> grpc.StatusCode:
+    """A call that takes a slot only for a moment: UNAUTHENTICATED, or RESOURCE_EXHAUSTED if none is free."""
+    try:
+        pb_grpc.DiscoveryStub(channel).Locate(pb.LocateRequest(topic="probe", group="probe"),
+                                             metadata=(("authorization", "Bearer no-such-token"),), timeout=10)
+    except grpc.RpcError as exc:
+        return exc.code()
+    return grpc.StatusCode.OK
+
+
+def test_a_nack_asking_for_hours_is_refused_naming_the_field_and_the_limit(setup, nodes) -> None:
+    platform, topic = setup()
+    node = start_node(platform)
+    nodes.append(node)
+    produce(platform, topic, 20)
+    group = f"mailer.{uuid.uuid4().hex[:6]}"
+    channel = grpc.insecure_channel(node.advertise)
+    try:
+        greedy = Stream(channel, MAILER_TOKEN, subscribe(topic, group, credit=1), timeout=30)
+        held = greedy.take(1)[0]
+        ten_hours_ms = 10 * 3600 * 1000
+        greedy.send(nacks=[pb.Nack(ids=pb.Ids(partitions=[held.partition], offsets=[held.offset]),
+                                   retry_delay_ms=ten_hours_ms)])
+        assert greedy.ended.wait(30)
+        assert greedy.status is grpc.StatusCode.INVALID_ARGUMENT, (greedy.status, greedy.details)
+        assert greedy.details == (f"nacks[0].retry_delay_ms is {ten_hours_ms} ms, above the node's limit of "
+                                  "300000 ms (dispatch.max_retry_delay)")
+        # The message was not held: the refused stream's messages go to the next client at once.
+        patient = Stream(channel, MAILER_TOKEN, subscribe(topic, group, credit=20), timeout=60)
+        again = patient.take(20)
+        assert (held.partition, held.offset) in {(m.partition, m.offset) for m in again}
+        patient.close()
+    finally:
+        channel.close()
+
+
+def members(platform: Platform, group: str) -> int:
+    admin = kafka.admin(platform, "central")
+    return len(admin.describe_consumer_groups([group], request_timeout=10)[group].result().members)
+
+
+def test_a_group_without_clients_loses_its_reader_and_a_returning_client_resumes_from_the_commit(
+        setup, nodes) -> None:
+    platform, topic = setup(reader_idle_timeout="2s")
+    node = start_node(platform)
+    nodes.append(node)
+    group = f"mailer.{uuid.uuid4().hex[:6]}"
+    first_half = set(produce(platform, topic, 200))
+
+    def reaped() -> float:
+        return sample(node, "conveyor_dispatch_readers_reaped_total", topic=topic, group=group)
+
+    def read(ledger: Ledger, expected: set[bytes]) -> None:
+        def handle(message: Message) -> None:
+            ledger.delivered(0, message.partition, message.offset, message.value)
+        with Subscriber(topic, group, handle, 4, nodes=[node.advertise], token=MAILER_TOKEN,
+                        on_committed=ledger.committed, relocate_every=1.0):
+            wait_until(lambda: ledger.confirmed_values() >= expected, 90, "every message acked and confirmed")
+            before = reaped()
+            time.sleep(3)  # longer than the idle time: a reader with a client is never reaped
+            assert reaped() == before
+            assert sample(node, "conveyor_dispatch_readers") == 1
+
+    before = Ledger()
+    read(before, first_half)
+    assert members(platform, group) == 1
+    wait_until(lambda: reaped() == 1, 30, "the idle reader to be reaped")
+    assert sample(node, "conveyor_dispatch_readers") == 0
+    assert f"{topic}/{group}" not in node.health()[1]["readers"]
+    assert not [t for t in threading.enumerate() if t.name == f"reader-{topic}-{group}"], "the reader thread is gone"
+    wait_until(lambda: members(platform, group) == 0, 30, "the reader's consumer to leave the group")
+    stale = node.metrics.registry.get_sample_value("conveyor_dispatch_backlog", {"topic": topic, "group": group})
+    assert stale is None, "the reaped reader's gauges are gone, not frozen at their last values"
+
+    second_half = set(produce(platform, topic, 200, start=200))
+    after = Ledger()
+    read(after, second_half)
+    assert set(after.values.values()) == second_half, "resumed from the commit: nothing lost, nothing acked again"
+    assert sum(after.deliveries.values()) == len(second_half)
+    assert set(before.values.values()) == first_half
+    wait_until(lambda: reaped() == 2, 30, "the second reader to be reaped too")
