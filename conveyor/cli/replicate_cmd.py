@@ -9,10 +9,9 @@ import sys
 from typing import Annotated
 
 import typer
-from confluent_kafka import TopicPartition
+from rich.markup import escape
 from rich.table import Table
 
-from conveyor import kafka
 from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
 from conveyor.config import ConfigError, Platform, Problem
 
@@ -87,38 +86,33 @@ def start(route: RouteOption, platform: PlatformOption = DEFAULT_PLATFORM,
 @app.command()
 def status(platform: PlatformOption = DEFAULT_PLATFORM,
            route: Annotated[str | None, typer.Option("--route", "-r", help="Only this route.")] = None) -> None:
-    """Per route: the workers in its group and, per source topic, records waiting to be copied."""
-    from conveyor.replicate import plan
-    from conveyor.replicate.copier import RouteState, read_bucket_offsets
-    from conveyor.replicate.metrics import ReplicateMetrics
+    """Per route: the workers in its group; per source topic, records waiting to be copied and
+    offsets lost to the source's retention; every recorded gap; and the source configs that copies
+    of undeclared topics do not have."""
+    import datetime as dt
+
+    from conveyor.replicate.status import route_status
 
     model = platform_from(platform)
-    for name, spec in model.routes.items():
+    if route is not None:
+        _route(model, route)
+    for name in model.routes:
         if route and name != route:
             continue
-        admin = kafka.admin(model, spec.destination)
-        group = admin.describe_consumer_groups([plan.group_id(name)])[plan.group_id(name)].result()
-        members = sorted(m.client_id for m in group.members)
-        state = RouteState(model, name, spec, "status", ReplicateMetrics())
-        stored = {}
-        if plan.route_topic(name) in admin.list_topics(timeout=10).topics:
-            for bucket in range(spec.buckets):
-                stored.update(read_bucket_offsets(state, bucket))
-        source = kafka.consumer(model, spec.source, "conveyor-replicate-status", "status")
-        metadata = source.list_topics(timeout=10)
-        table = Table(title=f"route {name}: {spec.source} -> {spec.destination}, {spec.mode.value}, "
-                            f"{spec.buckets} buckets, workers: {', '.join(members) or 'none'}")
-        for column in ("topic", "partitions", "source records", "copied", "waiting"):
+        found = route_status(model, name)
+        table = Table(title=f"route {name}: {found.source} -> {found.destination}, {found.mode}, "
+                            f"{found.buckets} buckets, workers: {', '.join(found.workers) or 'none'}")
+        for column in ("topic", "partitions", "source records", "copied", "waiting", "lost"):
             table.add_column(column)
-        for topic in sorted(t for t in metadata.topics if spec.selects(t)):
-            ends = total = copied = 0
-            for partition in metadata.topics[topic].partitions:
-                low, high = source.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-                ends += high
-                total += high - low
-                copied += stored.get(plan.SourcePartition(topic, partition), low)
-            waiting = ends - copied
-            table.add_row(topic, str(len(metadata.topics[topic].partitions)), str(total), str(copied),
-                          f"[{'green' if waiting == 0 else 'yellow'}]{waiting}[/]")
-        source.close()
+        for t in found.topics:
+            table.add_row(t.topic, str(t.partitions), str(t.source_records), str(t.copied),
+                          f"[{'green' if t.waiting == 0 else 'yellow'}]{t.waiting}[/]",
+                          f"[{'red' if t.lost else 'green'}]{t.lost}[/]")
         console.print(table)
+        for gap in found.gaps:
+            at = dt.datetime.fromtimestamp(gap.found_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            console.print(f"[bold red]DATA LOST:[/] route {name}: {gap.topic}[{gap.partition}] offsets "
+                          f"{gap.first}..{gap.last} ({gap.count:,} records) were deleted by the source's retention "
+                          f"before they were copied (found {at})", soft_wrap=True)
+        for difference in found.differences:
+            console.print(f"[yellow]config not copied:[/] route {name}: {escape(str(difference))}", soft_wrap=True)

@@ -5,6 +5,12 @@ One transactional producer per bucket, its ``transactional.id`` derived from rou
 it, so a zombie worker can never commit again. Each transaction holds the copied records and the
 next source offset of every partition they came from, written to the bucket's partition of the
 route topic; a new owner reads those back (read_committed) and resumes exactly there.
+
+Nothing is skipped without a record. A partition the bucket starts copying gets its earliest offset
+stored first, so every offset from then on is either copied or accounted for; and when the source's
+retention deletes offsets before they are copied ("offset out of range", which the source consumer
+reports instead of resetting), the gap is written to the route topic in the transaction that moves
+the partition's offset past it, and copying resumes at the earliest offset.
 """
 
 from __future__ import annotations
@@ -13,21 +19,28 @@ import functools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
 from conveyor.config import Platform, ReplicationMode, Route
 from conveyor.replicate import plan
+from conveyor.replicate.bookkeeping import read_bucket
 from conveyor.replicate.metrics import ReplicateMetrics
 from conveyor.replicate.plan import SourcePartition
+from conveyor.replicate.topic_configs import COPY_BATCH_BYTES
 
 log = logging.getLogger(__name__)
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 _TIMEOUT = 60.0
 #: Partitions named in the log line of a bucket's new partitions (a takeover can bring thousands).
 _LOGGED_STARTS = 20
+#: Seconds before the earliest offsets of new partitions are asked again after a failure.
+_START_RETRY = 1.0
+Failure = tuple[SourcePartition, int, KafkaError]
 
 
 class Fenced(Exception):
@@ -56,29 +69,7 @@ class RouteState:
 
 def read_bucket_offsets(state: RouteState, bucket: int) -> dict[SourcePartition, int]:
     """The committed next offsets of a bucket's partitions (read_committed, to the end)."""
-    route_topic = plan.route_topic(state.name)
-    consumer = kafka.consumer(state.platform, state.route.destination, f"{plan.group_id(state.name)}-offsets",
-                              f"{state.worker_id}-offsets", {"enable.partition.eof": True})
-    offsets: dict[SourcePartition, int] = {}
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(route_topic, bucket), timeout=_TIMEOUT)
-        if high <= low:
-            return offsets
-        consumer.assign([TopicPartition(route_topic, bucket, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + _TIMEOUT
-        while time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            if message.error():
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    return offsets
-                raise KafkaException(message.error())
-            topic, partition, next_offset = plan.parse_offset_record(message.value())
-            offsets[SourcePartition(topic, partition)] = next_offset
-        raise TimeoutError(f"could not read the offsets of bucket {bucket} of route {state.name}")
-    finally:
-        consumer.close()
+    return read_bucket(state.platform, state.name, state.route.destination, state.worker_id, bucket).offsets
 
 
 class BucketCopier(threading.Thread):
@@ -93,6 +84,10 @@ class BucketCopier(threading.Thread):
         self._last_copy: dict[SourcePartition, float] = {}
         self._had_backlog: dict[SourcePartition, bool] = {}
         self._lag_checked = 0.0
+        self._starts_retry_at = 0.0
+        #: Earliest offsets asked of the source for new partitions, not answered yet.
+        self._asked_starts: dict[TopicPartition, Future] | None = None
+        self._exactly_once = state.route.mode == ReplicationMode.exactly_once
         self.error: BaseException | None = None
 
     def stop(self) -> None:
@@ -102,12 +97,12 @@ class BucketCopier(threading.Thread):
 
     def run(self) -> None:
         route, name = self.state.route, self.state.name
-        exactly_once = route.mode == ReplicationMode.exactly_once
+        exactly_once = self._exactly_once
         # One request in flight: with several, librdkafka reports a batch that a just-created
         # partition's leader refused (NOT_LEADER, not written) as delivered when the next batch
         # succeeds ("implicitly acked"); the test's own producer lost events that way (README). It
         # cost nothing measurable in records per CPU-second (bench.replicate_vs_mm2).
-        overrides = {"linger.ms": 5, "batch.size": 1_000_000, "max.in.flight.requests.per.connection": 1,
+        overrides = {"linger.ms": 5, "batch.size": COPY_BATCH_BYTES, "max.in.flight.requests.per.connection": 1,
                      "client.id": f"{self.state.worker_id}-b{self.bucket}"}
         if exactly_once:
             overrides |= {"transactional.id": plan.transactional_id(name, self.bucket),
@@ -122,17 +117,23 @@ class BucketCopier(threading.Thread):
             # librdkafka's own fetch wait (500 ms): a fetch returns as soon as a record arrives, so
             # the wait only paces idle polling. At 50 ms, two workers' idle copiers sent about 240
             # fetches a second to each source, and the brokers' CPU that took showed up as pauses.
+            # auto.offset.reset "error", not a reset: offsets retention deleted before they were
+            # copied are a gap to record (_past_deleted), never a silent jump to the earliest offset.
             self.consumer = kafka.consumer(self.state.platform, route.source, f"{plan.group_id(name)}-source",
-                                           overrides["client.id"])
+                                           overrides["client.id"], {"auto.offset.reset": "error"})
+            self.source_admin = kafka.admin(self.state.platform, route.source)
             self.state.metrics.buckets_owned.labels(name, self.state.worker_id).inc()
             owned = True
             log.info("bucket %d of %s: taken over with %d stored offsets", self.bucket, name, len(self.next))
             while not self._stopping.is_set():
                 self._sync_assignment()
                 messages = self.consumer.consume(route.batch_records, route.batch_wait)
-                batch = [m for m in messages if self._usable(m)]
-                if batch:
-                    self._copy(batch, exactly_once)
+                batch, out_of_range = self._sort(messages)
+                rewound = self._copy(batch, exactly_once) if batch else set()
+                # A partition a failed batch rewound fetches from its offset again and fails again there.
+                out_of_range = {p: at for p, at in out_of_range.items() if p not in rewound and p in self._assigned}
+                if out_of_range:
+                    self._past_deleted(out_of_range)
                 self._measure_lag()
         except Fenced:
             log.warning("bucket %d of %s: fenced by a newer owner; stopping", self.bucket, name)
@@ -170,35 +171,124 @@ class BucketCopier(threading.Thread):
         assert self.consumer is not None
         wanted = self.state.bucket_partitions(self.bucket) - set(self.stopped)
         new = wanted - self._assigned
+        unknown = {p for p in new if p not in self.next}
+        if unknown:
+            self._store_starts(unknown)
+            new = {p for p in new if p in self.next}
         if new:
-            starts = [TopicPartition(p.topic, p.partition, self.next.get(p, OFFSET_BEGINNING)) for p in sorted(
+            starts = [TopicPartition(p.topic, p.partition, self.next[p]) for p in sorted(
                 new, key=lambda p: (p.topic, p.partition))]
             self.consumer.incremental_assign(starts)
-            shown = ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset if tp.offset >= 0 else 'beginning'}"
-                              for tp in starts[:_LOGGED_STARTS])
+            shown = ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in starts[:_LOGGED_STARTS])
             more = f" and {len(starts) - _LOGGED_STARTS} more" if len(starts) > _LOGGED_STARTS else ""
             log.info("bucket %d of %s: copying %s%s", self.bucket, self.state.name, shown, more)
             self._assigned |= new
             for p in new:
                 self._last_copy.setdefault(p, time.monotonic())
 
-    def _usable(self, message: Message) -> bool:
-        error = message.error()
-        if error is None:
-            return True
-        if error.code() != KafkaError._PARTITION_EOF:
-            self.state.metrics.errors.labels(self.state.name, "source").inc()
-            log.warning("%s: source error on %s[%s]: %s", self.state.name, message.topic(), message.partition(),
-                        error.str())
-        return False
+    def _store_starts(self, partitions: set[SourcePartition]) -> None:
+        """Store the earliest offset of partitions the route has no offset for, before copying them:
+        offsets retention deletes from then on, even while no worker runs, are then a recorded gap.
+        Asked without waiting, since a partition too new to have a leader can hold the answer back
+        and the bucket's other partitions must go on copying meanwhile; stored on a later round."""
+        now = time.monotonic()
+        if self._asked_starts is None:
+            if now >= self._starts_retry_at:
+                self._asked_starts = self.source_admin.list_offsets(
+                    {TopicPartition(p.topic, p.partition): OffsetSpec.earliest() for p in partitions},
+                    request_timeout=_TIMEOUT)
+            return
+        if not all(future.done() for future in self._asked_starts.values()):
+            return
+        asked, self._asked_starts = self._asked_starts, None
+        try:
+            earliest = {SourcePartition(tp.topic, tp.partition): f.result().offset for tp, f in asked.items()}
+        except KafkaException as exc:  # no leader yet, a source away: asked again
+            log.info("%s bucket %d: earliest offsets of %d new partition(s) not known yet (%s)", self.state.name,
+                     self.bucket, len(asked), exc.args[0].str() if exc.args else exc)
+            self._starts_retry_at = now + _START_RETRY
+            return
+        # Partitions the bucket lost meanwhile (a partition never shrinks, but a topic can go) are left.
+        earliest = {p: offset for p, offset in earliest.items() if p in partitions}
+        records = [plan.offset_record(p.topic, p.partition, offset) for p, offset in earliest.items()]
+        if records and not self._store(records):
+            self._starts_retry_at = now + _START_RETRY
+            return
+        self.next.update(earliest)
+
+    def _sort(self, messages: list[Message]) -> tuple[list[Message], dict[SourcePartition, int]]:
+        """The records to copy, and the partitions whose fetch position retention (or a truncation) has
+        put out of range, each with that position."""
+        batch, out_of_range = [], {}
+        for message in messages:
+            error = message.error()
+            if error is None:
+                batch.append(message)
+            elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                out_of_range[SourcePartition(message.topic(), message.partition())] = message.offset()
+            elif error.code() != KafkaError._PARTITION_EOF:
+                self.state.metrics.errors.labels(self.state.name, "source").inc()
+                log.warning("%s: source error on %s[%s]: %s", self.state.name, message.topic(), message.partition(),
+                            error.str())
+        return batch, out_of_range
+
+    def _past_deleted(self, out_of_range: dict[SourcePartition, int]) -> None:
+        """Record the offsets retention deleted before they were copied, then go on from the earliest.
+        The gap and the partition's new offset are committed together: killed before, the next
+        owner finds the same gap again; after, it resumes past it."""
+        assert self.consumer is not None
+        state = self.state
+        for source, at in sorted(out_of_range.items(), key=lambda item: (item[0].topic, item[0].partition)):
+            position = self.next.get(source, at)
+            try:
+                low, high = self.consumer.get_watermark_offsets(TopicPartition(source.topic, source.partition),
+                                                                timeout=_TIMEOUT)
+            except KafkaException as exc:
+                log.warning("%s: %s[%d] out of range at %d, and its offsets cannot be read now (%s); tried again",
+                            state.name, source.topic, source.partition, position, exc)
+                self._reposition(source, position)
+                continue
+            resume = plan.after_out_of_range(source, position, low, high)
+            if resume.gap is not None:
+                gap = replace(resume.gap, found_ms=int(time.time() * 1000))
+                records = [plan.gap_record(gap), plan.offset_record(source.topic, source.partition, resume.offset)]
+                if not self._store(records):
+                    self._reposition(source, position)  # fails the same way again, and is retried
+                    continue
+                self.next[source] = resume.offset
+                state.metrics.gaps.labels(state.name, source.topic).inc()
+                state.metrics.gap_records.labels(state.name, source.topic).inc(gap.count)
+                log.error("%s: DATA LOST: %s[%d] offsets %d..%d (%d records) were deleted by the source's "
+                          "retention before they were copied; recorded in %s, copying resumes at %d",
+                          state.name, source.topic, source.partition, gap.first, gap.last, gap.count,
+                          plan.route_topic(state.name), resume.offset)
+            elif resume.truncated:
+                state.metrics.errors.labels(state.name, "truncated").inc()
+                log.warning("%s: %s[%d] offset %d is beyond the source's end %d (a truncated log or a topic created "
+                            "again); copying again from its earliest offset %d", state.name, source.topic,
+                            source.partition, position, high, low)
+            self._reposition(source, resume.offset)
+
+    def _reposition(self, source: SourcePartition, offset: int) -> None:
+        """Fetch ``source`` from ``offset`` next."""
+        assert self.consumer is not None
+        tp = TopicPartition(source.topic, source.partition, offset)
+        try:
+            self.consumer.seek(tp)
+        except KafkaException:
+            # After "offset out of range" librdkafka stops fetching the partition and refuses a seek
+            # (_STATE) until it is assigned again.
+            self.consumer.incremental_unassign([TopicPartition(source.topic, source.partition)])
+            self.consumer.incremental_assign([tp])
 
     # -- copying -------------------------------------------------------------------------------
 
-    def _copy(self, batch: list[Message], exactly_once: bool) -> None:
+    def _copy(self, batch: list[Message], exactly_once: bool) -> set[SourcePartition]:
+        """Copy a batch; the partitions rewound to their committed offsets when it failed."""
         state, producer = self.state, self.producer
         with state.lock:
             source_counts, destination_counts = dict(state.source_counts), dict(state.destination_counts)
-        failures: list[tuple[SourcePartition, int, KafkaError]] = []
+        failures: list[Failure] = []
         # Every partition of the batch, even those after a produce that raised, is rewound on failure:
         # the consumer's position is already past all of them.
         first: dict[SourcePartition, int] = {}
@@ -234,7 +324,7 @@ class BucketCopier(threading.Thread):
             failures += self._finish(exactly_once)
         if failures:
             self._undo(exactly_once, first, failures)
-            return
+            return set(first)
         now = time.monotonic()
         self.next.update(touched)
         for message in batch:
@@ -243,6 +333,27 @@ class BucketCopier(threading.Thread):
             if self._had_backlog.get(source):
                 state.metrics.pause(state.name, source, now - self._last_copy.get(source, now))
             self._last_copy[source] = now
+        return set()
+
+    def _store(self, records: list[tuple[bytes, bytes]]) -> bool:
+        """Write records of the bucket's partition of the route topic on their own (in a transaction
+        of their own when exactly once); False when they were not written."""
+        failures: list[Failure] = []
+        if self._exactly_once:
+            self.producer.begin_transaction()
+        for key, value in records:
+            self._produce(plan.route_topic(self.state.name), value, key, partition=self.bucket,
+                          on_delivery=functools.partial(_collect, failures, SourcePartition("", -1), -1))
+        failures += self._finish(self._exactly_once)
+        if failures:
+            if self._exactly_once:
+                self._abort()
+            self.state.metrics.errors.labels(self.state.name, "aborted").inc()
+            log.warning("%s bucket %d: bookkeeping records not written (%s); tried again", self.state.name,
+                        self.bucket, "; ".join(sorted({error.str() for _, _, error in failures})))
+            time.sleep(0.2)
+            return False
+        return True
 
     def _produce(self, topic: str, value, key, **kwargs) -> None:
         while True:
@@ -252,13 +363,13 @@ class BucketCopier(threading.Thread):
             except BufferError:
                 self.producer.poll(0.05)
 
-    def _flushed(self) -> list[tuple[SourcePartition, int, KafkaError]]:
+    def _flushed(self) -> list[Failure]:
         """Wait for every delivery (failed ones reach the batch's failures through ``_collect``); a
         failure if some are still undelivered."""
         left = self.producer.flush(_TIMEOUT)
         return [(SourcePartition("", -1), -1, KafkaError(KafkaError._TIMED_OUT))] if left else []
 
-    def _finish(self, exactly_once: bool) -> list[tuple[SourcePartition, int, KafkaError]]:
+    def _finish(self, exactly_once: bool) -> list[Failure]:
         """Commit the transaction (or flush); the failures that make it void, if any."""
         if not exactly_once:
             return self._flushed()
@@ -278,21 +389,23 @@ class BucketCopier(threading.Thread):
                 log.warning("%s bucket %d: commit retried (%s)", self.state.name, self.bucket, error.str())
                 time.sleep(1.0)
 
-    def _undo(self, exactly_once: bool, first: dict[SourcePartition, int],
-              failures: list[tuple[SourcePartition, int, KafkaError]]) -> None:
+    def _abort(self) -> None:
+        try:
+            self.producer.abort_transaction(_TIMEOUT)
+        except KafkaException as exc:
+            if exc.args[0].fatal():
+                raise Fenced() from exc
+            raise
+
+    def _undo(self, exactly_once: bool, first: dict[SourcePartition, int], failures: list[Failure]) -> None:
         """Abort, rewind every partition of the batch to its last committed offset, and stop a
         partition whose record the destination can never take (nothing is skipped)."""
         assert self.consumer is not None
         if exactly_once:
-            try:
-                self.producer.abort_transaction(_TIMEOUT)
-            except KafkaException as exc:
-                if exc.args[0].fatal():
-                    raise Fenced() from exc
-                raise
+            self._abort()
         rewound = {source: self.next.get(source, offset) for source, offset in first.items()}
         for source, offset in rewound.items():
-            self.consumer.seek(TopicPartition(source.topic, source.partition, offset))
+            self._reposition(source, offset)
         log.warning("%s bucket %d: batch not copied (%s); rewound %s", self.state.name, self.bucket,
                     "; ".join(sorted({error.str() for _, _, error in failures})),
                     ", ".join(f"{s.topic}[{s.partition}]@{o}" for s, o in rewound.items()))

@@ -33,6 +33,13 @@ class ReplicateMetrics:
         self.unreachable = Gauge("conveyor_replicate_cluster_unreachable",
                                  "1 while a cluster of the route does not answer (alert)", ["route", "cluster"], **r)
         self.topics = Gauge("conveyor_replicate_topics", "Source topics the route copies", ["route"], **r)
+        topic = ["route", "topic"]
+        self.gaps = Counter("conveyor_replicate_gaps", "Gaps found: source offsets retention deleted before they "
+                            "were copied (recorded in the route topic; alert)", topic, **r)
+        self.gap_records = Counter("conveyor_replicate_gap_records",
+                                   "Source offsets retention deleted before they were copied", topic, **r)
+        self.config_differences = Gauge("conveyor_replicate_config_differences",
+                                        "Source configs of an undeclared topic its copy does not have", topic, **r)
 
     def copied(self, route: str, message: Message, now_monotonic: float) -> None:
         labels = (route, message.topic(), str(message.partition()))

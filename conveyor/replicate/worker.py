@@ -4,7 +4,8 @@ Workers share nothing but Kafka. Kafka's own group protocol (cooperative-sticky)
 partitions of the route topic, one per bucket, so a worker joining or leaving moves only some
 buckets and the others keep copying. A discovery loop polls source metadata; new topics and
 partitions are created on the destination through the topic provisioner and fall into buckets
-their owners already copy, with no rebalance.
+their owners already copy, with no rebalance. The same loop keeps the configs of undeclared copies
+in step with their source topics (conveyor.replicate.destination).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from conveyor.errors import ConveyorError
 from conveyor.httpserve import serve_metrics
 from conveyor.replicate import plan
 from conveyor.replicate.copier import BucketCopier, RouteState
+from conveyor.replicate.destination import sync_topics
 from conveyor.replicate.metrics import ReplicateMetrics
+from conveyor.replicate.topic_configs import ConfigDifference
 from conveyor.topics.provisioner import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,8 @@ class Worker:
         self.copiers: dict[int, BucketCopier] = {}
         self._stop = threading.Event()
         self._backoff = 1.0
+        #: Per undeclared topic, the source configs its copy does not have (logged when they change).
+        self.differences: dict[str, tuple[ConfigDifference, ...]] = {}
 
     def stop(self, *_: object) -> None:
         self._stop.set()
@@ -51,27 +56,36 @@ class Worker:
                      config={"segment.ms": "600000"})
 
     def discover(self) -> None:
-        """Source topics of the route, created or grown on the destination before they are copied."""
+        """Source topics of the route, created or grown on the destination before they are copied;
+        the configs of undeclared ones brought to their source's."""
         platform, route = self.state.platform, self.route
         source_admin = kafka.admin(platform, route.source)
         metadata = source_admin.list_topics(timeout=10)
         counts = {name: len(t.partitions) for name, t in metadata.topics.items()
                   if not t.error and route.selects(name)}
-        specs = {}
-        for name, count in counts.items():
-            declared = platform.topics.get(name)
-            base = declared if declared is not None else Topic(partitions=count)
-            specs[name] = base.model_copy(update={"partitions": max(count, base.partitions), "clusters": None})
-        if specs:
-            changes = ensure_topics(platform, route.destination, specs)
-            for change in changes:
+        differences = {}
+        if counts:
+            synced = sync_topics(platform, route, counts, source_admin)
+            for change in synced.changes:
                 log.info("%s: destination %s: %s %s", self.state.name, change.topic, change.kind.value, change.detail)
+            differences = synced.differences
+        self._report(differences)
         destination = kafka.admin(platform, route.destination).list_topics(timeout=10)
         with self.state.lock:
             self.state.source_counts = counts
             self.state.destination_counts = {name: len(destination.topics[name].partitions)
                                              for name in counts if name in destination.topics}
         self.metrics.topics.labels(self.state.name).set(len(counts))
+
+    def _report(self, differences: dict[str, tuple[ConfigDifference, ...]]) -> None:
+        for topic, found in differences.items():
+            self.metrics.config_differences.labels(self.state.name, topic).set(len(found))
+            if found != self.differences.get(topic, ()):
+                for difference in found:
+                    log.warning("%s: config not copied: %s", self.state.name, difference)
+        for topic in set(self.differences) - set(differences):  # gone from the source
+            self.metrics.config_differences.remove(self.state.name, topic)
+        self.differences = differences
 
     def _discover_forever(self) -> None:
         while not self._stop.wait(self.route.discovery_interval):
