@@ -16,6 +16,7 @@ from conveyor.ops.health import HealthFinding, Rule, Severity
 from conveyor.ops.lag import Status
 from conveyor.ops.rewind import FindingKind, OffsetFinding, ReadAmplification
 from conveyor.ops.tracker import GroupReport
+from conveyor.replicate.plan import Gap
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +174,27 @@ def sampling_alert(cluster: str, error: str) -> Alert:
     return Alert(Severity.CRITICAL, "sampling_failed", cluster, cluster, error,
                  "the cluster's bootstrap servers and the watcher's client settings; until it answers, consumer lag "
                  "on it is not judged")
+
+
+#: A replication gap stays an alert this long after a copier found it: the loss is permanent, the
+#: alarm is for the people who can still replay the records from elsewhere.
+GAP_ALERT_MS = 24 * 3600 * 1000
+
+
+def replication_gap_alert(route: str, source: str, destination: str, gaps: Sequence[Gap], at_ms: int) -> Alert | None:
+    """One alert per route for the gaps found within GAP_ALERT_MS: the records retention deleted on
+    the source before the route copied them."""
+    recent = sorted((g for g in gaps if at_ms - g.found_ms <= GAP_ALERT_MS), key=lambda g: (g.topic, g.partition, g.first))
+    if not recent:
+        return None
+    listed = ", ".join(f"{g.topic}[{g.partition}] {g.first}..{g.last}" for g in recent[:5])
+    more = f" and {len(recent) - 5} more" if len(recent) > 5 else ""
+    return Alert(Severity.CRITICAL, "replication_gap", destination, f"route {route}",
+                 f"retention on {source} deleted {sum(g.count for g in recent):,} records before route {route} copied "
+                 f"them: {listed}{more}",
+                 f"`conveyor replicate status --route {route}`; the route's workers were down or slower than {source}'s "
+                 "retention: raise its retention or the workers' count, and replay the lost records from their producers",
+                 min(g.found_ms for g in recent))
 
 
 def sort_alerts(alerts: Iterable[Alert]) -> tuple[Alert, ...]:

@@ -10,6 +10,7 @@ parallel, reads the components' pages for the dashboard panels, and keeps the la
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter, deque
@@ -17,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from confluent_kafka import KafkaException
+
 from conveyor.config import Platform
-from conveyor.ops.alerts import Alert, group_alerts, health_alert, sampling_alert, sort_alerts
+from conveyor.ops.alerts import Alert, group_alerts, health_alert, replication_gap_alert, sampling_alert, sort_alerts
 from conveyor.ops.errors import SampleError
 from conveyor.ops.health import (
     BrokerReading,
@@ -35,6 +38,8 @@ from conveyor.ops.rewind import OffsetFinding, RewindPolicy
 from conveyor.ops.sampler import SamplerProcess
 from conveyor.ops.scrape import Scraper, check_metrics_config, metrics_targets
 from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker
+from conveyor.replicate.plan import Gap
+from conveyor.replicate.status import route_gaps
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +109,7 @@ class ClusterWatch:
         self.findings_total: Counter[tuple[str, str]] = Counter()
         self.calls_total: Counter[str] = Counter()
         self.failures = 0
+        self.gaps = RouteGaps(platform, cluster)
 
     def cycle(self) -> ClusterReport:
         started = time.monotonic()
@@ -128,6 +134,7 @@ class ClusterWatch:
         health = self._health(at, readings, snapshot)
         alerts = [health_alert(f) for f in health.findings]
         alerts += [a for g in groups for a in group_alerts(g)]
+        alerts += self.gaps.alerts(at)
         if error is not None:
             alerts.append(sampling_alert(self.cluster, error))
         return ClusterReport(self.cluster, at, groups, health, sort_alerts(alerts), time.monotonic() - started,
@@ -157,6 +164,30 @@ class ClusterWatch:
         for finding in current - self._findings:
             self.findings_total[(finding.group, finding.kind.name.lower())] += 1
         self._findings = current
+
+
+class RouteGaps:
+    """The gaps recorded by the routes that copy into one cluster, read from their route topics at
+    most every ``every`` seconds (a consumer per bucket; the records change rarely)."""
+
+    def __init__(self, platform: Platform, cluster: str, every: float = 60.0) -> None:
+        self.platform = platform
+        self.routes = {name: spec for name, spec in platform.routes.items() if spec.destination == cluster}
+        self.every = every
+        self._read_at = -math.inf
+        self._gaps: dict[str, tuple[Gap, ...]] = {}
+
+    def alerts(self, at_ms: int) -> list[Alert]:
+        if self.routes and time.monotonic() - self._read_at >= self.every:
+            self._read_at = time.monotonic()
+            for name, spec in self.routes.items():
+                try:
+                    self._gaps[name] = route_gaps(self.platform, name)
+                except (KafkaException, TimeoutError) as err:  # kept from the last read; tried next time
+                    log.warning("gaps of route %s not read: %s", name, err)
+        found = (replication_gap_alert(name, spec.source, spec.destination, self._gaps.get(name, ()), at_ms)
+                 for name, spec in self.routes.items())
+        return [alert for alert in found if alert is not None]
 
 
 class Watcher:

@@ -11,7 +11,7 @@ from confluent_kafka import TopicPartition
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.replicate import plan
-from conveyor.replicate.bookkeeping import read_bucket
+from conveyor.replicate.bookkeeping import BucketRecords, read_bucket
 from conveyor.replicate.destination import config_differences
 from conveyor.replicate.plan import Gap, SourcePartition
 from conveyor.replicate.topic_configs import ConfigDifference
@@ -43,17 +43,29 @@ class RouteStatus:
     differences: tuple[ConfigDifference, ...]
 
 
-def route_status(platform: Platform, name: str) -> RouteStatus:
+def route_records(platform: Platform, name: str) -> BucketRecords:
+    """Every bucket's committed offsets and gaps, merged; empty before the route's first worker."""
     spec = platform.routes[name]
-    destination = kafka.admin(platform, spec.destination)
-    group = destination.describe_consumer_groups([plan.group_id(name)])[plan.group_id(name)].result()
     stored: dict[SourcePartition, int] = {}
     gaps: list[Gap] = []
-    if plan.route_topic(name) in destination.list_topics(timeout=10).topics:
+    if plan.route_topic(name) in kafka.admin(platform, spec.destination).list_topics(timeout=10).topics:
         for bucket in range(spec.buckets):
             records = read_bucket(platform, name, spec.destination, "status", bucket)
             stored.update(records.offsets)
             gaps += records.gaps
+    return BucketRecords(stored, tuple(sorted(gaps, key=lambda g: (g.topic, g.partition, g.first))))
+
+
+def route_gaps(platform: Platform, name: str) -> tuple[Gap, ...]:
+    return route_records(platform, name).gaps
+
+
+def route_status(platform: Platform, name: str) -> RouteStatus:
+    spec = platform.routes[name]
+    destination = kafka.admin(platform, spec.destination)
+    group = destination.describe_consumer_groups([plan.group_id(name)])[plan.group_id(name)].result()
+    records = route_records(platform, name)
+    stored, gaps = records.offsets, records.gaps
     source = kafka.consumer(platform, spec.source, "conveyor-replicate-status", "status")
     try:
         metadata = source.list_topics(timeout=10)
@@ -74,5 +86,5 @@ def route_status(platform: Platform, name: str) -> RouteStatus:
                                      destination)
     return RouteStatus(name, spec.source, spec.destination, spec.mode.value, spec.buckets,
                        tuple(sorted(m.client_id for m in group.members)), tuple(topics),
-                       tuple(sorted(gaps, key=lambda g: (g.topic, g.partition, g.first))),
+                       gaps,
                        tuple(d for found in differences.values() for d in found))

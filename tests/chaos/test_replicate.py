@@ -615,3 +615,11 @@ def test_offsets_retention_deleted_before_they_were_copied_are_a_recorded_gap(pr
     logs = (tmp_path / "worker.log").read_text(errors="replace")
     for gap in expected_gaps:
         assert f"DATA LOST: {topic}[{gap.partition}] offsets {gap.first}..{gap.last} ({gap.count} records)" in logs
+
+    # Ops raises it: one critical alert for the route, naming each gap (the watcher reads the route topic).
+    from conveyor.ops.watch import RouteGaps
+
+    alerts = [a for a in RouteGaps(platform, "central").alerts(int(time.time() * 1000)) if a.subject == f"route {route}"]
+    assert [(a.rule, a.severity.name, a.cluster) for a in alerts] == [("replication_gap", "CRITICAL", "central")]
+    for gap in expected_gaps:
+        assert f"{topic}[{gap.partition}] {gap.first}..{gap.last}" in alerts[0].message, alerts[0].message

@@ -160,3 +160,21 @@ def test_alerts_sort_worst_first_then_stable():
     b = Alert(Severity.CRITICAL, "under_min_isr", "dc2", "dc2", "m", "l")
     c = Alert(Severity.WARNING, "lag_warn", "dc1", "f", "m", "l")
     assert sort_alerts([a, b, c]) == (b, c, a)
+
+
+def test_a_replication_gap_is_one_critical_alert_per_route_for_a_day():
+    from conveyor.ops.alerts import GAP_ALERT_MS, replication_gap_alert
+    from conveyor.replicate.plan import Gap
+
+    now = 10 * GAP_ALERT_MS
+    gaps = [Gap("clicks", 1, 10, 24, found_ms=now - 5_000), Gap("clicks", 0, 0, 4, found_ms=now - 1_000),
+            Gap("views", 2, 7, 7, found_ms=now - GAP_ALERT_MS - 1)]
+    alert = replication_gap_alert("dc1-central", "dc1", "central", gaps, now)
+    assert (alert.severity, alert.rule, alert.cluster, alert.subject, alert.since_ms) == (
+        Severity.CRITICAL, "replication_gap", "central", "route dc1-central", now - 5_000)
+    assert alert.message == ("retention on dc1 deleted 20 records before route dc1-central copied them: "
+                             "clicks[0] 0..4, clicks[1] 10..24")
+    assert "conveyor replicate status --route dc1-central" in alert.look_at
+    assert replication_gap_alert("dc1-central", "dc1", "central", gaps[2:], now) is None  # older than a day
+    many = [Gap("t", p, 0, 0, found_ms=now) for p in range(7)]
+    assert replication_gap_alert("r", "dc1", "central", many, now).message.endswith("t[4] 0..0 and 2 more")
