@@ -406,6 +406,8 @@ class Realtime(_Model):
     #: An event_time further than this after its record's Kafka timestamp is rejected: it would
     #: push the watermark ahead and make every real event late.
     future_tolerance: Seconds = Field(default=300.0, ge=0)
+    #: An event_id counted within this window is not counted again (retries, failover copies); 0 turns it off.
+    dedup_window: Seconds = Field(default=3600.0, ge=0)
 
 
 def _contract_properties(platform: Platform, topic: str) -> dict[str, Any] | None:

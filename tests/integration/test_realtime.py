@@ -1,6 +1,8 @@
 """Real-time views against real Kafka, Spark and Redis: exact counters for a known event set, late
 events counted as late and not applied, malformed ones in the side output with the reason, a
-replayed batch that changes nothing, and reading the views back (API and CLI)."""
+replayed batch that changes nothing, reading the views back (API and CLI), sums beyond 64 bits
+saturating (never wedging the job, never half-applying a Lua call), and each event counted once
+however many records carry it."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from datetime import datetime, timezone
 
 import orjson
 import pytest
+import redis
 from typer.testing import CliRunner
 
 from conveyor.cli import app
 from conveyor.pipeline.realtime.job import checkpoint_dir, run
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.pipeline.realtime.plan import job_id, job_views
-from conveyor.pipeline.realtime.store import CheckpointBehindError, ViewStore, connect
+from conveyor.pipeline.realtime.store import (Applied, CheckpointBehindError, EventClaims, ViewStore, connect,
+                                              redis_url)
 from conveyor.pipeline.realtime.views import read_view
 from tests.conftest import read_topic
 from tests.lakekit import lake_folder, lake_spark, produce  # noqa: F401
@@ -110,10 +114,10 @@ def test_a_replayed_batch_changes_nothing(lake_spark, realtime_case):
 def test_the_lua_scripts_apply_a_key_once_per_batch(local_platform, platform):
     store = ViewStore(connect(platform), f"lua-{time.time_ns()}")
     key = f"t:lua-test:{time.time_ns()}"
-    assert store.apply(5, {key: (3600, {"clicks": 2, "impressions": 10})}) == 1
-    assert store.apply(5, {key: (3600, {"clicks": 2, "impressions": 10})}) == 0  # the replay
-    assert store.apply(4, {key: (3600, {"clicks": 100})}) == 0  # an older batch
-    assert store.apply(6, {key: (3600, {"clicks": 1})}) == 1
+    assert store.apply(5, {key: (3600, {"clicks": 2, "impressions": 10})}).written == 1
+    assert store.apply(5, {key: (3600, {"clicks": 2, "impressions": 10})}).written == 0  # the replay
+    assert store.apply(4, {key: (3600, {"clicks": 100})}).written == 0  # an older batch
+    assert store.apply(6, {key: (3600, {"clicks": 1})}) == Applied(1, ())
     assert store.client.hgetall(key) == {"clicks": "3", "impressions": "10", "_batch": "6"}
     assert 3500 < store.client.ttl(key) <= 3600
 
@@ -124,3 +128,105 @@ def test_the_lua_scripts_apply_a_key_once_per_batch(local_platform, platform):
     assert state.newest_before(3) == 5_000 and state.newest_before(2) == 1_000  # next batch; replay of 2
     with pytest.raises(CheckpointBehindError):
         state.newest_before(1)
+
+
+def test_an_event_id_is_claimed_by_one_record_for_the_window(local_platform, platform):
+    claims = EventClaims(redis_url(platform), f"t:claims-{time.time_ns()}:", ttl_seconds=1)
+    assert claims("t", ["a", "b", "a"], ["0:1", "0:2", "1:5"]) == [True, True, False]
+    assert claims("t", ["a", "b", "a"], ["0:1", "0:2", "1:5"]) == [True, True, False]  # a replay
+    assert claims("t", ["a"], ["2:9"]) == [False] and claims("u", ["a"], ["2:9"]) == [True]  # per topic
+    ids = [f"id-{n}" for n in range(2500)]  # more than one script call
+    assert claims("t", ids + ids[:10], [f"0:{n}" for n in range(2510)]) == [True] * 2500 + [False] * 10
+    time.sleep(1.2)  # past the window: the id may count again
+    assert claims("t", ["a"], ["2:9"]) == [True]
+
+
+INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
+
+
+def test_sums_beyond_int64_saturate_and_never_wedge_the_job(lake_spark, realtime_case):
+    case = realtime_case(partitions=2)
+    base = (time.time() // 60) * 60 - 600 + 5
+    minute = minute_label(base)
+    # Two near-limit prices in one banner-minute and one task (same key, same partition): their sum
+    # is beyond 64 bits before it leaves the task; b1 holds a value one below the limit.
+    first = [event_at(base, "impression", "user-0", "b0", price=INT64_MAX - 10),
+             event_at(base + 1, "impression", "user-0", "b0", price=INT64_MAX - 20),
+             event_at(base + 2, "impression", "user-1", "b1", price=INT64_MAX - 1),
+             event_at(base + 3, "click", "user-1", "b2", price=40)]
+    produce(case.platform, case.topic, first)
+    _run(lake_spark, case)
+    ctr = counters_in_redis(case.platform, case.ctr)
+    assert ctr[f"t:{case.ctr}:b0:{minute}"] == {"impressions": 2, "spend": INT64_MAX}
+    assert ctr[f"t:{case.ctr}:b1:{minute}"] == {"impressions": 1, "spend": INT64_MAX - 1}
+    assert ctr[f"t:{case.ctr}:b2:{minute}"] == {"clicks": 1, "spend": 40}
+
+    # The stored values plus the next batch's deltas: beyond the limit in Redis, saturated there.
+    produce(case.platform, case.topic, [event_at(base + 4, "click", "user-1", "b1", price=5),
+                                        event_at(base + 5, "impression", "user-0", "b0", price=7),
+                                        event_at(base + 6, "click", "user-1", "b2", price=2)])
+    metrics = _run(lake_spark, case)
+    ctr = counters_in_redis(case.platform, case.ctr)
+    assert ctr[f"t:{case.ctr}:b0:{minute}"] == {"impressions": 3, "spend": INT64_MAX}
+    assert ctr[f"t:{case.ctr}:b1:{minute}"] == {"impressions": 1, "clicks": 1, "spend": INT64_MAX}
+    assert ctr[f"t:{case.ctr}:b2:{minute}"] == {"clicks": 2, "spend": 42}
+    assert sum(r.saturated.get(case.ctr, 0) for r in metrics.reports) == 2  # b0 and b1
+    state = ViewStore(connect(case.platform), job_id(job_views(case.platform))).state()
+    assert state.counters["applied"] == 7 and state.batch is not None
+
+
+def test_an_increment_beyond_int64_never_half_applies_a_batch(local_platform, platform):
+    store = ViewStore(connect(platform), f"lua-{time.time_ns()}")
+    k1, k2, k3, k4 = (f"t:lua-int64:{time.time_ns()}:{n}" for n in range(4))
+    store.apply(1, {k2: (3600, {"spend": INT64_MAX - 3}), k4: (3600, {"spend": INT64_MIN + 1})})
+    deltas = {k1: (3600, {"clicks": 1, "spend": 10}), k2: (3600, {"clicks": 1, "spend": 5}),
+              k3: (3600, {"clicks": 1, "spend": 2**64}), k4: (3600, {"clicks": 1, "spend": -5})}
+    applied = store.apply(2, deltas)
+    assert store.client.hgetall(k1) == {"clicks": "1", "spend": "10", "_batch": "2"}
+    assert store.client.hgetall(k2) == {"clicks": "1", "spend": str(INT64_MAX), "_batch": "2"}
+    assert store.client.hgetall(k3) == {"clicks": "1", "spend": str(INT64_MAX), "_batch": "2"}
+    assert store.client.hgetall(k4) == {"clicks": "1", "spend": str(INT64_MIN), "_batch": "2"}
+    assert applied.written == 4 and set(applied.saturated) == {k2, k3, k4}
+    before = {k: store.client.hgetall(k) for k in (k1, k2, k3, k4)}
+    store.apply(2, deltas)  # the replay
+    assert {k: store.client.hgetall(k) for k in (k1, k2, k3, k4)} == before
+
+    # A counter Redis cannot add to (not an integer: written by something else) fails the call
+    # before any key of it is written, so the batch fails whole and its replay finds it untouched.
+    store.client.hset(k3, "clicks", "many")
+    with pytest.raises(redis.ResponseError, match="not a 64-bit integer"):
+        store.apply(3, {k1: (3600, {"clicks": 1}), k3: (3600, {"clicks": 1}), k2: (3600, {"clicks": 1})})
+    assert store.client.hgetall(k1) == before[k1] and store.client.hgetall(k2) == before[k2]
+
+
+def _distinct(events: list[dict]) -> list[dict]:
+    return list({e["event_id"]: e for e in events}.values())
+
+
+def test_each_event_counts_once_however_often_it_arrives(lake_spark, realtime_case):
+    case = realtime_case(partitions=3)
+    base = (time.time() // 60) * 60 - 600 + 5
+    kinds = ("impression", "impression", "click", "page_view")
+    events = [event_at(base + i, kinds[i % 4], f"user-{i % 4}", None if i % 4 == 3 else f"b{i % 3}",
+                       None if i % 4 == 3 else 1000 + i) for i in range(24)]
+    # Each event once by its key, then again on each partition in turn (a failover's second copy):
+    # within one batch, mostly across partitions, some within the same one.
+    sent = produce(case.platform, case.topic, events[:18])
+    for p in range(3):
+        produce(case.platform, case.topic, events[p:18:3], partition=p)
+    first_run = _run(lake_spark, case)
+    assert len({p for p, _ in sent}) > 1
+
+    # Later batches: copies of events counted before, and new events sent twice in their batch.
+    again = events[:6] + events[18:] + events[18:]
+    produce(case.platform, case.topic, again, partition=1)
+    _run(lake_spark, case)
+
+    expected_ctr, expected_interests = expected_counters(_distinct(events), case.ctr, case.interests)
+    assert counters_in_redis(case.platform, case.ctr) == expected_ctr
+    assert counters_in_redis(case.platform, case.interests) == expected_interests
+    state = ViewStore(connect(case.platform), job_id(job_views(case.platform))).state()
+    assert state.counters["applied"] == len(events)
+    assert state.counters["records"] == 18 + 18 + len(again)
+    assert state.counters["duplicates"] == 18 + len(again) - 6
+    assert sum(r.duplicates for r in first_run.reports) == 18

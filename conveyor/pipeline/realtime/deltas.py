@@ -8,33 +8,50 @@ every event into per-key partial sums, so only one row per key, rejected record 
 event millisecond leaves a task. ``merge`` (on the driver) adds the tasks' partial sums together.
 The same records with the same watermarks always give the same result, which is what lets a
 replayed batch reproduce its first attempt exactly.
+
+De-duplication: before counting, a task claims its events' ids through ``claims`` (the job passes
+Redis claims, see ``store.EventClaims``; tests pass a dict) and counts an event only at the record
+that owns its id. A claim names its record, so a replay finds its own claims and decides as its
+first attempt did, and of two copies in one batch the same one counts whichever task ran first.
+
+Sums are exact (Python integers) until the store, which saturates them at the 64-bit bounds of a
+Redis counter; a partial sum beyond 64 bits leaves its task as text.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from conveyor.gctune import tune_for_throughput
-from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms, matches
+from conveyor.pipeline.realtime.plan import INT64_MAX, INT64_MIN, ViewPlan, epoch_ms, matches
 from conveyor.pipeline.records import RecordParser
 from conveyor.pipeline.schema import Column
 
 #: What a task returns, one row per: key field delta, distinct applied event time, rejected record.
+#: ``big`` holds a delta beyond 64 bits as decimal text (``value`` is then null).
 OUTPUT = pa.schema([
     ("kind", pa.string()), ("view", pa.string()), ("key", pa.string()), ("field", pa.string()),
-    ("value", pa.int64()), ("event_ms", pa.int64()), ("reason", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-    ("offset", pa.int64()), ("raw", pa.binary()),
+    ("value", pa.int64()), ("big", pa.string()), ("event_ms", pa.int64()), ("reason", pa.string()),
+    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("raw", pa.binary()),
 ])
-OUTPUT_DDL = ("kind string, view string, key string, field string, value bigint, event_ms bigint, reason string, "
-              "topic string, partition int, offset bigint, raw binary")
-DELTA, TIME, MAX, RECORDS, REJECT = "delta", "time", "max", "records", "reject"
+OUTPUT_DDL = ("kind string, view string, key string, field string, value bigint, big string, event_ms bigint, "
+              "reason string, topic string, partition int, offset bigint, raw binary")
+DELTA, TIME, MAX, RECORDS, REJECT, DUPLICATES = "delta", "time", "max", "records", "reject", "duplicates"
+
+
+class Claims(Protocol):
+    """Claims each event id for the record carrying it (``owners``: ``partition:offset`` in the
+    topic): True where the record owns the id (it was free within the window, or this record
+    claimed it before: a replay), False where another record did (a duplicate)."""
+
+    def __call__(self, topic: str, event_ids: Sequence[str], owners: Sequence[str]) -> Sequence[bool]: ...
 
 
 @dataclass(frozen=True)
@@ -70,43 +87,70 @@ class Reject:
 class _Partial:
     """One task's partial sums."""
 
-    def __init__(self, plan: BatchPlan) -> None:
+    def __init__(self, plan: BatchPlan, claims: Claims | None) -> None:
         self.plan = plan
         self.parsers = {t.topic: (RecordParser(t.topic, t.schema_text, t.columns), [c.name for c in t.columns])
                         for t in plan.topics}
         self.views = [(v, wm) for v, wm in zip(plan.views, plan.watermarks, strict=True)]
+        self.claims = claims
+        #: topic -> events waiting for their ids' claims: (event, event_ms, partition, offset, raw).
+        self.unclaimed: dict[str, list[tuple[dict[str, Any], int, int, int, bytes | None]]] = defaultdict(list)
         self.sums: dict[tuple[str, str, str], int] = defaultdict(int)
         self.times: Counter[int] = Counter()
         self.max_ms: int | None = None
         self.rejects: list[Reject] = []
         self.records = 0
+        self.duplicates = 0
 
     def add(self, topic: str, partition: int, offset: int, kafka_ms: int, raw: bytes | None) -> None:
         self.records += 1
         parser, names = self.parsers[topic]
         reason, *values = parser.parse(raw)
-
-        def reject(kind: str, why: str, view: str | None = None) -> None:
-            self.rejects.append(Reject(kind, view, why, topic, partition, offset, raw))
-
         if reason is not None:
-            return reject("malformed", reason)
+            return self._reject("malformed", reason, topic, partition, offset, raw)
         event = dict(zip(names, values, strict=True))
         event_ms = epoch_ms(event["event_time"])
         if event_ms > kafka_ms + self.plan.future_tolerance_ms:
-            return reject("future", f"event_time {event['event_time'].isoformat()} is more than "
-                                    f"{self.plan.future_tolerance_ms / 1000:g}s after the record's Kafka timestamp")
+            return self._reject("future", f"event_time {event['event_time'].isoformat()} is more than "
+                                f"{self.plan.future_tolerance_ms / 1000:g}s after the record's Kafka timestamp",
+                                topic, partition, offset, raw)
+        # A copy carries its original's event time: the newest time is the same with or without it.
         self.max_ms = event_ms if self.max_ms is None else max(self.max_ms, event_ms)
+        if self.claims is not None and event.get("event_id") is not None:
+            self.unclaimed[topic].append((event, event_ms, partition, offset, raw))
+        else:
+            self._apply(topic, partition, offset, raw, event, event_ms)
+
+    def settle(self) -> None:
+        """Claim the ids of the events added (one call per topic) and count the events owned."""
+        for topic, waiting in self.unclaimed.items():
+            assert self.claims is not None
+            owned = self.claims(topic, [w[0]["event_id"] for w in waiting], [f"{w[2]}:{w[3]}" for w in waiting])
+            for (event, event_ms, partition, offset, raw), own in zip(waiting, owned, strict=True):
+                if own:
+                    self._apply(topic, partition, offset, raw, event, event_ms)
+                else:
+                    self.duplicates += 1
+        self.unclaimed.clear()
+
+    def _reject(self, kind: str, why: str, topic: str, partition: int, offset: int, raw: bytes | None,
+                view: str | None = None) -> None:
+        self.rejects.append(Reject(kind, view, why, topic, partition, offset, raw))
+
+    def _apply(self, topic: str, partition: int, offset: int, raw: bytes | None, event: dict[str, Any],
+               event_ms: int) -> None:
         applied = False
         for view, watermark in self.views:
             if view.topic != topic or not matches(view.filter, event):
                 continue
             missing = [g for g in view.group_by if event.get(g) is None]
             if missing:
-                reject("incomplete", f"group-by field {missing[0]} is missing", view.name)
+                self._reject("incomplete", f"group-by field {missing[0]} is missing", topic, partition, offset, raw,
+                             view.name)
             elif watermark is not None and event_ms < watermark:
-                reject("late", f"event_time {event['event_time'].isoformat()} is before the view's watermark "
-                               f"{datetime.fromtimestamp(watermark / 1000, timezone.utc).isoformat()}", view.name)
+                self._reject("late", f"event_time {event['event_time'].isoformat()} is before the view's watermark "
+                             f"{datetime.fromtimestamp(watermark / 1000, timezone.utc).isoformat()}",
+                             topic, partition, offset, raw, view.name)
             else:
                 self._count(view, event, event_ms)
                 applied = True
@@ -124,11 +168,20 @@ class _Partial:
         """One Arrow batch per kind of row, built column by column."""
         if self.sums:
             (views, keys, fields), values = zip(*self.sums, strict=True), list(self.sums.values())
-            yield _section(DELTA, view=list(views), key=list(keys), field=list(fields), value=values)
+            columns: dict[str, list[Any]] = {"view": list(views), "key": list(keys), "field": list(fields)}
+            try:
+                section = _section(DELTA, **columns, value=values)
+            except OverflowError:  # rare: near-limit values in one key; exact as text, added up on the driver
+                small = [v if INT64_MIN <= v <= INT64_MAX else None for v in values]
+                big = [None if v is not None else str(n) for v, n in zip(small, values, strict=True)]
+                section = _section(DELTA, **columns, value=small, big=big)
+            yield section
         if self.times:
             yield _section(TIME, event_ms=list(self.times), value=list(self.times.values()))
         yield _section(MAX, value=[self.max_ms])
         yield _section(RECORDS, value=[self.records])
+        if self.duplicates:
+            yield _section(DUPLICATES, value=[self.duplicates])
         if self.rejects:
             yield _section(REJECT, **{name: [getattr(r, attr) for r in self.rejects] for name, attr in _REJECT_COLUMNS})
 
@@ -145,11 +198,12 @@ def _section(kind: str, **columns: list[Any]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT)
 
 
-def project(batches: Iterator[pa.RecordBatch], plan: BatchPlan) -> Iterator[pa.RecordBatch]:
+def project(batches: Iterator[pa.RecordBatch], plan: BatchPlan,
+            claims: Claims | None = None) -> Iterator[pa.RecordBatch]:
     """For ``mapInArrow`` over Kafka rows (topic, partition, offset, timestamp, value): one batch
-    of partial sums per task."""
+    of partial sums per task; with ``claims``, each event_id counted once."""
     tune_for_throughput()  # the partial sums grow to a dict per key, which the collector would walk again and again
-    partial = _Partial(plan)
+    partial = _Partial(plan, claims)
     for batch in batches:
         stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
         for topic, partition, offset, stamp, raw in zip(
@@ -157,6 +211,7 @@ def project(batches: Iterator[pa.RecordBatch], plan: BatchPlan) -> Iterator[pa.R
             batch.column("offset").to_pylist(), stamps, batch.column("value").to_pylist(), strict=True,
         ):
             partial.add(topic, partition, offset, stamp // 1000, raw)
+    partial.settle()
     yield from partial.batches()
 
 
@@ -171,6 +226,8 @@ class BatchResult:
     #: Kafka records read.
     records: int
     rejects: tuple[Reject, ...] = field(default=())
+    #: Events not counted: another record owns their event_id (a copy, within the de-dup window).
+    duplicates: int = 0
 
     @property
     def applied(self) -> int:
@@ -189,7 +246,10 @@ def merge(table: pa.Table) -> BatchResult:
 
     deltas: dict[str, tuple[str, dict[str, int]]] = {}
     part = rows(DELTA)
-    for view, key, name, value in zip(*(part[c].to_pylist() for c in ("view", "key", "field", "value")), strict=True):
+    values = part["value"].to_pylist()
+    if part["big"].null_count < part.num_rows:
+        values = [int(b) if b is not None else v for v, b in zip(values, part["big"].to_pylist(), strict=True)]
+    for view, key, name, value in zip(*(part[c].to_pylist() for c in ("view", "key", "field")), values, strict=True):
         fields = deltas.setdefault(key, (view, {}))[1]
         fields[name] = fields.get(name, 0) + value
     times: Counter[int] = Counter()
@@ -200,7 +260,8 @@ def merge(table: pa.Table) -> BatchResult:
     records = pc.sum(rows(RECORDS)["value"]).as_py() or 0
     rejects = sorted((Reject(r["field"], r["view"], r["reason"], r["topic"], r["partition"], r["offset"], r["raw"])
                       for r in rows(REJECT).to_pylist()), key=lambda r: (r.topic, r.partition, r.offset, r.view or ""))
-    return BatchResult(deltas, dict(times), max_ms, records, tuple(rejects))
+    duplicates = pc.sum(rows(DUPLICATES)["value"]).as_py() or 0
+    return BatchResult(deltas, dict(times), max_ms, records, tuple(rejects), duplicates)
 
 
 def latencies(times: Mapping[int, int], written_ms: int) -> Counter[int]:

@@ -7,16 +7,19 @@ writer aggregates the batch itself, statelessly: no Spark state store, so nothin
 to close. Exactly-once comes from the batch id: Spark fixes a batch's offsets in its offset log
 before the batch runs and replays the same offsets with the same id after a crash; the watermarks
 come from the job's state in Redis as it was before the batch, so the replay decides lateness the
-same way; and every Redis write is skipped where that batch id has already written.
+same way; every Redis write is skipped where that batch id has already written; and an event id
+claimed by one record in the de-dup window is counted at that record only, in any attempt.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from base64 import b64encode
+from collections import Counter
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -34,7 +37,7 @@ from conveyor.pipeline.kafka_source import java_client_options, source_cluster
 from conveyor.pipeline.realtime.deltas import OUTPUT_DDL, BatchPlan, Reject, TopicPlan, latencies, merge, project
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
 from conveyor.pipeline.realtime.plan import ViewPlan, job_id
-from conveyor.pipeline.realtime.store import ViewStore, connect
+from conveyor.pipeline.realtime.store import EventClaims, ViewStore, claims_prefix, connect, redis_url
 from conveyor.pipeline.schema import contract_columns, read_schema
 
 if TYPE_CHECKING:
@@ -107,6 +110,9 @@ class BatchWriter:
         self.ttls = {v.name: v.ttl_seconds for v in self.views}
         self.tolerance_ms = round(settings.future_tolerance * 1000)
         self.store = ViewStore(connect(platform), job_id(views))
+        window = settings.dedup_window
+        self.claims = (EventClaims(redis_url(platform), claims_prefix(job_id(views)), math.ceil(window))
+                       if window > 0 else None)
         self.rejects = RejectsOutput(platform, source_cluster(platform), settings.rejects_topic)
         self.metrics = metrics
         tune_for_throughput()  # the driver merges every batch's partial sums in Python
@@ -121,22 +127,27 @@ class BatchWriter:
         newest = self.store.state().newest_before(batch_id)
         watermarks = tuple(None if newest is None else newest - v.lateness_ms for v in self.views)
         plan = BatchPlan(self.topics, self.views, watermarks, self.tolerance_ms)
-        result = merge(frame.mapInArrow(partial(project, plan=plan), OUTPUT_DDL).toArrow())
+        result = merge(frame.mapInArrow(partial(project, plan=plan, claims=self.claims), OUTPUT_DDL).toArrow())
         self.rejects.send(batch_id, result.rejects)
-        written = self.store.apply(
+        applied = self.store.apply(
             batch_id, {key: (self.ttls[view], fields) for key, (view, fields) in result.deltas.items()})
         written_ms = time.time_ns() // 1_000_000
         counters = {"records": result.records, "applied": result.applied, **result.reject_counts()}
+        if result.duplicates:  # absent rather than 0: the state lists only what happened
+            counters["duplicates"] = result.duplicates
         first = self.store.commit(batch_id, result.max_ms, counters)
-        report = BatchReport(batch_id, result.records, result.applied, written, len(result.deltas),
+        saturated = dict(Counter(result.deltas[key][0] for key in applied.saturated))
+        report = BatchReport(batch_id, result.records, result.applied, applied.written, len(result.deltas),
                              result.reject_counts(), time.monotonic() - started,
-                             latencies(result.times, written_ms), first)
+                             latencies(result.times, written_ms), first, result.duplicates, saturated)
         self.metrics.observe(report)
         latency = report.latency()
-        log.info("batch %d%s: %d records, %d events applied to %d keys (%d written), rejected %s, %.2fs, "
-                 "latency p50 %s p99 %s", batch_id, "" if first else " (replay)", report.records, report.applied,
-                 report.keys, written, report.rejects or "none", report.seconds,
-                 seconds_text(latency.get(0.5)), seconds_text(latency.get(0.99)))
+        log.info("batch %d%s: %d records, %d events applied to %d keys (%d written), %d duplicates, rejected %s, "
+                 "%.2fs, latency p50 %s p99 %s", batch_id, "" if first else " (replay)", report.records,
+                 report.applied, report.keys, applied.written, report.duplicates, report.rejects or "none",
+                 report.seconds, seconds_text(latency.get(0.5)), seconds_text(latency.get(0.99)))
+        if saturated:
+            log.warning("batch %d: counters at a 64-bit bound (saturated) in %s", batch_id, saturated)
 
 
 def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], writer: BatchWriter,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -27,6 +27,10 @@ class BatchReport:
     latencies: Tally[int]
     #: False when the batch had been committed before (a replay after a crash).
     first_attempt: bool
+    #: Records not counted: their event_id was counted at another record within the de-dup window.
+    duplicates: int = 0
+    #: View -> keys written where a batch's sum or a counter reached a 64-bit bound.
+    saturated: dict[str, int] = field(default_factory=dict)
 
     def latency(self) -> dict[float, float]:
         return {q: ms / 1000 for q, ms in quantiles(self.latencies, QUANTILES).items()}
@@ -44,6 +48,13 @@ class RealtimeMetrics:
                                 "Events sent to the side output: malformed, future, late or incomplete (per view).",
                                 ["kind", "view"], registry=registry)
         self.keys = Counter("conveyor_realtime_keys_written", "Redis view keys written.", registry=registry)
+        self.duplicates = Counter("conveyor_realtime_duplicates_dropped",
+                                  "Records not counted: their event_id was counted within the de-dup window.",
+                                  registry=registry)
+        self.saturated = Counter("conveyor_realtime_counters_saturated",
+                                 "View keys written where a batch's sum or a counter reached a 64-bit bound "
+                                 "(saturated).",
+                                 ["view"], registry=registry)
         self.latency = Gauge("conveyor_realtime_latency_seconds",
                              "Event time to Redis write, over the last batch's applied events.", ["quantile"],
                              registry=registry)
@@ -59,6 +70,9 @@ class RealtimeMetrics:
         self.records.inc(report.records)
         self.applied.inc(report.applied)
         self.keys.inc(report.keys_written)
+        self.duplicates.inc(report.duplicates)
+        for view, keys in report.saturated.items():
+            self.saturated.labels(view).inc(keys)
         for name, count in report.rejects.items():
             kind, _, view = name.partition(":")
             self.rejected.labels(kind, view).inc(count)

@@ -21,6 +21,8 @@ from conveyor.pipeline.errors import PipelineError
 WINDOW_FORMAT = "%Y%m%dT%H%M%SZ"
 #: The hash field holding the batch id that last wrote a key; readers skip it.
 BATCH_FIELD = "_batch"
+#: A Redis counter is a signed 64-bit integer (HINCRBY); a view's counters saturate at these bounds.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 Conditions = tuple[tuple[str, frozenset[str]], ...]
 
@@ -40,6 +42,11 @@ def matches(conditions: Conditions, event: Mapping[str, Any]) -> bool:
         if value is None or str(value) not in allowed:
             return False
     return True
+
+
+def saturate(value: int) -> int:
+    """``value`` clamped to what a Redis counter can hold."""
+    return INT64_MAX if value > INT64_MAX else INT64_MIN if value < INT64_MIN else value
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -1,49 +1,112 @@
-"""The views' Redis side: deltas applied at most once per key and batch, and the job's own state.
+"""The views' Redis side: deltas applied at most once per key and batch, event ids claimed once per
+window, and the job's own state.
 
 Each view key is a hash of counters plus ``_batch``, the id of the last micro-batch that wrote it.
 One Lua script call (atomic in Redis) applies a whole chunk of keys, each only if the batch is newer
 than its ``_batch``, so a batch replayed after a crash skips the keys its first attempt wrote and
-writes the others. The job's state hash holds the last committed batch, the newest event time seen
-(before and after that batch: the watermark of a replayed batch must be the one its first attempt
-used) and exact counts of everything applied and rejected, committed by one more script call with
-the same rule.
+writes the others. Counters are signed 64-bit, as HINCRBY's: the script checks every value and
+delta of the chunk before it writes any, and a sum beyond the bounds saturates at the bound instead
+of stopping the script half-way. The job's state hash holds the last committed batch, the newest
+event time seen (before and after that batch: the watermark of a replayed batch must be the one its
+first attempt used) and exact counts of everything applied and rejected, committed by one more
+script call with the same rule.
+
+Event ids are claimed from the Spark tasks, before the deltas are summed: ``<state key>:id:<topic>:
+<event_id>`` holds ``partition:offset`` of the record that claimed it, for ``dedup_window``
+seconds (SET NX EX). The claim names its record, so a replayed batch finds its own claims and
+counts the same records as its first attempt, whichever of them was applied before the crash.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.commands.core import Script
 from redis.retry import Retry
 
 from conveyor.config import Platform
 from conveyor.pipeline.errors import PipelineError
-from conveyor.pipeline.realtime.plan import BATCH_FIELD, RealtimeConfigError
+from conveyor.pipeline.realtime.plan import BATCH_FIELD, RealtimeConfigError, saturate
 from conveyor.runtime.layout import redis_layout
 
 #: Keys per script call: long enough to amortise the round trip, short enough not to stall Redis.
 CHUNK = 500
 
-# ARGV: batch id, then per key: ttl seconds, field count, field/delta pairs. Returns keys written.
+#: Event ids per claim script call (1,000 claims hold Redis for a few milliseconds).
+CLAIM_CHUNK = 1000
+
+# ARGV: batch id, then per key: ttl seconds, field count, field/delta pairs (deltas within 64 bits).
+# Returns per key: 0 (skipped: this batch or a later one wrote it), 1 (written) or 2 (written, and a
+# delta or a sum reached a 64-bit bound). Everything is read and checked before the first write: a
+# Redis error after it would leave the chunk half-applied, its keys' _batch unset, and a replay
+# adding the written half again.
 _APPLY = """
-local batch = tonumber(ARGV[1])
-local i, written = 2, 0
-for k = 1, #KEYS do
-  local ttl, n = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  i = i + 2
-  local last = tonumber(redis.call('HGET', KEYS[k], '%(batch)s') or '-1')
-  if batch > last then
-    for j = i, i + 2 * n - 1, 2 do redis.call('HINCRBY', KEYS[k], ARGV[j], ARGV[j + 1]) end
-    redis.call('HSET', KEYS[k], '%(batch)s', ARGV[1])
-    redis.call('EXPIRE', KEYS[k], ttl)
-    written = written + 1
-  end
-  i = i + 2 * n
+local MAX, MIN = '9223372036854775807', '-9223372036854775808'
+local function int64(s)  -- exactly what HINCRBY accepts (Redis' string2ll)
+  if s == '0' then return true end
+  local digits = s
+  if s:sub(1, 1) == '-' then digits = s:sub(2) end
+  if not digits:find('^[1-9]%d*$') then return false end
+  if #digits ~= 19 then return #digits < 19 end
+  return digits <= (digits == s and MAX or MIN:sub(2))
 end
-return written
-""" % {"batch": BATCH_FIELD}
+local batch = tonumber(ARGV[1])
+local status, todo, i = {}, {}, 2
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[i + 1])
+  local names = {'$BATCH'}
+  for j = 1, n do names[j + 1] = ARGV[i + 2 * j] end
+  local held = redis.call('HMGET', KEYS[k], unpack(names))
+  status[k] = 0
+  if batch > tonumber(held[1] or '-1') then
+    for j = 1, n do
+      local old, delta = held[j + 1], ARGV[i + 2 * j + 1]
+      if (old and not int64(old)) or not int64(delta) then
+        return redis.error_reply('conveyor: ' .. KEYS[k] .. ' field ' .. names[j + 1] .. ' holds ' .. tostring(old) ..
+          ', delta ' .. delta .. ': not a 64-bit integer; nothing of this call was written')
+      end
+    end
+    todo[#todo + 1] = {k, i, n}
+  end
+  i = i + 2 + 2 * n
+end
+for _, t in ipairs(todo) do
+  local k, at, n = t[1], t[2], t[3]
+  status[k] = 1
+  for j = 1, n do
+    local name, delta = ARGV[at + 2 * j], ARGV[at + 2 * j + 1]
+    if delta == MAX or delta == MIN then status[k] = 2 end
+    if type(redis.pcall('HINCRBY', KEYS[k], name, delta)) == 'table' then
+      -- Both numbers passed the check: the only error left is a sum beyond 64 bits.
+      redis.call('HSET', KEYS[k], name, delta:sub(1, 1) == '-' and MIN or MAX)
+      status[k] = 2
+    end
+  end
+  redis.call('HSET', KEYS[k], '$BATCH', ARGV[1])
+  redis.call('EXPIRE', KEYS[k], ARGV[at])
+end
+return status
+""".replace("$BATCH", BATCH_FIELD)
+
+# ARGV: claim key prefix, seconds a claim lives, event ids and their records, each space-separated
+# (the contracts make every event_id a UUID). Returns one '1' per id whose record owns its claim
+# (new, or its own from an earlier attempt), else '0'. Ids travel as one string and keys are built
+# here: one argument per id costs the Spark worker about 10 times the CPU in redis-py.
+_CLAIM = """
+local ids, owned, k = {}, {}, 0
+for id in string.gmatch(ARGV[3], '%S+') do ids[#ids + 1] = id end
+for owner in string.gmatch(ARGV[4], '%S+') do
+  k = k + 1
+  local holder = redis.call('SET', ARGV[1] .. ids[k], owner, 'NX', 'EX', ARGV[2], 'GET')
+  owned[k] = ((not holder) or holder == owner) and '1' or '0'
+end
+return table.concat(owned)
+"""
+
 
 # ARGV: batch id, the batch's newest event time ('' if none), then counter/delta pairs. Numbers stay
 # strings throughout: Lua would print a millisecond timestamp in exponent notation.
@@ -76,10 +139,14 @@ def redis_url(platform: Platform) -> str:
 
 
 def connect(platform: Platform) -> redis.Redis:
+    return connect_url(redis_url(platform))
+
+
+def connect_url(url: str) -> redis.Redis:
     """A client that retries a lost connection for about half a minute: every write here is
-    idempotent, so sending one again is safe."""
+    idempotent (a claim sent again finds itself), so sending one again is safe."""
     return redis.Redis.from_url(
-        redis_url(platform), socket_timeout=30, socket_connect_timeout=5, decode_responses=True,
+        url, socket_timeout=30, socket_connect_timeout=5, decode_responses=True,
         retry=Retry(ExponentialBackoff(cap=5, base=0.1), 10),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
@@ -89,6 +156,38 @@ def state_key(job: str) -> str:
     return f"conveyor:realtime:{job}"
 
 
+def claims_prefix(job: str) -> str:
+    return f"{state_key(job)}:id:"
+
+
+@lru_cache(maxsize=4)
+def _claimer(url: str) -> tuple[redis.Redis, Script]:
+    """One client per Python worker process (Spark reuses workers across tasks and batches)."""
+    client = connect_url(url)
+    return client, client.register_script(_CLAIM)
+
+
+@dataclass(frozen=True)
+class EventClaims:
+    """The job's :class:`~conveyor.pipeline.realtime.deltas.Claims` in Redis. Plain values only:
+    it travels to Spark's workers with the task and connects there."""
+
+    url: str
+    prefix: str
+    ttl_seconds: int
+
+    def __call__(self, topic: str, event_ids: Sequence[str], owners: Sequence[str]) -> list[bool]:
+        if not event_ids:
+            return []
+        client, script = _claimer(self.url)
+        pipe = client.pipeline(transaction=False)
+        for start in range(0, len(event_ids), CLAIM_CHUNK):
+            end = start + CLAIM_CHUNK
+            script(args=[f"{self.prefix}{topic}:", self.ttl_seconds, " ".join(event_ids[start:end]),
+                         " ".join(owners[start:end])], client=pipe)
+        return [flag == "1" for reply in pipe.execute() for flag in reply]
+
+
 @dataclass(frozen=True)
 class JobState:
     #: Last batch whose writes are all in Redis (None: none yet).
@@ -96,7 +195,7 @@ class JobState:
     #: Newest event time seen up to and including ``batch``, and before it.
     max_ms: int | None
     prev_max_ms: int | None
-    #: applied, records, malformed, future, late:<view>, incomplete:<view>, keys:<view>.
+    #: applied, records, duplicates, malformed, future, late:<view>, incomplete:<view>.
     counters: dict[str, int]
 
     @classmethod
@@ -117,8 +216,16 @@ class JobState:
             return self.prev_max_ms
         raise CheckpointBehindError(
             f"Redis holds views of batch {self.batch} but the checkpoint is at batch {batch_id}: the checkpoint "
-            "was reset; delete the job's views and state in Redis, or restore its checkpoint"
+            "was reset; delete the job's views, state and event id claims in Redis, or restore its checkpoint"
         )
+
+
+@dataclass(frozen=True)
+class Applied:
+    #: Keys written (a replay skips those its first attempt wrote).
+    written: int
+    #: Keys written where a delta or a sum reached a 64-bit bound (saturated).
+    saturated: tuple[str, ...]
 
 
 class ViewStore:
@@ -131,9 +238,12 @@ class ViewStore:
     def state(self) -> JobState:
         return JobState.of(self.client.hgetall(self.key))
 
-    def apply(self, batch_id: int, deltas: Mapping[str, tuple[int, Mapping[str, int]]]) -> int:
-        """Apply ``key -> (ttl seconds, {field: delta})``; the keys written (replayed ones are not)."""
+    def apply(self, batch_id: int, deltas: Mapping[str, tuple[int, Mapping[str, int]]]) -> Applied:
+        """Apply ``key -> (ttl seconds, {field: delta})``, each counter saturating at the 64-bit
+        bounds; what was written (a replay skips the keys its first attempt wrote)."""
         items = list(deltas.items())
+        if not items:
+            return Applied(0, ())
         pipe = self.client.pipeline(transaction=False)
         for start in range(0, len(items), CHUNK):
             chunk = items[start:start + CHUNK]
@@ -141,9 +251,11 @@ class ViewStore:
             for _, (ttl, fields) in chunk:
                 args += [ttl, len(fields)]
                 for name, delta in fields.items():
-                    args += [name, delta]
+                    args += [name, saturate(delta)]
             self._apply(keys=[k for k, _ in chunk], args=args, client=pipe)
-        return sum(pipe.execute()) if items else 0
+        statuses = [status for reply in pipe.execute() for status in reply]
+        saturated = tuple(k for (k, _), s in zip(items, statuses, strict=True) if s == 2)
+        return Applied(sum(1 for s in statuses if s), saturated)
 
     def commit(self, batch_id: int, max_ms: int | None, counters: Mapping[str, int]) -> bool:
         """Record the batch as done; False when it was already (a replay)."""

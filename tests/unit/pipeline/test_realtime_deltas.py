@@ -1,4 +1,5 @@
-"""A micro-batch to deltas, rejects and event times, as Spark's workers compute it. Pure."""
+"""A micro-batch to deltas, rejects and event times, as Spark's workers compute it: sums exact beyond
+64 bits until the store saturates them, each event_id counted at the one record that claims it. Pure."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pyarrow as pa
 
 from conveyor.config import load_platform
 from conveyor.pipeline.realtime.deltas import BatchPlan, TopicPlan, latencies, merge, project, quantiles
-from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms
+from conveyor.pipeline.realtime.plan import INT64_MAX, INT64_MIN, ViewPlan, epoch_ms, saturate
 from conveyor.pipeline.schema import contract_columns
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -29,19 +30,34 @@ def event(n: int, kind: str, second: float = 0, **extra) -> bytes:
     return orjson.dumps(body)
 
 
-def kafka_batch(values: list[bytes | None], kafka_second: float = 0) -> pa.RecordBatch:
+def kafka_batch(values: list[bytes | None], kafka_second: float = 0, partition: int = 0,
+                first_offset: int = 0) -> pa.RecordBatch:
     stamp = int((T0.timestamp() + kafka_second) * 1_000_000)
     return pa.RecordBatch.from_pydict({
-        "topic": ["ad-events"] * len(values), "partition": [0] * len(values), "offset": list(range(len(values))),
+        "topic": ["ad-events"] * len(values), "partition": [partition] * len(values),
+        "offset": list(range(first_offset, first_offset + len(values))),
         "timestamp": pa.array([stamp] * len(values), pa.timestamp("us", tz="UTC")), "value": values,
     })
 
 
-def run(values: list[bytes | None], watermarks=(None, None), tasks: int = 2):
+class DictClaims:
+    """The Redis claims' rule in a dict: an id belongs to the first record that claims it."""
+
+    def __init__(self) -> None:
+        self.holders: dict[tuple[str, str], str] = {}
+        self.calls = 0
+
+    def __call__(self, topic, event_ids, owners):
+        self.calls += 1
+        return [self.holders.setdefault((topic, i), o) == o for i, o in zip(event_ids, owners, strict=True)]
+
+
+def run(values: list[bytes | None], watermarks=(None, None), tasks: int = 2, claims=None, first_offset: int = 0):
     plan = BatchPlan((TOPIC,), VIEWS, watermarks, 300_000)
-    # Split over several "tasks" as Spark would; merge must add their partial sums.
+    # Split over several "tasks" as Spark would, one partition each; merge must add their partial sums.
     parts = [values[i::tasks] for i in range(tasks)]
-    out = [b for part in parts for b in project(iter([kafka_batch(part)]), plan)]
+    out = [b for i, part in enumerate(parts)
+           for b in project(iter([kafka_batch(part, partition=i, first_offset=first_offset)]), plan, claims)]
     return merge(pa.Table.from_batches(out))
 
 
@@ -96,3 +112,47 @@ def test_latency_quantiles_are_nearest_rank_over_events():
     assert lat == {2_000: 98, 2_500: 1, 3_000: 1}
     assert quantiles(lat, (0.5, 0.99, 1.0)) == {0.5: 2_000, 0.99: 2_500, 1.0: 3_000}
     assert quantiles({}, (0.5,)) == {}
+
+
+def test_sums_beyond_64_bits_stay_exact_until_the_store_saturates_them():
+    near = [event(1, "impression", banner_id="b1", price_micros=INT64_MAX - 10),
+            event(2, "impression", banner_id="b1", price_micros=INT64_MAX - 20),
+            event(3, "impression", banner_id="b1", price_micros=INT64_MAX - 30),
+            event(4, "click", banner_id="b2", price_micros=5)]
+    for tasks in (1, 2, 4):  # beyond 64 bits inside a task, or only once the tasks' sums are added
+        result = run(near, tasks=tasks)
+        assert result.deltas["view:banner_ctr:b1:20250301T120000Z"] == (
+            "banner_ctr", {"impressions": 3, "spend_micros": 3 * INT64_MAX - 60})
+        assert result.deltas["view:banner_ctr:b2:20250301T120000Z"] == ("banner_ctr", {"clicks": 1, "spend_micros": 5})
+    assert saturate(3 * INT64_MAX - 60) == INT64_MAX and saturate(-(2**70)) == INT64_MIN and saturate(-5) == -5
+
+
+def test_each_event_id_counts_once_at_the_record_that_claims_it():
+    one, two, three = (event(n, "click", banner_id="b1", price_micros=10 * n) for n in (1, 2, 3))
+    claims = DictClaims()
+    result = run([one, two, one, three, two, one], tasks=2, claims=claims)  # copies in one task and across
+    distinct = run([one, two, three])
+    assert (result.deltas, result.times, result.max_ms) == (distinct.deltas, distinct.times, distinct.max_ms)
+    assert result.records == 6 and result.applied == 3 and result.duplicates == 3
+    assert claims.calls == 2  # one call per task, whatever its number of events
+
+    # The batch again (a replay after a kill) finds its own claims and counts the same records.
+    assert run([one, two, one, three, two, one], tasks=2, claims=claims) == result
+    # A later batch with copies of counted events counts nothing of them.
+    later = run([two, event(4, "impression", banner_id="b1"), three], tasks=2, claims=claims, first_offset=100)
+    assert later.duplicates == 2 and later.applied == 1
+    assert later.deltas == {"view:banner_ctr:b1:20250301T120000Z": ("banner_ctr", {"impressions": 1,
+                                                                                   "spend_micros": 0}),
+                            "view:user_interests:user-0:20250301T120000Z": ("user_interests", {"events:travel": 1})}
+    # Without claims (dedup_window 0) every record counts.
+    assert run([one, one], claims=None).applied == 2
+
+
+def test_a_copy_is_not_rejected_twice_and_a_bad_copy_claims_nothing():
+    watermark = epoch_ms(T0) - 30_000
+    late = event(1, "impression", second=-45, banner_id="b1")
+    future = event(2, "click", second=3600, banner_id="b2")
+    claims = DictClaims()
+    result = run([late, late, future], watermarks=(watermark, watermark - 600_000), claims=claims)
+    assert result.reject_counts() == {"late:banner_ctr": 1, "future": 1} and result.duplicates == 1
+    assert set(claims.holders) == {("ad-events", orjson.loads(late)["event_id"])}
