@@ -496,7 +496,6 @@ class Dispatch(_Model):
     #: consumers closed and the group left, so its partitions go to nodes whose clients read them.
     reader_idle_timeout: Seconds = Field(default=600.0, gt=0)
 
-
     @model_validator(mode="after")
     def _share_attempts_fit_the_broker(self) -> Dispatch:
         # The node dead-letters at max_attempts; the broker must allow one delivery more, and
