@@ -44,7 +44,18 @@ Failure = tuple[SourcePartition, int, KafkaError]
 
 
 class Fenced(Exception):
-    """Another worker owns this bucket now; this copier must stop without touching anything."""
+    """The producer cannot go on: another worker owns this bucket now (``by_newer_owner``), and this
+    copier must stop without touching anything; or its transactional state failed for another reason
+    (INVALID_TXN_STATE after a just-created route topic), and the copier takes the bucket over again
+    with a new producer, since nobody else will while this worker holds it."""
+
+    def __init__(self, error: KafkaError | None = None) -> None:
+        super().__init__(error.str() if error is not None else "fenced")
+        self.by_newer_owner = error is None or error.code() in _FENCE_CODES
+
+
+#: What a newer owner's init_transactions makes the old producer see.
+_FENCE_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
 
 @dataclass
@@ -96,7 +107,14 @@ class BucketCopier(threading.Thread):
     # -- life ----------------------------------------------------------------------------------
 
     def run(self) -> None:
+        while not self._stopping.is_set() and self._run_producer():
+            self.state.metrics.errors.labels(self.state.name, "producer-restart").inc()
+
+    def _run_producer(self) -> bool:
+        """Copy with one producer until stopped; True when its state failed and a new one must take
+        the bucket over."""
         route, name = self.state.route, self.state.name
+        self._assigned, self._asked_starts = set(), None  # a new consumer starts with nothing assigned
         exactly_once = self._exactly_once
         # One request in flight: with several, librdkafka reports a batch that a just-created
         # partition's leader refused (NOT_LEADER, not written) as delivered when the next batch
@@ -135,7 +153,11 @@ class BucketCopier(threading.Thread):
                 if out_of_range:
                     self._past_deleted(out_of_range)
                 self._measure_lag()
-        except Fenced:
+        except Fenced as fence:
+            if not fence.by_newer_owner:
+                log.warning("bucket %d of %s: producer failed (%s); taking the bucket over again", self.bucket,
+                            name, fence)
+                return True
             log.warning("bucket %d of %s: fenced by a newer owner; stopping", self.bucket, name)
         except BaseException as err:  # surfaced by the worker, which exits non-zero
             self.error = err
@@ -145,7 +167,12 @@ class BucketCopier(threading.Thread):
                 self.state.metrics.buckets_owned.labels(name, self.state.worker_id).dec()
             if self.consumer is not None:
                 self.consumer.close()
-            self.producer.flush(10)
+                self.consumer = None
+            try:
+                self.producer.flush(10)
+            except KafkaException:  # a fatal producer has nothing left to deliver
+                pass
+        return False
 
     def _take_over(self, exactly_once: bool) -> bool:
         """Fence the previous owner and read the bucket's offsets, retrying while the destination
@@ -160,7 +187,7 @@ class BucketCopier(threading.Thread):
             except (KafkaException, TimeoutError) as err:
                 error = err.args[0] if isinstance(err, KafkaException) and err.args else None
                 if isinstance(error, KafkaError) and error.fatal():
-                    raise Fenced() from err
+                    raise Fenced(error) from err
                 log.warning("bucket %d of %s: takeover retried in %.0f s (%s)", self.bucket, self.state.name,
                             backoff, err)
                 self._stopping.wait(backoff)
@@ -379,8 +406,8 @@ class BucketCopier(threading.Thread):
                 return []
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
-                if error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
-                    raise Fenced() from exc
+                if error.fatal() or error.code() in _FENCE_CODES:
+                    raise Fenced(error) from exc
                 if error.txn_requires_abort():
                     return [(SourcePartition("", -1), -1, error)]
                 if not error.retriable():
@@ -394,7 +421,7 @@ class BucketCopier(threading.Thread):
             self.producer.abort_transaction(_TIMEOUT)
         except KafkaException as exc:
             if exc.args[0].fatal():
-                raise Fenced() from exc
+                raise Fenced(exc.args[0]) from exc
             raise
 
     def _undo(self, exactly_once: bool, first: dict[SourcePartition, int], failures: list[Failure]) -> None:

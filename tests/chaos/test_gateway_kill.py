@@ -4,7 +4,7 @@ on Kafka, every batch is accepted in the end through the SDK's retries, and the 
 de-duplication on, holds every event the SDK sent exactly once (a retried batch whose first answer
 was lost to a kill is written twice; its event ids are the same).
 
-CONVEYOR_GATEWAY_CHAOS_KILLS sets the number of kills (default 3); CONVEYOR_TEST_SEED the seed.
+CONVEYOR_GATEWAY_CHAOS_KILLS sets the number of kills (default 2); CONVEYOR_TEST_SEED the seed.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tests.lakekit import GatewayLakeCase, drop_topics, gateway_lake_case, lake_
 
 pytestmark = pytest.mark.chaos
 
-KILLS = int(os.environ.get("CONVEYOR_GATEWAY_CHAOS_KILLS", "3"))
+KILLS = int(os.environ.get("CONVEYOR_GATEWAY_CHAOS_KILLS", "2"))
 SEED = int(os.environ.get("CONVEYOR_TEST_SEED", random.randrange(1 << 32)))
 
 

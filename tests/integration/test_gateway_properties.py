@@ -93,7 +93,7 @@ def test_no_request_a_client_can_send_gets_a_500(prop_platform, serve_gateway):
     schema = _schema("ad-events")
 
     @seed(SEED)
-    @settings(max_examples=max(EVENTS // 4, 100), deadline=None, database=None,
+    @settings(max_examples=max(EVENTS // 10, 100), deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(_requests(schema), st.sampled_from([TOKENS["ad-events"], None, "wrong"]))
     def fuzz(request: tuple[bytes, str | None, str], token: str | None) -> None:
