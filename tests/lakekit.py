@@ -136,14 +136,18 @@ PRODUCERS = {"ad-events": "adserver", "notifications": "notifier"}
 
 
 def gateway_lake_case(platform_data: dict[str, Any], folder: Path, contracts: Iterable[str],
+                      realtime: Callable[[dict[str, str]], dict[str, Any]] | None = None,
                       **lake: Any) -> GatewayLakeCase:
-    """Declares and creates one new dc1 topic per contract; delete them with :func:`drop_topics`."""
+    """Declares and creates one new dc1 topic per contract; delete them with :func:`drop_topics`.
+    ``realtime``: the pipeline's real-time settings, built from the topics (contract -> topic)."""
     data = _lake_data(platform_data, ROOT / "platform.yaml", folder, None, 0, {})
     topics = {contract: f"gw-{contract}-{uuid.uuid4().hex[:8]}" for contract in contracts}
     for contract, topic in topics.items():
         data["topics"][topic] = {"partitions": 3, "contract": str(ROOT / "contracts" / f"{contract}.schema.json"),
                                  "producers": [PRODUCERS[contract]], "consumers": ["lake"], "clusters": ["dc1"]}
     data["pipeline"].update(source="dc1", lake={"topics": list(topics.values()), **lake})
+    if realtime is not None:
+        data["pipeline"]["realtime"] = realtime(topics)
     path = folder / f"platform-{next(iter(topics.values()))}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     platform = load_platform(path)

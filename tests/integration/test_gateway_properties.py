@@ -2,8 +2,9 @@
 
 - Fuzzed requests (random bytes, JSON of any shape, media types, topics) never get a 500.
 - For events generated from each contract, valid and broken ones: an event the gateway accepts is
-  landed by the lake as a row, never quarantined; an event it refuses gets a 4xx naming the field
-  and the rule.
+  landed by the lake as a row, never quarantined, and applied by the real-time views (ad-events:
+  every counter equals a recount over the accepted events, and the only rejects are events without
+  a view's group-by field); an event it refuses gets a 4xx naming the field and the rule.
 
 Hypothesis draws from a seed printed with every failure (CONVEYOR_TEST_SEED reproduces a run);
 CONVEYOR_PROPERTY_EVENTS sets the events per contract (default 2,000).
@@ -14,7 +15,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +30,14 @@ from hypothesis import strategies as st
 
 from conveyor.config import Platform
 from conveyor.pipeline.lake import run_once
+from conveyor.pipeline.realtime.job import run
+from conveyor.pipeline.realtime.metrics import RealtimeMetrics
+from conveyor.pipeline.realtime.plan import job_views
+from conveyor.topics.contracts import INT64_MAX
+from tests.conftest import read_topic
 from tests.contract_events import broken_events, json_values, valid_events
 from tests.lakekit import drop_topics, gateway_lake_case, lake_folder, lake_spark, quarantine_of, rows_of  # noqa: F401
+from tests.realtimekit import counters_in_redis, minute_label, views_of
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,8 +54,13 @@ def _schema(contract: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def prop_platform(provisioned: Platform, platform_data: dict[str, Any], lake_folder: Path,  # noqa: F811
                   lake_spark: Any) -> Iterator[tuple[Platform, dict[str, str]]]:  # noqa: F811
-    """Two new topics on dc1, one per contract, landed by the lake straight from dc1."""
-    case = gateway_lake_case(platform_data, lake_folder, TOKENS)
+    """Two new topics on dc1, one per contract, landed by the lake and read by the views straight from dc1."""
+    def realtime(topics: dict[str, str]) -> dict[str, Any]:
+        topic = topics["ad-events"]
+        return {"checkpoint": str(lake_folder / f"checkpoints-{topic}"), "trigger": "500ms",
+                "rejects_topic": f"{topic}-rejects", "views": views_of(topic, "10m", "10m")}
+
+    case = gateway_lake_case(platform_data, lake_folder, TOKENS, realtime)
     yield case.platform, case.topics
     drop_topics(case)
 
@@ -107,24 +122,26 @@ def test_no_request_a_client_can_send_gets_a_500(prop_platform, serve_gateway):
         _in_seed(fuzz)
 
 
-def test_what_the_gateway_accepts_the_lake_lands_and_what_it_refuses_names_the_rule(prop_platform, serve_gateway,
-                                                                                  lake_spark):  # noqa: F811
+def test_what_the_gateway_accepts_the_lake_and_the_views_apply_and_what_it_refuses_names_the_rule(
+        prop_platform, serve_gateway, lake_spark):  # noqa: F811
     platform, topics = prop_platform
     url = serve_gateway(platform, "dc1")
-    accepted: dict[str, set[str]] = {topic: set() for topic in topics.values()}
+    accepted: dict[str, dict[str, dict[str, Any]]] = {topic: {} for topic in topics.values()}
 
     def send_all(contract: str) -> None:
         schema, topic, token = _schema(contract), topics[contract], TOKENS[contract]
+        # Recent times for the views' topic, so its windows take every accepted event as on time.
+        valid = valid_events(schema, recent=contract == "ad-events")
 
         @seed(SEED)
         @settings(max_examples=EVENTS, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        @given(st.one_of(valid_events(schema).map(lambda e: (e, None, None)), broken_events(schema)))
+        @given(st.one_of(valid.map(lambda e: (e, None, None)), broken_events(schema)))
         def send(case: tuple[dict[str, Any], str | None, str | None]) -> None:
             event, field, how = case
             answer = _post(client, topic, json.dumps(event).encode(), token, "application/json")
             if field is None:
                 assert answer.status_code == 200, (event, answer.text)
-                accepted[topic].add(event["event_id"])
+                accepted[topic][event["event_id"]] = event
                 return
             assert answer.status_code == 422, (event, answer.text)
             body = answer.json()
@@ -138,10 +155,46 @@ def test_what_the_gateway_accepts_the_lake_lands_and_what_it_refuses_names_the_r
             _in_seed(lambda: send_all(contract))
 
     run_once(lake_spark, platform, list(topics.values()))
-    for topic, ids in accepted.items():
+    for topic, events in accepted.items():
         landed = [row["event_id"] for row in rows_of(lake_spark, topic)]
         quarantined = quarantine_of(lake_spark, topic)
-        _in_seed(lambda: _same(topic, ids, landed, quarantined))
+        _in_seed(lambda: _same(topic, set(events), landed, quarantined))
+
+    topic = topics["ad-events"]
+    run(lake_spark, platform, job_views(platform), RealtimeMetrics(), threading.Event(), available_now=True)
+    rejects = [orjson.loads(m.value()) for m in read_topic(platform, "dc1", f"{topic}-rejects")]
+    _in_seed(lambda: _applied(platform, topic, list(accepted[topic].values()), rejects))
+
+
+def _recount(topic: str, events: list[dict[str, Any]]) -> tuple[dict, dict, int]:
+    """The views of tests.realtimekit.views_of over ``events``, and how many lack a group-by field.
+    Sums saturate at 2^63-1 (prices are never negative), as docs/realtime.md states."""
+    ctr: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    interests: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    incomplete = 0
+    for e in events:
+        at = datetime.fromisoformat(e["event_time"].upper().replace("Z", "+00:00")).timestamp()
+        if e["type"] in ("impression", "click"):
+            if "banner_id" not in e:
+                incomplete += 1
+            else:
+                fields = ctr[f"t:ctr-{topic}:{e['banner_id']}:{minute_label(at)}"]
+                fields["impressions" if e["type"] == "impression" else "clicks"] += 1
+                fields["spend"] = min(fields["spend"] + e.get("price_micros", 0), INT64_MAX)
+        if "category" not in e:
+            incomplete += 1
+        else:
+            interests[f"t:interests-{topic}:{e['user_id']}:{minute_label(at, 3600)}"][f"events:{e['category']}"] += 1
+    return {k: dict(v) for k, v in ctr.items()}, {k: dict(v) for k, v in interests.items()}, incomplete
+
+
+def _applied(platform: Platform, topic: str, events: list[dict[str, Any]], rejects: list[dict[str, Any]]) -> None:
+    ctr, interests, incomplete = _recount(topic, events)
+    kinds = {r["kind"] for r in rejects}
+    assert kinds <= {"incomplete"}, [r for r in rejects if r["kind"] != "incomplete"][:3]
+    assert len(rejects) == incomplete, (len(rejects), incomplete)
+    assert counters_in_redis(platform, f"ctr-{topic}") == ctr
+    assert counters_in_redis(platform, f"interests-{topic}") == interests
 
 
 def _same(topic: str, accepted: set[str], landed: list[str], quarantined: list[Any]) -> None:
