@@ -48,6 +48,14 @@ def topic_maker(platform_file: Path, platform_data: dict[str, Any], topic_factor
 
 
 @pytest.fixture
+def setup(platform_file: Path, platform_data: dict[str, Any], provisioned: Platform,
+          topic_factory: Callable[..., str]) -> Callable[..., tuple[Platform, str]]:
+    """A fresh 3-partition topic on central, declared for mailer, with the classic backend's
+    dispatch settings (a test module with another backend defines its own)."""
+    return topic_maker(platform_file, platform_data, topic_factory, commit_interval="200ms")
+
+
+@pytest.fixture
 def nodes() -> Iterator[list[DispatchNode]]:
     """Dispatcher nodes a test started, stopped after it."""
     started: list[DispatchNode] = []

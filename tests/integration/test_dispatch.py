@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -28,21 +27,15 @@ from tests.dispatch_support import (
     committed_offsets,
     end_offsets,
     nodes,  # noqa: F401 (a fixture)
+    setup,  # noqa: F401 (a fixture)
     produce,
     start_node,
     thirty_clients_read_everything,
-    topic_maker,
     wait_until,
 )
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture
-def setup(platform_file: Path, platform_data: dict[str, Any], provisioned: Platform,
-          topic_factory: Callable[..., str]) -> Callable[..., tuple[Platform, str]]:
-    """A fresh 3-partition topic on central, declared for mailer, with dispatch settings."""
-    return topic_maker(platform_file, platform_data, topic_factory, commit_interval="200ms")
 
 
 def subscriber(node: DispatchNode, topic: str, group: str, ledger: Ledger, client: int,

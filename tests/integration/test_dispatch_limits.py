@@ -8,8 +8,6 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -26,19 +24,14 @@ from tests.dispatch_support import (
     MAILER_TOKEN,
     Ledger,
     nodes,  # noqa: F401 (a fixture)
+    setup,  # noqa: F401 (a fixture)
     produce,
     start_node,
-    topic_maker,
     wait_until,
 )
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture
-def setup(platform_file: Path, platform_data: dict[str, Any], provisioned: Platform,
-          topic_factory: Callable[..., str]) -> Callable[..., tuple[Platform, str]]:
-    return topic_maker(platform_file, platform_data, topic_factory, commit_interval="200ms")
 
 
 class Stream:
