@@ -98,8 +98,9 @@ class ClusterWatch:
         self.lag_policy = LagPolicy(max_lag_records=ops.max_lag_records, max_lag_seconds=ops.max_lag_seconds,
                                     max_sample_age_ms=int((3 * ops.interval + 10) * 1000))
         self.rewind_policy = RewindPolicy(amplification_threshold=ops.amplification)
-        self.health_policy = HealthPolicy(ops.request_p99_warn * 1000, ops.request_p99_alarm * 1000, ops.skew_warn,
-                                          float(ops.skew_min_bytes))
+        self.health_policy = HealthPolicy(p99_warn_ms=ops.request_p99_warn * 1000,
+                                          p99_alarm_ms=ops.request_p99_alarm * 1000, skew_warn=ops.skew_warn,
+                                          skew_min_bytes=float(ops.skew_min_bytes))
         self._previous: dict[str, BrokerReading] = {}
         self._follower_lags: dict[str, deque[float]] = {}
         self._leaders: dict[tuple[str, int], int] | None = None

@@ -7,12 +7,11 @@ follow, so every row can be traced back to the record it came from.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from conveyor.config import Platform
+from conveyor.config import Platform, read_contract
 from conveyor.pipeline.errors import LakeConfigError
 
 
@@ -93,11 +92,4 @@ def read_schema(platform: Platform, topic: str) -> dict[str, Any]:
     spec = platform.topics.get(topic)
     if spec is None or spec.contract is None:
         raise LakeConfigError(f"topic {topic} has no contract in platform.yaml; the lake's columns come from it")
-    path = platform.resolve(spec.contract)
-    try:
-        schema = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise LakeConfigError(f"contract of topic {topic} ({path}) cannot be read: {err}") from None
-    if not isinstance(schema, dict):
-        raise LakeConfigError(f"contract of topic {topic} ({path}) is not a JSON object")
-    return schema
+    return read_contract(platform, topic)

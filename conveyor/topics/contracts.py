@@ -13,7 +13,6 @@ to that range when it is compiled, and an event outside it is refused at the gat
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -21,7 +20,7 @@ from typing import Any
 
 import jsonschema_rs
 
-from conveyor.config import Platform
+from conveyor.config import Platform, read_contract
 from conveyor.errors import ConveyorError
 
 REQUIRED_FIELDS = {"event_id": "uuid", "event_time": "date-time"}
@@ -186,16 +185,5 @@ def compile_contract(topic: str, schema: dict[str, Any]) -> Contract:
 
 def load_contracts(platform: Platform) -> dict[str, Contract]:
     """Every declared topic's contract, compiled; topics without one are absent."""
-    contracts = {}
-    for topic, spec in platform.topics.items():
-        if spec.contract is None:
-            continue
-        path = platform.resolve(spec.contract)
-        try:
-            schema = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise ContractError(f"contract of topic {topic} ({path}) cannot be read: {err}") from None
-        if not isinstance(schema, dict):
-            raise ContractError(f"contract of topic {topic} ({path}) is not a JSON object")
-        contracts[topic] = compile_contract(topic, schema)
-    return contracts
+    return {topic: compile_contract(topic, read_contract(platform, topic))
+            for topic, spec in platform.topics.items() if spec.contract is not None}

@@ -1,0 +1,79 @@
+"""``ops:``: the operations watcher and its dashboard."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, model_validator
+
+from conveyor.config.units import Model, Name, Seconds, SizeBytes
+from conveyor.ops.health import HealthPolicy
+from conveyor.ops.rewind import DEFAULT_REWIND_POLICY
+
+#: The judging rules' own defaults: the settings below only expose them.
+_HEALTH = HealthPolicy()
+
+
+class OpsPanel(Model):
+    """A dashboard panel that components fill through their /metrics (interface in docs/ops.md)."""
+
+    title: str = Field(min_length=1)
+    #: Metric family names, or globs over them (``conveyor_replicate_*lag*``); each label set is a series.
+    metrics: list[str] = Field(min_length=1)
+
+
+def _default_panels() -> dict[str, OpsPanel]:
+    return {name: OpsPanel(title=title, metrics=metrics) for name, title, metrics in (
+        ("gateway", "Gateway: events accepted and request time",
+         ["conveyor_gateway_events_accepted", "conveyor_gateway_request_seconds"]),
+        ("replication", "Replication lag and latency", ["conveyor_replicate_*lag*", "conveyor_replicate_*latency*"]),
+        ("lake", "Lake completeness and audit per hour",
+         ["conveyor_lake_rows_landed", "conveyor_lake_gaps", "conveyor_lake_lost_records", "conveyor_lake_*complete*",
+          "conveyor_audit_*"]),
+        ("dispatch", "Dispatcher backlog", ["conveyor_dispatch_*backlog*"]),
+        ("realtime", "Real-time view latency", ["conveyor_realtime_*latency*"]),
+        ("throttle", "Throttled consumers and busy brokers",
+         ["conveyor_throttle_quota_bytes", "conveyor_throttle_broker_busy", "conveyor_throttle_decisions_total"]),
+    )}
+
+
+class Ops(Model):
+    """Settings of the operations watcher (``conveyor ops watch``) and its dashboard."""
+
+    port: int = Field(default=18070, ge=1024, le=65535, description="/metrics, /healthz, /api and the dashboard")
+    #: Seconds between samples of offsets and broker metrics.
+    interval: Seconds = Field(default=5.0, gt=0)
+    #: Samples per partition window (Burrow's intervals); the lag rules judge a whole window.
+    window: int = Field(default=10, ge=2, le=100)
+    #: Points kept per consumer group and panel series for the dashboard's sparklines.
+    history: int = Field(default=120, ge=2, le=10_000)
+    #: Optional lag thresholds that turn an otherwise OK partition into WARN.
+    max_lag_records: int | None = Field(default=None, ge=0)
+    max_lag_seconds: Seconds | None = Field(default=None, ge=0)
+    #: Regular expressions over group ids that are not watched (tools, tests).
+    exclude_groups: list[str] = Field(default_factory=list)
+    #: Request time p99 (Produce, FetchConsumer, Metadata): warning above, alarm above (MISSION: 10 s).
+    request_p99_warn: Seconds = Field(default=_HEALTH.p99_warn_ms / 1000, gt=0)
+    request_p99_alarm: Seconds = Field(default=_HEALTH.p99_alarm_ms / 1000, gt=0)
+    #: Load skew across brokers (max over mean) above this is a warning.
+    skew_warn: float = Field(default=_HEALTH.skew_warn, gt=1)
+    #: Byte rates below this per broker (mean) are too small for skew to matter.
+    skew_min_bytes: SizeBytes = int(_HEALTH.skew_min_bytes)
+    #: Read rate over write rate that counts as read amplification (the mission's incident was 4x).
+    amplification: float = Field(default=DEFAULT_REWIND_POLICY.amplification_threshold, gt=1)
+    #: JMX exporter URLs of the brokers of clusters given by bootstrap (local ones are known).
+    metrics: dict[Name, list[str]] = Field(default_factory=dict)
+    #: Component name -> its /metrics URL, read for the panels.
+    components: dict[Name, str] = Field(default_factory=dict)
+    panels: dict[Name, OpsPanel] = Field(default_factory=_default_panels)
+
+    @model_validator(mode="after")
+    def _valid(self) -> Ops:
+        if self.request_p99_warn > self.request_p99_alarm:
+            raise ValueError("request_p99_warn must not be above request_p99_alarm")
+        for pattern in self.exclude_groups:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"exclude_groups: {pattern!r} is not a valid regular expression: {err}") from None
+        return self

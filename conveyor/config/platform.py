@@ -1,0 +1,62 @@
+"""The whole platform file: every section, and the questions asked across them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from conveyor.config.clusters import Cluster
+from conveyor.config.dispatch import Dispatch
+from conveyor.config.gateway import Gateway
+from conveyor.config.ops import Ops
+from conveyor.config.pipeline import Pipeline
+from conveyor.config.problems import ConfigError, Problem
+from conveyor.config.runtime import Runtime
+from conveyor.config.topics import Route, Service, Topic
+from conveyor.config.units import TOPIC_NAME, Model, Name
+
+
+class Platform(Model):
+    version: int = Field(default=1, ge=1, le=1)
+    name: Name = "conveyor"
+    runtime: Runtime = Field(default_factory=Runtime)
+    clusters: dict[Name, Cluster] = Field(min_length=1)
+    topics: dict[Annotated[str, Field(pattern=TOPIC_NAME)], Topic] = Field(default_factory=dict)
+    services: dict[Name, Service] = Field(default_factory=dict)
+    routes: dict[Name, Route] = Field(default_factory=dict)
+    gateway: Gateway = Field(default_factory=Gateway)
+    pipeline: Pipeline = Field(default_factory=Pipeline)
+    dispatch: Dispatch = Field(default_factory=Dispatch)
+    ops: Ops = Field(default_factory=Ops)
+
+    #: Folder of the platform file; relative paths inside the file are relative to it.
+    root: Path = Field(default=Path("."), exclude=True)
+
+    def cluster(self, name: str) -> Cluster:
+        try:
+            return self.clusters[name]
+        except KeyError:
+            known = ", ".join(sorted(self.clusters))
+            raise ConfigError([Problem(f"clusters.{name}", f"no such cluster (known: {known})")]) from None
+
+    def topics_on(self, cluster_name: str) -> dict[str, Topic]:
+        """The topics that ``cluster_name`` carries."""
+        return {
+            name: topic
+            for name, topic in self.topics.items()
+            if topic.clusters is None or cluster_name in topic.clusters
+        }
+
+    def resolve(self, relative: str) -> Path:
+        path = Path(relative)
+        return path if path.is_absolute() else (self.root / path)
+
+    @property
+    def home(self) -> Path:
+        return self.resolve(self.runtime.home)
+
+    def local_clusters(self) -> dict[str, Cluster]:
+        return {name: c for name, c in self.clusters.items() if c.is_local}
+

@@ -1,0 +1,72 @@
+"""Units and the base model every section of platform.yaml is built on."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+DEFAULT_PLATFORM_FILE = "platform.yaml"
+
+# Names become Kafka topic names, directory names and metric labels: keep them to the safe subset.
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+TOPIC_NAME = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,248}$"
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$")
+_DURATION_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*$", re.IGNORECASE)
+_SIZE_BYTES = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+def parse_duration_ms(value: Any) -> int:
+    """``"7d"`` -> 604800000. Integers are taken as milliseconds; -1 means "forever" (Kafka's)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a duration such as 30s, 15m, 7d")
+    if isinstance(value, int):
+        if value < -1:
+            raise ValueError("must be -1 (forever) or a duration such as 30s, 15m, 7d")
+        return value
+    if isinstance(value, str):
+        if value.strip() in ("-1", "forever"):
+            return -1
+        match = _DURATION.match(value)
+        if match:
+            return int(match.group(1)) * _DURATION_MS[match.group(2)]
+    raise ValueError(f"must be a duration such as 30s, 15m, 7d (got {value!r})")
+
+
+def parse_size_bytes(value: Any) -> int:
+    """``"1GiB"`` -> 1073741824. Integers are taken as bytes; -1 means "no limit" (Kafka's)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a size such as 512MiB or 10GB")
+    if isinstance(value, int):
+        if value < -1:
+            raise ValueError("must be -1 (no limit) or a size such as 512MiB")
+        return value
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match:
+            return int(match.group(1)) * _SIZE_BYTES[(match.group(2) or "b").lower()]
+    raise ValueError(f"must be a size such as 512MiB or 10GB (got {value!r})")
+
+
+def _seconds(value: Any) -> Any:
+    return parse_duration_ms(value) / 1000 if isinstance(value, str) else value
+
+
+DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
+#: Seconds, written as a number or a duration string ("5s", "250ms").
+Seconds = Annotated[float, BeforeValidator(_seconds)]
+SizeBytes = Annotated[int, BeforeValidator(parse_size_bytes)]
+Name = Annotated[str, Field(pattern=NAME, max_length=64)]
+
+
+class Model(BaseModel):
+    # Frozen so that a loaded platform is a value every part can share; extra=forbid so that a
+    # misspelt key is an error instead of a silently ignored setting.
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
