@@ -18,14 +18,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@
 
-# Debian's redis-server serves the real-time views; install it only where it is missing.
+# Debian packages the platform and the tests start, installed only where missing: redis-server
+# (the real-time views), postgresql (the Iceberg JDBC catalog), chromium (the dashboard test drives
+# it headless), prometheus (promtool checks the alert rules). Each is "<probe>:<package>".
+DEBIAN := redis-server:redis-server chromium:chromium /usr/lib/postgresql/*/bin/initdb:postgresql promtool:prometheus
 system-deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "installing redis-server from Debian"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "installing chromium from Debian (the dashboard test drives it headless)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@missing=""; for pair in $(DEBIAN); do probe=$${pair%%:*}; \
+	  command -v $$probe >/dev/null 2>&1 || ls $$probe >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
+	  if [ -n "$$missing" ]; then echo "installing from Debian:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
 	@command -v mvn >/dev/null 2>&1 || { echo "mvn is required to resolve Kafka's jars"; exit 1; }
 
