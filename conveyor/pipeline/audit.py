@@ -18,7 +18,7 @@ from conveyor.pipeline.completeness import is_complete, landed_until, last_compl
 from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, source_cluster
 from conveyor.pipeline.lake import lake_topics
-from conveyor.pipeline.spark import require_warehouse
+from conveyor.pipeline.catalog import require_warehouse
 from conveyor.pipeline.tables import as_utc, current_commit, data_table, table_exists
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.config import Platform
 from conveyor.pipeline.errors import LakeBusyError
-from conveyor.pipeline.spark import local_warehouse
+from conveyor.pipeline.catalog import local_warehouse
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

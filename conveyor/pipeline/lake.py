@@ -25,7 +25,7 @@ from conveyor.pipeline.kafka_source import list_watermarks, read_range
 from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH, values_parser
 from conveyor.pipeline.schema import COORDINATES, REASON, Column, contract_columns, quote, read_schema
-from conveyor.pipeline.spark import require_warehouse
+from conveyor.pipeline.catalog import require_warehouse
 from conveyor.pipeline.tables import (
     GAPS_TABLE,
     append,

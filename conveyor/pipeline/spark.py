@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conveyor.config import Platform
+from conveyor.pipeline.catalog import catalog_conf, require_warehouse
 from conveyor.pipeline.errors import SparkSetupError
 from conveyor.runtime.jars import maven_classpath
 
@@ -29,26 +30,8 @@ if TYPE_CHECKING:
 SPARK_VERSION = "4.1.1"
 #: The connector and the Iceberg runtime, with the versions pom.xml pins beside PySpark's.
 POM = Path(__file__).with_name("pom.xml")
-#: The Iceberg catalog every table lives in: ``lake.<namespace>.<table>``.
-CATALOG = "lake"
 #: Settings that take effect only when Spark launches its JVM, which spark-submit does itself.
 _LAUNCH_SETTINGS = ("spark.master", "spark.driver.memory")
-
-
-def warehouse_uri(platform: Platform) -> str:
-    """pipeline.warehouse as Iceberg needs it: a URI as given, a folder relative to platform.yaml."""
-    warehouse = platform.pipeline.warehouse
-    if "://" in warehouse:
-        return warehouse
-    return str(platform.resolve(warehouse).resolve())
-
-
-def local_warehouse(platform: Platform) -> Path | None:
-    """The warehouse folder when it is on this machine's file system, else None."""
-    warehouse = platform.pipeline.warehouse
-    if "://" in warehouse and not warehouse.startswith("file://"):
-        return None
-    return Path(warehouse_uri(platform).removeprefix("file://"))
 
 
 def _pyspark_artifacts() -> set[str]:
@@ -73,19 +56,13 @@ def pipeline_jars() -> list[str]:
 def session_conf(platform: Platform, app_name: str, jars: list[str]) -> dict[str, str]:
     """Every setting of a pipeline session; static ones only take effect before the JVM starts."""
     spark = platform.pipeline.spark
-    catalog = f"spark.sql.catalog.{CATALOG}"
     return {
         "spark.master": spark.master,
         "spark.app.name": app_name,
         "spark.driver.memory": spark.driver_memory,
         "spark.jars": ",".join(jars),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        catalog: "org.apache.iceberg.spark.SparkCatalog",
-        f"{catalog}.type": "hadoop",
-        f"{catalog}.warehouse": warehouse_uri(platform),
-        # Another process (the next scheduled run, `lake status`) commits to the same tables: always
-        # read the table's current metadata instead of a cached copy.
-        f"{catalog}.cache-enabled": "false",
+        **catalog_conf(platform),
         "spark.sql.session.timeZone": "UTC",
         # Streaming reads of Kafka through the connector's first (V1) source. The V2 source of
         # Spark 4.1.1 fails a query that replays its last uncommitted batch after a restart: its
@@ -130,13 +107,6 @@ def require_reachable_master(master: str, timeout: float) -> None:
     except OSError as err:
         raise SparkSetupError(f"Spark master {master} did not answer within {timeout:g} s ({err}); check "
                               "pipeline.spark.master and that the master runs") from None
-
-
-def require_warehouse(spark: SparkSession, platform: Platform) -> None:
-    """Refuse to work on ``platform`` through a session whose catalog is another warehouse."""
-    running = spark.conf.get(f"spark.sql.catalog.{CATALOG}.warehouse", None)
-    if running != warehouse_uri(platform):
-        raise SparkSetupError(f"the Spark session works on warehouse {running}, not {warehouse_uri(platform)}")
 
 
 def spark_log(platform: Platform) -> Path:

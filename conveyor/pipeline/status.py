@@ -13,7 +13,7 @@ from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import list_watermarks
 from conveyor.pipeline.lake import lake_topics
 from conveyor.pipeline.offsets import plan_ranges
-from conveyor.pipeline.spark import require_warehouse
+from conveyor.pipeline.catalog import require_warehouse
 from conveyor.pipeline.tables import Commit, current_commit, data_table, gaps_of, quarantine_table, table_exists
 
 if TYPE_CHECKING:

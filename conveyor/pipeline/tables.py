@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from conveyor.pipeline.errors import LakeConfigError
 from conveyor.pipeline.offsets import Gap, Positions
 from conveyor.pipeline.schema import Column, quote, table_columns_ddl
-from conveyor.pipeline.spark import CATALOG
+from conveyor.pipeline.catalog import CATALOG
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -23,7 +23,7 @@ import pytest
 
 from conveyor import kafka
 from conveyor.pipeline.lake import run_once
-from conveyor.pipeline.spark import local_warehouse
+from conveyor.pipeline.catalog import local_warehouse
 from conveyor.pipeline.tables import data_table, quarantine_table
 from tests.conftest import demo_event
 from tests.lakekit import lake_case, lake_folder, lake_spark, quarantine_of, rows_of  # noqa: F401

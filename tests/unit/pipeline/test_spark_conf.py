@@ -11,7 +11,8 @@ from conveyor.config import ConfigError, Platform, parse_platform
 from conveyor.pipeline.errors import LakeConfigError
 from conveyor.pipeline.kafka_source import java_client_options
 from conveyor.pipeline.lake import lake_topics
-from conveyor.pipeline.spark import CATALOG, POM, SPARK_VERSION, session_conf, warehouse_uri
+from conveyor.pipeline.catalog import CATALOG, warehouse_uri
+from conveyor.pipeline.spark import POM, SPARK_VERSION, session_conf
 
 ROOT = Path(__file__).resolve().parents[3]
 
