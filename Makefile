@@ -15,7 +15,7 @@ setup: $(STAMP) system-deps
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[all,dev]'
 	@touch $@
 
 # Debian packages the platform and the tests start, installed only where missing: redis-server
