@@ -33,7 +33,7 @@ import yaml
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.gateway.generate import AdTraffic
-from conveyor.httpserve import wait_healthy
+from conveyor.service import wait_healthy
 from conveyor.runtime.local import LocalPlatform
 from conveyor.topics import provisioner
 

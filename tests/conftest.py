@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -25,6 +26,26 @@ from conveyor.runtime.local import LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTERNAL = os.environ.get("CONVEYOR_TEST_PLATFORM")
+T = TypeVar("T")
+
+
+def eventually(check: Callable[[], T], timeout: float, what: str,
+               errors: tuple[type[BaseException], ...] = (), interval: float = 0.1) -> T:
+    """The first truthy value ``check()`` returns within ``timeout`` seconds; ``errors`` it raises
+    meanwhile count as "not yet" (a topic the broker does not know yet). Fails naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+        except errors as err:
+            value, last = None, err  # type: ignore[assignment]
+        else:
+            last = None
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}" + (
+            f" (last: {last!r})" if last is not None else "")
+        time.sleep(interval)
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ import yaml
 from conveyor import kafka
 from conveyor.config import Platform, load_platform
 from conveyor.dispatch.server import DispatchNode
+from tests.conftest import eventually
 
 MAILER_TOKEN = "demo-mailer-token"
 NOTIFIER_TOKEN = "demo-notifier-token"
@@ -61,7 +62,7 @@ def nodes() -> Iterator[list[DispatchNode]]:
     started: list[DispatchNode] = []
     yield started
     for node in started:
-        node.stop(grace=1)
+        node.close(grace=1)
 
 
 def free_port() -> int:
@@ -123,7 +124,7 @@ def thirty_clients_read_everything(sent: set[bytes], subscribe: Callable[[int, L
     for sub in subs:
         sub.start()
     try:
-        wait_until(lambda: ledger.confirmed_values() >= sent, timeout, "every message acked and confirmed")
+        eventually(lambda: ledger.confirmed_values() >= sent, timeout, "every message acked and confirmed")
     finally:
         for sub in subs:
             sub.stop()
@@ -131,13 +132,6 @@ def thirty_clients_read_everything(sent: set[bytes], subscribe: Callable[[int, L
     assert sum(ledger.deliveries.values()) == len(sent), "no fault, so no message is delivered twice"
     assert len(ledger.by_client) == 30, f"round-robin reaches every client: {sorted(ledger.by_client.items())}"
     return ledger
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(0.1)
 
 
 def committed_offsets(platform: Platform, topic: str, group: str) -> dict[int, tuple[int, str]]:

@@ -7,7 +7,10 @@ traceback, and sets the exit status.
 
 from __future__ import annotations
 
+import os
 import sys
+from enum import Enum
+from typing import Annotated
 
 import typer
 
@@ -18,6 +21,7 @@ from conveyor.cli import views_cmd
 from conveyor.cli.common import err_console
 from conveyor.config import ConfigError
 from conveyor.errors import ConveyorError
+from conveyor.service import setup_logging
 
 app = typer.Typer(
     rich_markup_mode="markdown",
@@ -27,6 +31,34 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+class LogLevel(str, Enum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+
+
+class LogFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+@app.callback()
+def _logging(
+    log_level: Annotated[LogLevel | None, typer.Option(
+        "--log-level", case_sensitive=False,
+        help="Log level of every logger (default: Conveyor's INFO, libraries' WARNING).")] = None,
+    log_format: Annotated[LogFormat, typer.Option(help="Log lines as text or one JSON object each.")] = LogFormat.text,
+) -> None:
+    setup_logging(log_level.value if log_level else None, log_format.value)
+    # The processes a command starts (replicator workers, background services) log the same way.
+    if log_level is not None:
+        os.environ["CONVEYOR_LOG_LEVEL"] = log_level.value
+    os.environ["CONVEYOR_LOG_FORMAT"] = log_format.value
+
+
 runtime_cmd.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(config_cmd.app, name="config")
@@ -46,7 +78,9 @@ app.add_typer(views_cmd.app, name="views")
 
 def main() -> None:
     try:
-        app()
+        # Every option can come from CONVEYOR_<COMMAND>_<OPTION> (Click's auto_envvar_prefix) besides
+        # the shorter names some options declare (CONVEYOR_PLATFORM, CONVEYOR_TOKEN).
+        app(auto_envvar_prefix="CONVEYOR")
     except ConfigError as err:
         where = f"{err.source}: " if err.source else ""
         if len(err.problems) == 1 and not err.problems[0].path:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from conveyor.config import DEFAULT_PLATFORM_FILE, Platform, load_platform
+from conveyor.service import Endpoint
 
 # Rich assumes 80 columns when output is not a terminal, which truncates tables in CI logs and
 # pipes; there, lines may be as long as they need.
@@ -34,3 +35,14 @@ DEFAULT_PLATFORM = Path(DEFAULT_PLATFORM_FILE)
 
 def platform_from(path: Path) -> Platform:
     return load_platform(path)
+
+
+MetricsPortOption = Annotated[int | None, typer.Option(
+    "--metrics-port", help="Serve /metrics and /healthz on this port (0: one the OS picks).")]
+MetricsHostOption = Annotated[str, typer.Option(
+    "--metrics-host", help="Address /metrics and /healthz listen on (0.0.0.0 for a Prometheus elsewhere).")]
+DEFAULT_METRICS_HOST = "127.0.0.1"
+
+
+def endpoint(host: str, port: int | None) -> Endpoint:
+    return Endpoint(host=host, port=port)

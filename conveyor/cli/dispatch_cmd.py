@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-import signal
 import threading
 from typing import Annotated
 
 import typer
 
 from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
+from conveyor.service import serve as serve_service
 
 app = typer.Typer(help="The consumer dispatcher: many clients per partition over gRPC.", no_args_is_help=True)
 
@@ -26,26 +25,18 @@ def serve(
     metrics_port: Annotated[int | None, typer.Option(envvar="CONVEYOR_DISPATCH_METRICS_PORT",
                                                      help="/metrics and /healthz (default: dispatch.metrics_port).")] = None,
     host: Annotated[str, typer.Option(envvar="CONVEYOR_DISPATCH_HOST", help="Address to listen on.")] = "127.0.0.1",
+    metrics_host: Annotated[str | None, typer.Option(help="Address of /metrics and /healthz (default: --host).")] = None,
     advertise: Annotated[str | None, typer.Option(envvar="CONVEYOR_DISPATCH_ADVERTISE",
                                                   help="host:port clients reach this node at (default: host:port).")] = None,
 ) -> None:
-    """Serve Discovery and Reader over gRPC for every (topic, group) clients ask for. SIGTERM
-    commits every partition's acks and leaves the groups before exiting."""
+    """Serve Discovery and Reader over gRPC for every (topic, group) clients ask for, with the
+    standard gRPC health service and reflection. SIGTERM commits every partition's acks and leaves
+    the groups before exiting."""
     from conveyor.dispatch.server import DispatchNode
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    node = DispatchNode(platform_from(platform), host=host, port=port, metrics_port=metrics_port, advertise=advertise)
-    done = threading.Event()
-
-    def shutdown(signum: int, _frame: object) -> None:
-        logging.getLogger(__name__).info("signal %d: stopping", signum)
-        done.set()
-
-    signal.signal(signal.SIGTERM, shutdown)
-    signal.signal(signal.SIGINT, shutdown)
-    node.start()
-    done.wait()
-    node.stop()
+    node = DispatchNode(platform_from(platform), host=host, port=port, metrics_port=metrics_port, advertise=advertise,
+                        metrics_host=metrics_host)
+    raise typer.Exit(serve_service(node))  # the node serves its own /metrics: it knows its port
 
 
 @app.command()
@@ -111,7 +102,7 @@ def demo(
             if sub.error is not None:
                 raise sub.error
     finally:
-        node.stop(grace=2)
+        node.close(grace=2)
     elapsed = time.monotonic() - started
     console.print(f"mailer handled {handled[0]} notifications in {elapsed:.1f} s "
                   f"({handled[0] / elapsed:.0f}/s with {workers} workers at {handle_ms} ms each); "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
 import typer
@@ -12,7 +11,7 @@ from rich.table import Table
 from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
 from conveyor.config import ClusterRole, ConfigError, Platform, Problem
 from conveyor.errors import ConveyorError
-from conveyor.httpserve import wait_healthy
+from conveyor.service import wait_healthy
 
 app = typer.Typer(rich_markup_mode="markdown", help="The data bus gateway: services publish events over HTTP.", no_args_is_help=True)
 
@@ -45,7 +44,6 @@ def serve(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortO
 
     model = platform_from(platform)
     _writable(model, dc)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(Gateway(model, dc)), host=host, port=port or default_port(model, dc),
                 log_level="warning", access_log=False, timeout_graceful_shutdown=30)
 

@@ -6,7 +6,6 @@ here for a few rounds. Both print the same JSON shape the dashboard draws (``con
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Annotated, Any
 
@@ -198,7 +197,6 @@ def watch(
     from conveyor.web.app import create_app
 
     model = platform_from(platform)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(Watcher(model)), host=host, port=port or model.ops.port, log_level="warning",
                 access_log=False)
 

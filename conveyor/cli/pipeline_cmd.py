@@ -7,7 +7,6 @@ Exit statuses: 0 done; 1 an error (nothing half-done is visible); 2 a bad platfo
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,10 +20,20 @@ from rich.filesize import decimal
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, err_console, platform_from
+from conveyor.cli.common import (
+    DEFAULT_METRICS_HOST,
+    DEFAULT_PLATFORM,
+    MetricsHostOption,
+    PlatformOption,
+    console,
+    endpoint,
+    err_console,
+    platform_from,
+)
 from conveyor.config import Platform, parse_duration_ms
 from conveyor.kafka import KafkaOperationError
 from conveyor.pipeline.errors import LakeBusyError, RunFailedError
+from conveyor.service import Loop, serve
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -113,7 +122,8 @@ def lake(
         help="After each run, write the metrics here (node_exporter textfile format).")] = None,
     metrics_port: Annotated[int | None, typer.Option(
         "--metrics-port", envvar="CONVEYOR_LAKE_METRICS_PORT",
-        help="With --every: serve /metrics on 127.0.0.1.")] = None,
+        help="With --every: serve /metrics and /healthz on this port.")] = None,
+    metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
 ) -> None:
     """Land topics of pipeline.source in Iceberg exactly once: each run reads from the offsets
     committed with the table's data to the partitions' current ends. Bad records go to quarantine;
@@ -144,24 +154,20 @@ def lake(
     if interval is None:
         raise typer.Exit(EXIT_DATA_LOST if run().lost else 0)
 
-    if metrics_port is not None:
-        from prometheus_client import start_http_server
+    def schedule(stop: threading.Event) -> int:
+        lost = False
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                lost = bool(run().lost) or lost
+            except (RunFailedError, LakeBusyError, KafkaOperationError) as err:
+                # The next run redoes this one's range; a scheduler keeps going.
+                metrics.failed()
+                err_console.print(f"[bold red]run failed:[/] {err}", highlight=False)
+            stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        return EXIT_DATA_LOST if lost else 0
 
-        start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    lost = False
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            lost = bool(run().lost) or lost
-        except (RunFailedError, LakeBusyError, KafkaOperationError) as err:
-            # The next run redoes this one's range; a scheduler keeps going.
-            metrics.failed()
-            err_console.print(f"[bold red]run failed:[/] {err}", highlight=False)
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
-    raise typer.Exit(EXIT_DATA_LOST if lost else 0)
+    raise typer.Exit(serve(Loop(metrics.registry, schedule), endpoint(metrics_host, metrics_port)))
 
 
 @app.command()
@@ -229,7 +235,9 @@ def realtime(
         help="Only these views (repeatable; default: every view of pipeline.realtime). A job is its set of "
              "views: each set has its own checkpoint.")] = None,
     metrics_port: Annotated[int | None, typer.Option(
-        "--metrics-port", envvar="CONVEYOR_REALTIME_METRICS_PORT", help="Serve /metrics on 127.0.0.1.")] = None,
+        "--metrics-port", envvar="CONVEYOR_REALTIME_METRICS_PORT", help="Serve /metrics and /healthz on this port.")]
+        = None,
+    metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
     run_for: Annotated[str | None, typer.Option(
         "--for", envvar="CONVEYOR_REALTIME_FOR", help="Stop after this long (60s, 10m) and print the latency.")] = None,
     available_now: Annotated[bool, typer.Option(
@@ -239,8 +247,6 @@ def realtime(
     Streaming query, exactly once per key and window; late and malformed events go to the side
     output (pipeline.realtime.rejects_topic) with the reason. Runs until SIGTERM unless --for or
     --available-now is given."""
-    import logging
-
     from conveyor.pipeline.realtime.job import run
     from conveyor.pipeline.realtime.metrics import RealtimeMetrics
     from conveyor.pipeline.realtime.plan import job_views
@@ -251,19 +257,15 @@ def realtime(
         raise typer.BadParameter(str(err), param_hint="--for") from None
     model = platform_from(platform)
     chosen = job_views(model, views)  # refuse unknown views before Spark starts
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("conveyor.realtime").setLevel(logging.INFO)
     spark = start_spark(model, "conveyor-realtime")
     metrics = RealtimeMetrics()
-    if metrics_port is not None:
-        from prometheus_client import start_http_server
 
-        start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    started = time.monotonic()
-    console.print(f"real-time views {', '.join(chosen)}: streaming from {model.pipeline.source}")
-    run(spark, model, chosen, metrics, stop, seconds, available_now)
-    _print_realtime_summary(metrics, time.monotonic() - started)
+    def stream(stop: threading.Event) -> int:
+        started = time.monotonic()
+        console.print(f"real-time views {', '.join(chosen)}: streaming from {model.pipeline.source}")
+        run(spark, model, chosen, metrics, stop, seconds, available_now)
+        _print_realtime_summary(metrics, time.monotonic() - started)
+        return 0
+
+    raise typer.Exit(serve(Loop(metrics.registry, stream), endpoint(metrics_host, metrics_port)))
 # --- end of conveyor pipeline realtime -------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import subprocess
 import sys
@@ -12,14 +11,21 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
+from conveyor.cli.common import (
+    DEFAULT_METRICS_HOST,
+    DEFAULT_PLATFORM,
+    MetricsHostOption,
+    MetricsPortOption,
+    PlatformOption,
+    console,
+    endpoint,
+    platform_from,
+)
 from conveyor.config import ConfigError, Platform, Problem
 
 app = typer.Typer(rich_markup_mode="markdown", help="The federation replicator: routes of platform.yaml, exactly once.", no_args_is_help=True)
 
 RouteOption = Annotated[str, typer.Option("--route", "-r", envvar="CONVEYOR_ROUTE", help="A route of platform.yaml.")]
-MetricsPortOption = Annotated[int | None, typer.Option(envvar="CONVEYOR_METRICS_PORT",
-                                                       help="Serve /metrics and /healthz on 127.0.0.1 here.")]
 
 
 def _route(platform: Platform, route: str) -> None:
@@ -31,15 +37,14 @@ def _route(platform: Platform, route: str) -> None:
 @app.command()
 def worker(route: RouteOption, platform: PlatformOption = DEFAULT_PLATFORM,
            worker_id: Annotated[str | None, typer.Option("--id", help="Worker id (default: route-host-pid).")] = None,
-           metrics_port: MetricsPortOption = None) -> None:
+           metrics_port: MetricsPortOption = None, metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST) -> None:
     """Run one worker of a route in the foreground; SIGTERM finishes the current transactions and
     leaves the group so the other workers take its buckets at once."""
     from conveyor.replicate.worker import run_worker
 
     model = platform_from(platform)
     _route(model, route)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    raise typer.Exit(run_worker(model, route, worker_id, metrics_port))
+    raise typer.Exit(run_worker(model, route, worker_id, endpoint(metrics_host, metrics_port)))
 
 
 @app.command()

@@ -5,17 +5,24 @@ Registered under the ``ops`` group: ``ops_cmd.app.command()(throttle_cmd.throttl
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Annotated
 
 import typer
 
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
+from conveyor.cli.common import (
+    DEFAULT_METRICS_HOST,
+    DEFAULT_PLATFORM,
+    MetricsHostOption,
+    PlatformOption,
+    console,
+    endpoint,
+    platform_from,
+)
 from conveyor.config import parse_size_bytes
-from conveyor.httpserve import serve_metrics
 from conveyor.ops.throttle.controller import ThrottleController
 from conveyor.ops.throttle.policy import Action, Decision, Round, ThrottlePolicy
+from conveyor.service import Loop, serve
 
 _DEFAULTS = ThrottlePolicy()
 
@@ -55,12 +62,12 @@ def throttle(
     metrics_port: Annotated[int | None, typer.Option(
         "--metrics-port", envvar="CONVEYOR_THROTTLE_METRICS_PORT",
         help="Serve /metrics (decisions, quotas, busy brokers) for the dashboard on this port.")] = None,
+    metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
 ) -> None:
     """Set consumer_byte_rate quotas on the client ids of consumer groups far behind the tail while
     a broker is busy (produce request p99 or disk utilisation); never on consumers at the tail; lift them
     when the broker is healthy again. Every decision is printed, logged and kept in
     `<runtime.home>/throttle/<cluster>.decisions.jsonl`."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         policy = ThrottlePolicy(p99_busy_ms=p99_ms, disk_busy=disk_util, lag_far=lag_far, lag_tail=lag_tail,
                                 quota_bytes=parse_size_bytes(quota))
@@ -69,21 +76,21 @@ def throttle(
     model = platform_from(platform)
     model.cluster(cluster)
     controller = ThrottleController(model, cluster, policy, on_decision=_show_decision)
-    server = None
-    if metrics_port is not None:
-        server = serve_metrics(controller.metrics.registry, metrics_port,
-                               lambda: {"cluster": cluster, "quotas": len(controller.state.quotas)})
-    try:
-        if once:
+    if once:
+        try:
             _show_round(controller.cycle())
-            return
+        finally:
+            controller.close()
+        return
+
+    def work(stop: threading.Event) -> int:
         console.print(f"throttling lagging consumers of {cluster} every {interval:g} s (Ctrl-C to stop)")
-        stop = threading.Event()
         try:
             controller.run(interval, stop, _show_round)
-        except KeyboardInterrupt:
-            stop.set()
-    finally:
-        controller.close()
-        if server is not None:
-            server.shutdown()
+        finally:
+            controller.close()
+        return 0
+
+    service = Loop(controller.metrics.registry, work, lambda: (True, {"cluster": cluster,
+                                                                       "quotas": len(controller.state.quotas)}))
+    raise typer.Exit(serve(service, endpoint(metrics_host, metrics_port)))

@@ -20,6 +20,9 @@ from concurrent import futures
 from typing import Any, NoReturn
 
 import grpc
+from grpc_health.v1 import health as grpc_health
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 from confluent_kafka import KafkaException
 
 from conveyor import kafka
@@ -29,7 +32,6 @@ from conveyor.dispatch.access import Access
 from conveyor.dispatch.discovery import Membership
 from conveyor.dispatch.errors import AccessError, ForeignGroup, GroupInUse, NodeStopping, ReaderStopped
 from conveyor.dispatch.fanout import Client
-from conveyor.dispatch.health import serve_http
 from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
@@ -38,6 +40,7 @@ from conveyor.dispatch.share_reader import ShareReader
 from conveyor.dispatch.source import Source
 from conveyor.dispatch.streams import FirstFrameTimeout, Inbound
 from conveyor.gctune import tune_for_throughput
+from conveyor.service import Endpoint, MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -67,20 +70,25 @@ def dispatch_cluster(platform: Platform) -> str:
 
 class DispatchNode:
     def __init__(self, platform: Platform, host: str = "127.0.0.1", port: int | None = None,
-                 metrics_port: int | None = None, advertise: str | None = None) -> None:
+                 metrics_port: int | None = None, advertise: str | None = None,
+                 metrics_host: str | None = None) -> None:
         self.platform = platform
         self.cluster = dispatch_cluster(platform)
         self.host = host
         self.port = platform.dispatch.port if port is None else port
         self.metrics_port = platform.dispatch.metrics_port if metrics_port is None else metrics_port
+        self.metrics_host = metrics_host or host
         self._advertise = advertise
         self.metrics = NodeMetrics()
+        self.registry = self.metrics.registry
         self.access = Access(platform, self.cluster)
         self.membership = Membership(kafka.admin(platform, self.cluster))
         self._readers: dict[tuple[str, str], Source] = {}
         self._lock = threading.Lock()
         self._grpc: grpc.Server | None = None
-        self._http: Any = None
+        self._http: MetricsServer | None = None
+        self._stop_requested = threading.Event()
+        self._grpc_health = grpc_health.HealthServicer()
         self._stopping = False
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
@@ -96,12 +104,19 @@ class DispatchNode:
                              maximum_concurrent_rpcs=MAX_STREAMS)
         pb_grpc.add_DiscoveryServicer_to_server(DiscoveryService(self), server)
         pb_grpc.add_ReaderServicer_to_server(ReaderService(self), server)
+        # The standard health service and reflection: Kubernetes' gRPC probes and grpcurl work as
+        # with any gRPC server.
+        health_pb2_grpc.add_HealthServicer_to_server(self._grpc_health, server)
+        served = [pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Discovery", "Reader")]
+        reflection.enable_server_reflection([*served, grpc_health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        for name in ("", *served):
+            self._grpc_health.set(name, health_pb2.HealthCheckResponse.SERVING)
         bound = server.add_insecure_port(f"{self.host}:{self.port}")
         if bound == 0:
             raise OSError(f"cannot listen on {self.host}:{self.port}")
         self.port = bound
-        self._http = serve_http(self.host, self.metrics_port, self.metrics.registry, self.health)
-        self.metrics_port = self._http.server_address[1]
+        self._http = MetricsServer(self.registry, self.health, Endpoint(self.metrics_host, self.metrics_port))
+        self.metrics_port = self._http.port
         server.start()
         self._grpc = server
         self._reaper = threading.Thread(target=self._reap_idle, name="dispatch-reaper", daemon=True)
@@ -110,10 +125,21 @@ class DispatchNode:
         log.info("dispatcher %s serving cluster %s (metrics on %s:%d)", self.advertise, self.cluster, self.host,
                  self.metrics_port)
 
-    def stop(self, grace: float = 10.0) -> None:
+    def run(self) -> int:
+        """Serve until :meth:`stop` (conveyor.service runs a node this way)."""
+        self.start()
+        self._stop_requested.wait()
+        self.close()
+        return 0
+
+    def stop(self) -> None:
+        self._stop_requested.set()
+
+    def close(self, grace: float = 10.0) -> None:
         """Commit every partition's acks, leave the groups, end the streams, stop listening."""
         with self._lock:
             self._stopping = True
+        self._grpc_health.enter_graceful_shutdown()  # probes see NOT_SERVING while the acks are committed
         self._reaper_stop.set()
         if self._reaper is not None:
             self._reaper.join()  # it may be stopping a reader it has taken out of the table
@@ -124,8 +150,7 @@ class DispatchNode:
         if self._grpc is not None:
             self._grpc.stop(grace).wait()
         if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+            self._http.close()
         self.membership.close()
 
     def wait(self) -> None:
@@ -179,7 +204,7 @@ class DispatchNode:
                              **({"error": repr(r.failure)} if r.failure is not None else {})}
                 for (t, g), r in readers.items()}
         ok = all(r.alive for r in readers.values()) and not self._stopping
-        return ok, {"status": "ok" if ok else "failing", "node": self.advertise, "readers": body}
+        return ok, {"node": self.advertise, "readers": body}
 
     def authenticate(self, context: grpc.ServicerContext) -> str:
         """The service whose token the call carries, before the stream is read at all."""

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
+from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from conveyor import kafka
 from conveyor.config import CleanupPolicy, Platform, Topic
 from conveyor.errors import ConveyorError
-from conveyor.httpserve import serve_metrics
 from conveyor.replicate import plan
 from conveyor.replicate.copier import BucketCopier, RouteState
 from conveyor.replicate.destination import sync_topics
 from conveyor.replicate.metrics import ReplicateMetrics
 from conveyor.replicate.topic_configs import ConfigDifference
+from conveyor.service import Endpoint, serve
 from conveyor.topics.provisioner import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ class Worker:
         self.route = platform.routes[route_name]
         self.worker_id = worker_id or f"{route_name}-{socket.gethostname()}-{os.getpid()}"
         self.metrics = ReplicateMetrics()
+        self.registry = self.metrics.registry
         self.state = RouteState(platform, route_name, self.route, self.worker_id, self.metrics)
         self.copiers: dict[int, BucketCopier] = {}
         self._stop = threading.Event()
@@ -46,8 +47,13 @@ class Worker:
         #: Per undeclared topic, the source configs its copy does not have (logged when they change).
         self.differences: dict[str, tuple[ConfigDifference, ...]] = {}
 
-    def stop(self, *_: object) -> None:
+    def stop(self) -> None:
         self._stop.set()
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        failed = [c.bucket for c in self.copiers.values() if c.error is not None]
+        return not failed, {"worker": self.worker_id, "route": self.state.name, "buckets": sorted(self.copiers),
+                            **({"failed_buckets": failed} if failed else {})}
 
     # -- topics --------------------------------------------------------------------------------
 
@@ -173,12 +179,5 @@ class Worker:
 
 
 def run_worker(platform: Platform, route_name: str, worker_id: str | None = None,
-               metrics_port: int | None = None) -> int:
-    worker = Worker(platform, route_name, worker_id)
-    signal.signal(signal.SIGTERM, worker.stop)
-    signal.signal(signal.SIGINT, worker.stop)
-    if metrics_port is not None:
-        serve_metrics(worker.metrics.registry, metrics_port, lambda: {
-            "worker": worker.worker_id, "route": route_name, "buckets": sorted(worker.copiers)})
-    return worker.run()
-
+               endpoint: Endpoint = Endpoint()) -> int:
+    return serve(Worker(platform, route_name, worker_id), endpoint)

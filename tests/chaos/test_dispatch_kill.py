@@ -34,6 +34,7 @@ import pytest
 
 from conveyor.config import Platform
 from conveyor.dispatch.share_reader import LOCK_MARGIN
+from tests.conftest import eventually
 from tests.dispatch_support import (
     MAILER_TOKEN,
     committed_offsets,
@@ -42,7 +43,6 @@ from tests.dispatch_support import (
     free_port,
     produce,
     unacked_in_share_group,
-    wait_until,
 )
 
 pytestmark = pytest.mark.chaos
@@ -101,7 +101,7 @@ class Processes:
             self.nodes[i] = subprocess.Popen(
                 [sys.executable, "-m", "conveyor", "dispatch", "serve", "-p", str(self.platform_path),
                  "--port", str(port), "--metrics-port", str(metrics)], stdout=log, stderr=subprocess.STDOUT)
-        wait_until(lambda: _healthy(metrics), 60, f"dispatcher node {i} to answer /healthz")
+        eventually(lambda: _healthy(metrics), 60, f"dispatcher node {i} to answer /healthz")
 
     def start_client(self) -> None:
         self._spawned += 1
@@ -157,7 +157,7 @@ def test_killed_nodes_and_clients_lose_nothing_and_never_redeliver_committed_ack
             producer = threading.Thread(target=produce, args=(platform, topic, BATCH, BATCH * (round_ + 1)))
             producer.start()
             target = BATCH * round_ + BATCH // 3
-            wait_until(lambda: len(logs.confirmed()) >= target, 120, f"{target} acks confirmed")
+            eventually(lambda: len(logs.confirmed()) >= target, 120, f"{target} acks confirmed")
             victim = round_ % 2
             os.kill(procs.nodes[victim].pid, signal.SIGKILL)  # type: ignore[union-attr]
             for client in procs.clients[-2:]:
@@ -178,12 +178,12 @@ def test_killed_nodes_and_clients_lose_nothing_and_never_redeliver_committed_ack
             # A confirmation can die with a killed client or with the node that applied its ack, so
             # the logs cannot say what is acked; the share group can (below), once nothing is
             # locked any more: every record delivered, and no delivery for longer than a lock.
-            wait_until(lambda: everything <= logs.delivered() and logs.quiet_for(
+            eventually(lambda: everything <= logs.delivered() and logs.quiet_for(
                 platform.dispatch.ack_deadline + LOCK_MARGIN + 2), 300, f"all {total} messages handled")
         else:
             # Every message acked: the group's commit reaches each partition's end. (A client killed
             # right after acking never hears its confirmation, so the logs alone cannot say it.)
-            wait_until(lambda: {p: c[0] for p, c in committed_offsets(platform, topic, procs.group).items()} == ends,
+            eventually(lambda: {p: c[0] for p, c in committed_offsets(platform, topic, procs.group).items()} == ends,
                        240, f"the commit to reach the end of every partition ({total} messages)")
     finally:
         procs.stop_all()

@@ -19,7 +19,7 @@ from conveyor.dispatch.client import Message, Retry, Subscriber, SubscriberError
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.dispatch.server import DispatchNode
-from tests.conftest import read_topic
+from tests.conftest import eventually, read_topic
 from tests.dispatch_support import (
     MAILER_TOKEN,
     NOTIFIER_TOKEN,
@@ -31,7 +31,6 @@ from tests.dispatch_support import (
     produce,
     start_node,
     thirty_clients_read_everything,
-    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -145,16 +144,16 @@ def test_a_client_that_stops_reading_holds_only_its_credit_and_the_deadline_free
     stuck = RawStream(node, topic, group, credit=7)
     held = stuck.messages(7)
     reader = node.reader(topic, group)
-    wait_until(lambda: len(reader.partitions()) == 3, 60, "the partitions assigned")
+    eventually(lambda: len(reader.partitions()) == 3, 60, "the partitions assigned")
     assert len(held) == 7 and all(m.attempt == 1 for m in held)
     ledger = Ledger()
     sub = subscriber(node, topic, group, ledger, 1)
     with sub:
-        wait_until(lambda: len(ledger.confirmed) == 300, 90, "the other client to get everything")
+        eventually(lambda: len(ledger.confirmed) == 300, 90, "the other client to get everything")
     held_ids = {(m.partition, m.offset) for m in held}
     assert held_ids <= set(ledger.deliveries), "the stuck client's messages went to the other one"
     stuck.send(acks=ids(held))  # late acks of messages acked since: ignored and counted
-    wait_until(lambda: (node.metrics.registry.get_sample_value(
+    eventually(lambda: (node.metrics.registry.get_sample_value(
         "conveyor_dispatch_ignored_acks_total", {"topic": topic, "group": group, "reason": "already acked"}) or 0)
         + (node.metrics.registry.get_sample_value(
             "conveyor_dispatch_ignored_acks_total", {"topic": topic, "group": group, "reason": "below committed"}) or 0)
@@ -183,7 +182,7 @@ def test_nacks_redeliver_and_poison_messages_go_to_the_dead_letter_topic(setup, 
     group = f"mailer.{uuid.uuid4().hex[:6]}"
     dead_topic = f"{topic}.{group}.dead"
     with subscriber(node, topic, group, ledger, 1, handler, concurrency=4):
-        wait_until(lambda: committed_offsets(platform, topic, group).get(0, (-1,))[0] >= 0
+        eventually(lambda: committed_offsets(platform, topic, group).get(0, (-1,))[0] >= 0
                    and {p: c[0] for p, c in committed_offsets(platform, topic, group).items()}
                    == end_offsets(platform, topic), 90, "everything acked or dead-lettered")
     assert attempts[b"7"] == [1, 2]
@@ -217,7 +216,7 @@ def test_a_node_taking_over_never_redelivers_what_was_acked(setup, nodes) -> Non
         confirmed.update(zip(frame.committed.partitions, frame.committed.offsets))
     assert confirmed == {(m.partition, m.offset) for m in odd}
     stream.close()
-    first.stop(grace=1)
+    first.close(grace=1)
     commits = committed_offsets(platform, topic, group)
     for partition, (offset, metadata) in commits.items():
         recorded = decode(metadata)
@@ -228,7 +227,7 @@ def test_a_node_taking_over_never_redelivers_what_was_acked(setup, nodes) -> Non
     nodes.append(second)
     ledger = Ledger()
     with subscriber(second, topic, group, ledger, 1, concurrency=8):
-        wait_until(lambda: ledger.confirmed_values() | {m.value for m in odd} >= sent, 90, "the rest acked")
+        eventually(lambda: ledger.confirmed_values() | {m.value for m in odd} >= sent, 90, "the rest acked")
     again = confirmed & set(ledger.deliveries)
     assert not again, f"acked and committed before the takeover, delivered again: {sorted(again)[:10]}"
 
@@ -247,11 +246,11 @@ def test_two_nodes_share_the_partitions_and_discovery_names_both(setup, nodes) -
         def split() -> bool:
             held = [set(a.reader(topic, group).partitions()), set(b.reader(topic, group).partitions())]
             return all(held) and held[0] | held[1] == {0, 1, 2} and not held[0] & held[1]
-        wait_until(split, 60, "the partitions split between the two nodes")
+        eventually(split, 60, "the partitions split between the two nodes")
         sent = set(produce(platform, topic, 900))  # now both nodes serve some of them
-        wait_until(lambda: set(locate([a.advertise], topic, group, MAILER_TOKEN)) == {a.advertise, b.advertise},
+        eventually(lambda: set(locate([a.advertise], topic, group, MAILER_TOKEN)) == {a.advertise, b.advertise},
                    30, "discovery to name both nodes")
-        wait_until(lambda: ledger.confirmed_values() >= sent, 90, "every message acked")
+        eventually(lambda: ledger.confirmed_values() >= sent, 90, "every message acked")
     finally:
         for sub in subs:
             sub.stop()
@@ -274,7 +273,7 @@ def test_acks_never_outgrow_the_metadata_limit_the_fetch_waits_instead(setup, no
     stream.collect(received)
     # The widest span of offsets whose acks fit the limit in any mix: the node stays within it.
     span = max(s for s in range(1, 2000) if max_length(10_000, s, s) <= limit)
-    wait_until(lambda: node.metrics.registry.get_sample_value(
+    eventually(lambda: node.metrics.registry.get_sample_value(
         "conveyor_dispatch_paused_partitions", {"topic": topic, "group": group}) == 3
         and {m.partition for m in received} == {0, 1, 2}, 60, "every partition paused")
     # Offset 0 of each partition (a fresh topic) stays unacked: nothing can be committed past it.
@@ -282,7 +281,7 @@ def test_acks_never_outgrow_the_metadata_limit_the_fetch_waits_instead(setup, no
     assert len(received) < len(sent)
     held = [m for m in list(received) if m.offset != 0]
     stream.send(acks=ids(held), credit=len(held))
-    wait_until(lambda: all(decode(md).acked for _, md in committed_offsets(platform, topic, group).values()),
+    eventually(lambda: all(decode(md).acked for _, md in committed_offsets(platform, topic, group).values()),
                30, "the acks above offset 0 committed in the metadata")
     assert all(len(md) <= limit for _, md in committed_offsets(platform, topic, group).values())
     acked = {(m.partition, m.offset) for m in held}
@@ -290,14 +289,14 @@ def test_acks_never_outgrow_the_metadata_limit_the_fetch_waits_instead(setup, no
         fresh = [m for m in list(received) if (m.partition, m.offset) not in acked]
         stream.send(acks=ids(fresh), credit=len(fresh))
         acked.update((m.partition, m.offset) for m in fresh)
-        wait_until(lambda: len(received) > len(acked) or len(acked) == len(sent), 60, "more deliveries")
+        eventually(lambda: len(received) > len(acked) or len(acked) == len(sent), 60, "more deliveries")
     assert {p: c[0] for p, c in _settled(platform, topic, group).items()} == end_offsets(platform, topic)
     stream.close()
 
 
 def _settled(platform: Platform, topic: str, group: str) -> dict[int, tuple[int, str]]:
     ends = end_offsets(platform, topic)
-    wait_until(lambda: {p: c[0] for p, c in committed_offsets(platform, topic, group).items()} == ends, 30,
+    eventually(lambda: {p: c[0] for p, c in committed_offsets(platform, topic, group).items()} == ends, 30,
                "the commit to reach the end of every partition")
     return committed_offsets(platform, topic, group)
 
@@ -309,7 +308,7 @@ def test_metrics_and_health_over_http(setup, nodes) -> None:
     produce(platform, topic, 50)
     ledger = Ledger()
     with subscriber(node, topic, "mailer", ledger, 1):
-        wait_until(lambda: len(ledger.confirmed) == 50, 60, "50 acks committed")
+        eventually(lambda: len(ledger.confirmed) == 50, 60, "50 acks committed")
         base = f"http://{node.host}:{node.metrics_port}"
         health = httpx.get(f"{base}/healthz").json()
         assert health["status"] == "ok" and health["readers"][f"{topic}/mailer"]["partitions"] == [0, 1, 2]
@@ -319,6 +318,30 @@ def test_metrics_and_health_over_http(setup, nodes) -> None:
                  "conveyor_dispatch_delivery_latency_seconds_bucket", "conveyor_dispatch_acked_total"):
         assert f'{name}{{group="mailer",' in text or f"{name}{{" in text, name
     assert f'conveyor_dispatch_acked_total{{group="mailer",topic="{topic}"}} 50.0' in text
+
+
+def test_the_standard_grpc_health_and_reflection_services_answer(setup, nodes) -> None:
+    """What Kubernetes' gRPC probe and grpcurl ask: Health/Check, and the service list by reflection."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    platform, _ = setup()
+    node = start_node(platform)
+    nodes.append(node)
+    with grpc.insecure_channel(node.advertise) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "conveyor.dispatch.v1.Reader"):
+            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING, service
+        listing = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+        names = {s.name for s in next(listing).list_services_response.service}
+    assert {"conveyor.dispatch.v1.Discovery", "conveyor.dispatch.v1.Reader", "grpc.health.v1.Health"} <= names
+    node.close(grace=1)
+    nodes.remove(node)
+    with grpc.insecure_channel(node.advertise) as channel, pytest.raises(grpc.RpcError):
+        health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=3)
 
 
 def test_the_asyncio_subscriber_acks_on_return_and_nacks_on_raise(setup, nodes) -> None:

@@ -20,6 +20,7 @@ from conveyor.dispatch.client import Message, Subscriber
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.dispatch.server import DispatchNode
+from tests.conftest import eventually
 from tests.dispatch_support import (
     MAILER_TOKEN,
     Ledger,
@@ -27,7 +28,6 @@ from tests.dispatch_support import (
     setup,  # noqa: F401 (a fixture)
     produce,
     start_node,
-    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -94,13 +94,13 @@ def test_streams_that_never_subscribe_do_not_keep_a_real_client_out(setup, nodes
         # A valid token but never a first frame, on every slot the node has.
         idle = [Stream(channel, MAILER_TOKEN) for _ in range(slots)]
         time.sleep(0.5)
-        wait_until(lambda: probe(channel) is grpc.StatusCode.RESOURCE_EXHAUSTED, 4,
+        eventually(lambda: probe(channel) is grpc.StatusCode.RESOURCE_EXHAUSTED, 4,
                    "the idle streams to take every slot")
         ledger = Ledger()
         with Subscriber(topic, "mailer", lambda m: ledger.delivered(0, m.partition, m.offset, m.value),
                         nodes=[node.advertise], token=MAILER_TOKEN, on_committed=ledger.committed,
                         relocate_every=1.0):
-            wait_until(lambda: ledger.confirmed_values() >= sent, 90, "the real client to read everything")
+            eventually(lambda: ledger.confirmed_values() >= sent, 90, "the real client to read everything")
         for stream in idle:
             assert stream.ended.wait(30), "the idle stream was never closed"
             assert stream.status is grpc.StatusCode.DEADLINE_EXCEEDED, (stream.status, stream.details)
@@ -171,7 +171,7 @@ def test_a_group_without_clients_loses_its_reader_and_a_returning_client_resumes
             ledger.delivered(0, message.partition, message.offset, message.value)
         with Subscriber(topic, group, handle, 4, nodes=[node.advertise], token=MAILER_TOKEN,
                         on_committed=ledger.committed, relocate_every=1.0):
-            wait_until(lambda: ledger.confirmed_values() >= expected, 90, "every message acked and confirmed")
+            eventually(lambda: ledger.confirmed_values() >= expected, 90, "every message acked and confirmed")
             before = reaped()
             time.sleep(3)  # longer than the idle time: a reader with a client is never reaped
             assert reaped() == before
@@ -180,11 +180,11 @@ def test_a_group_without_clients_loses_its_reader_and_a_returning_client_resumes
     before = Ledger()
     read(before, first_half)
     assert members(platform, group) == 1
-    wait_until(lambda: reaped() == 1, 30, "the idle reader to be reaped")
+    eventually(lambda: reaped() == 1, 30, "the idle reader to be reaped")
     assert sample(node, "conveyor_dispatch_readers") == 0
     assert f"{topic}/{group}" not in node.health()[1]["readers"]
     assert not [t for t in threading.enumerate() if t.name == f"reader-{topic}-{group}"], "the reader thread is gone"
-    wait_until(lambda: members(platform, group) == 0, 30, "the reader's consumer to leave the group")
+    eventually(lambda: members(platform, group) == 0, 30, "the reader's consumer to leave the group")
     stale = node.metrics.registry.get_sample_value("conveyor_dispatch_backlog", {"topic": topic, "group": group})
     assert stale is None, "the reaped reader's gauges are gone, not frozen at their last values"
 
@@ -194,4 +194,4 @@ def test_a_group_without_clients_loses_its_reader_and_a_returning_client_resumes
     assert set(after.values.values()) == second_half, "resumed from the commit: nothing lost, nothing acked again"
     assert sum(after.deliveries.values()) == len(second_half)
     assert set(before.values.values()) == first_half
-    wait_until(lambda: reaped() == 2, 30, "the second reader to be reaped too")
+    eventually(lambda: reaped() == 2, 30, "the second reader to be reaped too")

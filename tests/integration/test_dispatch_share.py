@@ -14,7 +14,7 @@ from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.dispatch.client import Message, Retry, Subscriber, locate
 from conveyor.dispatch.server import DispatchNode
-from tests.conftest import read_topic
+from tests.conftest import eventually, read_topic
 from tests.dispatch_support import (
     MAILER_TOKEN,
     Ledger,
@@ -22,7 +22,6 @@ from tests.dispatch_support import (
     start_node,
     thirty_clients_read_everything,
     topic_maker,
-    wait_until,
 )
 from tests.dispatch_support import nodes  # noqa: F401 (a fixture)
 
@@ -46,7 +45,7 @@ def test_thirty_clients_on_two_share_nodes_get_every_message_once(setup, nodes) 
     nodes.extend([a, b])
     group = f"mailer.{uuid.uuid4().hex[:6]}"
     seeds = [a.advertise, b.advertise]
-    wait_until(lambda: set(locate(seeds, topic, group, MAILER_TOKEN)) == set(seeds), 60,
+    eventually(lambda: set(locate(seeds, topic, group, MAILER_TOKEN)) == set(seeds), 60,
                "discovery to name both nodes (the share group has no owner per partition)")
     sent = set(produce(platform, topic, 3000))
 
@@ -81,7 +80,7 @@ def test_nacks_come_back_with_the_brokers_delivery_count_and_poison_is_dead_lett
     dead_topic = f"{topic}.{group}.dead"
     with Subscriber(topic, group, handler, 4, nodes=[node.advertise], token=MAILER_TOKEN,
                     on_committed=ledger.committed, relocate_every=1.0):
-        wait_until(lambda: ledger.confirmed_values() >= sent - poison
+        eventually(lambda: ledger.confirmed_values() >= sent - poison
                    and sample(node, "conveyor_dispatch_dead_lettered_total", topic, group) == 2, 90,
                    "everything acked or dead-lettered")
     assert attempts[b"7"] == [1, 2], "a nacked message comes back with the broker's next delivery count"

@@ -25,6 +25,7 @@ from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.replicate.status import route_status
 from conveyor.replicate.topic_configs import MIRRORED
+from tests.conftest import eventually
 
 pytestmark = pytest.mark.integration
 ROUTE = "dc1-cfg"
@@ -40,7 +41,9 @@ def _free_port() -> int:
 def _configs(platform: Platform, cluster: str, topic: str) -> dict[str, str]:
     resource = ConfigResource(ResourceType.TOPIC, topic)
     admin = kafka.admin(platform, cluster)  # kept referenced until the future resolves
-    entries = admin.describe_configs([resource])[resource].result()
+    # A topic just created may not be known to the broker answering yet.
+    entries = eventually(lambda: admin.describe_configs([resource])[resource].result(), 30,
+                         f"the configs of {topic} on {cluster}", errors=(KafkaException,))
     return {key: entries[key].value for key in MIRRORED}
 
 
