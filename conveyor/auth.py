@@ -9,25 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any
 
 from conveyor.config import Platform
-from conveyor.errors import ConveyorError
+from conveyor.errors import Refusal
 
 
-class AccessDenied(ConveyorError):
-    """Refused before anything was read or written. ``status`` is the HTTP status; the dispatcher
-    maps the class to its gRPC code."""
+class AccessDenied(Refusal):
+    """Who is asking, or what they may do, refuses the request."""
 
-    status: int = 403
-    reason: str = "forbidden"
-
-    def __init__(self, message: str, **details: Any) -> None:
-        self.details = details
-        super().__init__(message)
-
-    def body(self) -> dict[str, Any]:
-        return {"error": self.reason, "message": str(self), **self.details}
+    status, reason = 403, "forbidden"
 
 
 class Unauthenticated(AccessDenied):

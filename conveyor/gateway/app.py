@@ -28,8 +28,9 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from conveyor.auth import AccessDenied, Authorizer
+from conveyor.auth import Authorizer
 from conveyor.config import Platform
+from conveyor.errors import Refusal
 from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
 from conveyor.gateway.bulkhead import Bulkheads
 from conveyor.gateway.errors import Overloaded, Rejection, TooLarge, UnknownTopic
@@ -77,8 +78,11 @@ class Gateway:
 
     def _switched(self, old: str, new: str, why: str) -> None:
         self.metrics.failovers.labels(old, new).inc()
+        self._show_active(new)
+
+    def _show_active(self, active: str) -> None:
         for cluster in self.writer.order:
-            self.metrics.active_cluster.labels(cluster).set(1 if cluster == new else 0)
+            self.metrics.active_cluster.labels(cluster).set(1 if cluster == active else 0)
 
     async def start(self) -> None:
         s = self.settings
@@ -86,7 +90,7 @@ class Gateway:
         maxima = await asyncio.to_thread(read_topic_maxima, self.platform, self.writer.order, self.contracts)
         self.event_limits = {topic: event_limit(s.max_event_bytes, m) for topic, m in maxima.items()}
         self.writer.start(batch_size(maxima.values()))
-        self._switched(self.dc, self.dc, "start")
+        self._show_active(self.dc)
         tune_for_throughput()
         self._audit_task = asyncio.create_task(self._publish_audit_forever())
         log.info("gateway %s writing to %s (failover: %s)", self.source, self.dc,
@@ -205,7 +209,7 @@ def create_app(gateway: Gateway) -> FastAPI:
                 media = media_type(request.headers.get("content-type"))
                 body = await read_body(request, gateway.settings.max_request_bytes)
                 answer = await gateway.publish(topic, body, media)
-        except (Rejection, AccessDenied) as err:
+        except Refusal as err:
             gateway.metrics.rejected.labels(label, err.reason).inc()
             headers = {"Retry-After": str(err.retry_after)} if isinstance(err, Overloaded) else None
             return Response(orjson.dumps(err.body()), err.status, headers, media_type="application/json")

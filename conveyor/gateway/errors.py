@@ -4,21 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor.errors import ConveyorError
+from conveyor.errors import Refusal
 
 
-class Rejection(ConveyorError):
-    """A request refused before anything was written; the body names what is wrong."""
-
-    status: int = 400
-    reason: str = "bad_request"
-
-    def __init__(self, message: str, **details: Any) -> None:
-        self.details = details
-        super().__init__(message)
-
-    def body(self) -> dict[str, Any]:
-        return {"error": self.reason, "message": str(self), **self.details}
+class Rejection(Refusal):
+    """What the request carries is refused (its body, size, topic, or the gateway's state)."""
 
 
 class MalformedBody(Rejection):

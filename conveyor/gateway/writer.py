@@ -14,7 +14,6 @@ import asyncio
 import functools
 import logging
 import threading
-import time
 from typing import NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -233,4 +232,4 @@ class Writer:
                 log.warning("failback: %s answers again; writing to it instead of %s", self.local, previous)
                 self._on_switch(previous, self.local, "local cluster recovered")
                 return
-            time.sleep(1.0)
+            self._stopping.wait(1.0)

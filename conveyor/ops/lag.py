@@ -186,7 +186,7 @@ class PartitionWindow:
         return [Sample(b[i], opt(b[i + 1]), b[i + 2], opt(b[i + 3]), opt(b[i + 4])) for i in range(0, len(b), _FIELDS)]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionStatus:
     topic: str
     partition: int
@@ -338,7 +338,8 @@ def evaluate_partition(window: PartitionWindow, policy: LagPolicy = DEFAULT_POLI
     """Status of one partition. ``now_ms`` defaults to the latest sample's time."""
     topic, partition = window.topic, window.partition
     if not len(window):
-        return PartitionStatus(topic, partition, Status.ERR, Reason.NO_SAMPLES, now_ms)
+        return PartitionStatus(topic=topic, partition=partition, status=Status.ERR, reason=Reason.NO_SAMPLES,
+                               at_ms=now_ms)
     at, committed, ends, commit_ms, log_starts = window.columns()
     last_at, end = at[-1], ends[-1]
     now = last_at if now_ms is None else now_ms
@@ -346,21 +347,24 @@ def evaluate_partition(window: PartitionWindow, policy: LagPolicy = DEFAULT_POLI
         raise ValueError(f"now_ms {now} is before the latest sample at {last_at}")
     log_start = log_starts[-1] if log_starts[-1] != NO_OFFSET else None
     if policy.max_sample_age_ms is not None and now - last_at > policy.max_sample_age_ms:
-        return PartitionStatus(topic, partition, Status.ERR, Reason.STALE_SAMPLES, now, None, end, log_start,
-                               since_ms=last_at)
+        return PartitionStatus(topic=topic, partition=partition, status=Status.ERR, reason=Reason.STALE_SAMPLES,
+                               at_ms=now, end=end, log_start=log_start, since_ms=last_at)
     complete = 1.0
     if NO_OFFSET in committed:
         n = len(at)
         valid = [i for i in range(n) if committed[i] != NO_OFFSET]
         if not valid:
             if end > (log_start or 0):
-                return PartitionStatus(topic, partition, Status.ERR, Reason.NO_COMMIT, now, None, end, log_start)
-            return PartitionStatus(topic, partition, Status.OK, Reason.EMPTY_PARTITION, now, None, end, log_start)
+                return PartitionStatus(topic=topic, partition=partition, status=Status.ERR, reason=Reason.NO_COMMIT,
+                                       at_ms=now, end=end, log_start=log_start)
+            return PartitionStatus(topic=topic, partition=partition, status=Status.OK, reason=Reason.EMPTY_PARTITION,
+                                   at_ms=now, end=end, log_start=log_start)
         first, complete = valid[0], len(valid) / n
         if len(valid) != n - first:  # a gap or a missing latest commit
             lost = committed.index(NO_OFFSET, first)
-            return PartitionStatus(topic, partition, Status.ERR, Reason.COMMIT_LOST, now, committed[lost - 1], end,
-                                   log_start, since_ms=at[lost], complete=complete)
+            return PartitionStatus(topic=topic, partition=partition, status=Status.ERR, reason=Reason.COMMIT_LOST,
+                                   at_ms=now, committed=committed[lost - 1], end=end, log_start=log_start,
+                                   since_ms=at[lost], complete=complete)
         # The group started committing inside the window: judge only the part with commits.
         at, committed, ends, commit_ms = at[first:], committed[first:], ends[first:], commit_ms[first:]
 
@@ -368,13 +372,14 @@ def evaluate_partition(window: PartitionWindow, policy: LagPolicy = DEFAULT_POLI
     lag = end - current
     if current > end or (log_start is not None and current < log_start):
         reason = Reason.BEYOND_END if current > end else Reason.BEHIND_LOG_START
-        return PartitionStatus(topic, partition, Status.ERR, reason, now, current, end, log_start, lag,
-                               complete=complete)
+        return PartitionStatus(topic=topic, partition=partition, status=Status.ERR, reason=reason, at_ms=now,
+                               committed=current, end=end, log_start=log_start, lag=lag, complete=complete)
     behind, method = seconds_behind(current, at, ends, now)
 
     def result(status: Status, reason: Reason, since_ms: int | None = None) -> PartitionStatus:
-        return PartitionStatus(topic, partition, status, reason, now, current, end, log_start, lag, behind, method,
-                               since_ms, complete)
+        return PartitionStatus(topic=topic, partition=partition, status=status, reason=reason, at_ms=now,
+                               committed=current, end=end, log_start=log_start, lag=lag, seconds_behind=behind,
+                               lag_time=method, since_ms=since_ms, complete=complete)
 
     if offsets_rewind(committed):
         return result(Status.REWIND, Reason.OFFSET_WENT_BACK, first_backward(at, committed))

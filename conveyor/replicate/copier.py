@@ -29,6 +29,7 @@ from conveyor import kafka
 from conveyor.config import Platform, ReplicationMode, Route
 from conveyor.replicate import plan
 from conveyor.replicate.bookkeeping import read_bucket
+from conveyor.replicate.errors import FENCE_CODES, CopyFailure, Fenced
 from conveyor.replicate.metrics import ReplicateMetrics
 from conveyor.replicate.plan import SourcePartition
 from conveyor.replicate.topic_configs import COPY_BATCH_BYTES
@@ -40,22 +41,6 @@ _TIMEOUT = 60.0
 _LOGGED_STARTS = 20
 #: Seconds before the earliest offsets of new partitions are asked again after a failure.
 _START_RETRY = 1.0
-Failure = tuple[SourcePartition, int, KafkaError]
-
-
-class Fenced(Exception):
-    """The producer cannot go on: another worker owns this bucket now (``by_newer_owner``), and this
-    copier must stop without touching anything; or its transactional state failed for another reason
-    (INVALID_TXN_STATE after a just-created route topic), and the copier takes the bucket over again
-    with a new producer, since nobody else will while this worker holds it."""
-
-    def __init__(self, error: KafkaError | None = None) -> None:
-        super().__init__(error.str() if error is not None else "fenced")
-        self.by_newer_owner = error is None or error.code() in _FENCE_CODES
-
-
-#: What a newer owner's init_transactions makes the old producer see.
-_FENCE_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
 
 @dataclass
@@ -315,7 +300,7 @@ class BucketCopier(threading.Thread):
         state, producer = self.state, self.producer
         with state.lock:
             source_counts, destination_counts = dict(state.source_counts), dict(state.destination_counts)
-        failures: list[Failure] = []
+        failures: list[CopyFailure] = []
         # Every partition of the batch, even those after a produce that raised, is rewound on failure:
         # the consumer's position is already past all of them.
         first: dict[SourcePartition, int] = {}
@@ -337,7 +322,7 @@ class BucketCopier(threading.Thread):
                               timestamp=message.timestamp()[1],
                               on_delivery=functools.partial(_collect, failures, source, message.offset()), **extra)
             except KafkaException as exc:
-                failures.append((source, message.offset(), exc.args[0]))
+                failures.append(CopyFailure(exc.args[0], source, message.offset()))
                 break
             touched[source] = message.offset() + 1
         if not failures and not exactly_once:
@@ -365,19 +350,19 @@ class BucketCopier(threading.Thread):
     def _store(self, records: list[tuple[bytes, bytes]]) -> bool:
         """Write records of the bucket's partition of the route topic on their own (in a transaction
         of their own when exactly once); False when they were not written."""
-        failures: list[Failure] = []
+        failures: list[CopyFailure] = []
         if self._exactly_once:
             self.producer.begin_transaction()
         for key, value in records:
             self._produce(plan.route_topic(self.state.name), value, key, partition=self.bucket,
-                          on_delivery=functools.partial(_collect, failures, SourcePartition("", -1), -1))
+                          on_delivery=functools.partial(_collect, failures, None, None))
         failures += self._finish(self._exactly_once)
         if failures:
             if self._exactly_once:
                 self._abort()
             self.state.metrics.errors.labels(self.state.name, "aborted").inc()
             log.warning("%s bucket %d: bookkeeping records not written (%s); tried again", self.state.name,
-                        self.bucket, "; ".join(sorted({error.str() for _, _, error in failures})))
+                        self.bucket, "; ".join(sorted({f.error.str() for f in failures})))
             time.sleep(0.2)
             return False
         return True
@@ -390,13 +375,13 @@ class BucketCopier(threading.Thread):
             except BufferError:
                 self.producer.poll(0.05)
 
-    def _flushed(self) -> list[Failure]:
+    def _flushed(self) -> list[CopyFailure]:
         """Wait for every delivery (failed ones reach the batch's failures through ``_collect``); a
         failure if some are still undelivered."""
         left = self.producer.flush(_TIMEOUT)
-        return [(SourcePartition("", -1), -1, KafkaError(KafkaError._TIMED_OUT))] if left else []
+        return [CopyFailure(KafkaError(KafkaError._TIMED_OUT))] if left else []
 
-    def _finish(self, exactly_once: bool) -> list[Failure]:
+    def _finish(self, exactly_once: bool) -> list[CopyFailure]:
         """Commit the transaction (or flush); the failures that make it void, if any."""
         if not exactly_once:
             return self._flushed()
@@ -406,10 +391,10 @@ class BucketCopier(threading.Thread):
                 return []
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
-                if error.fatal() or error.code() in _FENCE_CODES:
+                if error.fatal() or error.code() in FENCE_CODES:
                     raise Fenced(error) from exc
                 if error.txn_requires_abort():
-                    return [(SourcePartition("", -1), -1, error)]
+                    return [CopyFailure(error)]
                 if not error.retriable():
                     raise
                 self.state.metrics.errors.labels(self.state.name, "commit-retry").inc()
@@ -424,7 +409,7 @@ class BucketCopier(threading.Thread):
                 raise Fenced(exc.args[0]) from exc
             raise
 
-    def _undo(self, exactly_once: bool, first: dict[SourcePartition, int], failures: list[Failure]) -> None:
+    def _undo(self, exactly_once: bool, first: dict[SourcePartition, int], failures: list[CopyFailure]) -> None:
         """Abort, rewind every partition of the batch to its last committed offset, and stop a
         partition whose record the destination can never take (nothing is skipped)."""
         assert self.consumer is not None
@@ -434,11 +419,12 @@ class BucketCopier(threading.Thread):
         for source, offset in rewound.items():
             self._reposition(source, offset)
         log.warning("%s bucket %d: batch not copied (%s); rewound %s", self.state.name, self.bucket,
-                    "; ".join(sorted({error.str() for _, _, error in failures})),
+                    "; ".join(sorted({f.error.str() for f in failures})),
                     ", ".join(f"{s.topic}[{s.partition}]@{o}" for s, o in rewound.items()))
-        for source, offset, error in failures:
-            if error.code() in _TOO_LARGE and source.partition >= 0:
-                reason = (f"{source.topic}[{source.partition}] offset {offset}: record too large for "
+        for failure in failures:
+            source, error = failure.source, failure.error
+            if source is not None and error.code() in _TOO_LARGE:
+                reason = (f"{source.topic}[{source.partition}] offset {failure.offset}: record too large for "
                           f"{self.state.route.destination} ({error.str()}); this partition is stopped and nothing "
                           "was skipped: raise max.message.bytes of the destination topic, then restart the worker")
                 self.stopped[source] = reason
@@ -464,6 +450,7 @@ class BucketCopier(threading.Thread):
             self.state.metrics.lag.labels(self.state.name, source.topic, str(source.partition)).set(lag)
 
 
-def _collect(failures: list, source: SourcePartition, offset: int, error: KafkaError | None, _msg: Message) -> None:
+def _collect(failures: list[CopyFailure], source: SourcePartition | None, offset: int | None,
+             error: KafkaError | None, _msg: Message) -> None:
     if error is not None:
-        failures.append((source, offset, error))
+        failures.append(CopyFailure(error, source, offset))

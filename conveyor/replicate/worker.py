@@ -24,6 +24,7 @@ from conveyor.errors import ConveyorError
 from conveyor.replicate import plan
 from conveyor.replicate.copier import BucketCopier, RouteState
 from conveyor.replicate.destination import sync_topics
+from conveyor.replicate.errors import UnknownRoute
 from conveyor.replicate.metrics import ReplicateMetrics
 from conveyor.replicate.topic_configs import ConfigDifference
 from conveyor.service import Endpoint, serve
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 class Worker:
     def __init__(self, platform: Platform, route_name: str, worker_id: str | None = None) -> None:
         if route_name not in platform.routes:
-            raise ConveyorError(f"no route {route_name} in the platform file (routes: {', '.join(platform.routes)})")
+            raise UnknownRoute(f"no route {route_name} in the platform file (routes: {', '.join(platform.routes)})")
         self.route = platform.routes[route_name]
         self.worker_id = worker_id or f"{route_name}-{socket.gethostname()}-{os.getpid()}"
         self.metrics = ReplicateMetrics()

@@ -81,6 +81,9 @@ def test_each_refusal_has_its_status_and_body(url, gw_platform, topic, body, hea
     assert fields.items() <= payload.items()
     metrics = httpx.get(f"{url}/metrics").text
     assert f'reason="{error}"' in metrics
+    # Starting to write to the local cluster is not a failover.
+    assert 'conveyor_gateway_failovers_total{from_cluster="dc1",to_cluster="dc1"}' not in metrics
+    assert 'conveyor_gateway_active_cluster{cluster="dc1"} 1.0' in metrics
 
 
 def test_a_batch_with_one_bad_event_writes_nothing(url, gw_platform):
