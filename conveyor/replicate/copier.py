@@ -363,7 +363,7 @@ class BucketCopier(threading.Thread):
             self.state.metrics.errors.labels(self.state.name, "aborted").inc()
             log.warning("%s bucket %d: bookkeeping records not written (%s); tried again", self.state.name,
                         self.bucket, "; ".join(sorted({f.error.str() for f in failures})))
-            time.sleep(0.2)
+            self._stopping.wait(0.2)
             return False
         return True
 
@@ -433,7 +433,7 @@ class BucketCopier(threading.Thread):
                 self.state.metrics.stopped.labels(self.state.name, source.topic, str(source.partition)).set(1)
                 log.error("%s: %s", self.state.name, reason)
         self.state.metrics.errors.labels(self.state.name, "aborted").inc()
-        time.sleep(0.2)
+        self._stopping.wait(0.2)
 
     def _measure_lag(self) -> None:
         now = time.monotonic()
