@@ -24,18 +24,20 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conveyor.auth import Authorizer
-from conveyor.config import Platform
+from conveyor.config import Platform, read_contract
 from conveyor.errors import Refusal
 from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
 from conveyor.gateway.bulkhead import Bulkheads
 from conveyor.gateway.errors import Overloaded, Rejection, TooLarge, UnknownTopic
 from conveyor.gateway.limits import batch_size, event_limit, read_topic_maxima
 from conveyor.gateway.metrics import GatewayMetrics
+from conveyor.gateway.openapi import topic_paths
 from conveyor.gateway.parsing import media_type, prepare
 from conveyor.gateway.writer import Delivery, Record, Writer
 from conveyor.gctune import tune_for_throughput
@@ -216,6 +218,15 @@ def create_app(gateway: Gateway) -> FastAPI:
         finally:
             gateway.metrics.latency.labels(label).observe(time.perf_counter() - started)
         return Response(orjson.dumps(answer), 200, media_type="application/json")
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            contracts = {topic: read_contract(gateway.platform, topic) for topic in gateway.contracts}
+            app.openapi_schema = topic_paths(document, contracts)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.get("/healthz")
     async def healthz() -> Response:

@@ -86,6 +86,24 @@ def test_each_refusal_has_its_status_and_body(url, gw_platform, topic, body, hea
     assert 'conveyor_gateway_active_cluster{cluster="dc1"} 1.0' in metrics
 
 
+def test_the_openapi_document_has_each_topics_contract_and_every_refusal(url, gw_platform):
+    document = httpx.get(f"{url}/openapi.json").json()
+    assert "/v1/topics/{topic}/events" not in document["paths"]
+    publish = document["paths"]["/v1/topics/ad-events/events"]["post"]
+    body = publish["requestBody"]["content"]["application/json"]["schema"]["oneOf"][0]
+    contract = document["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
+    assert {"event_id", "event_time", "site_id"} <= set(contract["required"])
+    assert {"200", "400", "401", "403", "404", "413", "415", "422", "503"} <= set(publish["responses"])
+    reasons = document["components"]["schemas"]["Refusal"]["properties"]["error"]["enum"]
+    assert {"contract", "unauthenticated", "forbidden", "too_large", "overloaded", "unavailable"} <= set(reasons)
+    # Every local reference resolves inside the document.
+    text = httpx.get(f"{url}/openapi.json").text
+    for ref in {part.split('"')[0] for part in text.split('"$ref":"')[1:]}:
+        node = document
+        for key in ref.removeprefix("#/").split("/"):
+            node = node[key]
+
+
 def test_a_batch_with_one_bad_event_writes_nothing(url, gw_platform):
     before = end_offsets(gw_platform, "dc1", "ad-events")
     batch = [demo_event(user_id=f"u{i}") for i in range(50)] + [demo_event(type="clack")]
