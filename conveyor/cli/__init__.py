@@ -16,7 +16,7 @@ import typer
 
 from conveyor.cli import config_cmd, dispatch_cmd, gateway_cmd, ops_cmd, replicate_cmd, runtime_cmd, topics_cmd
 from conveyor.cli import lake_cmd, pipeline_cmd
-from conveyor.cli import advise_cmd, balance_cmd, throttle_cmd
+from conveyor.cli import advise_cmd, balance_cmd, ops_files_cmd, throttle_cmd
 from conveyor.cli import views_cmd
 from conveyor.cli.common import err_console
 from conveyor.config import ConfigError
@@ -69,6 +69,7 @@ app.add_typer(replicate_cmd.app, name="replicate")
 app.add_typer(ops_cmd.app, name="ops")
 ops_cmd.register(app)
 ops_cmd.app.command()(throttle_cmd.throttle)
+ops_cmd.app.command()(ops_files_cmd.rules)
 app.add_typer(pipeline_cmd.app, name="pipeline")
 app.add_typer(lake_cmd.app, name="lake")
 app.add_typer(balance_cmd.app, name="balance")

@@ -61,6 +61,14 @@ class Ops(Model):
     skew_min_bytes: SizeBytes = int(_HEALTH.skew_min_bytes)
     #: Read rate over write rate that counts as read amplification (the mission's incident was 4x).
     amplification: float = Field(default=DEFAULT_REWIND_POLICY.amplification_threshold, gt=1)
+    #: An hour of a topic must be complete in the lake this long after it ends (the rules file's
+    #: LakeHourLate); 2h: yesterday has landed by 02:00.
+    lake_deadline: Seconds = Field(default=7200.0, gt=0)
+    #: A webhook that receives the watcher's alerts in Alertmanager's shape on every change of state
+    #: (Alertmanager's own webhook receivers, a chat hook); none by default.
+    notify_url: str | None = Field(default=None, pattern=r"^https?://")
+    #: Posts tried per change before it is dropped (with back-off doubling from 0.5 s).
+    notify_attempts: int = Field(default=5, ge=1, le=20)
     #: JMX exporter URLs of the brokers of clusters given by bootstrap (local ones are known).
     metrics: dict[Name, list[str]] = Field(default_factory=dict)
     #: Component name -> its /metrics URL, read for the panels.

@@ -20,6 +20,47 @@ def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"conveyor_ops_{name}", doc, labels=labels)
 
 
+def state_families() -> dict[str, GaugeMetricFamily]:
+    """The families of the watcher's state, empty: a scrape fills them, a rules test names them."""
+    return {
+        "group_status": _gauge("group_status", "Worst partition status: 0 OK, 1 WARN, 2 STALL, 3 STOP, "
+                               "4 REWIND, 5 ERR", ["cluster", "group"]),
+        "group_lag": _gauge("group_lag_records", "Total lag of the group", ["cluster", "group"]),
+        "group_behind": _gauge("group_seconds_behind", "Most seconds behind of the group's partitions",
+                               ["cluster", "group"]),
+        "part_lag": _gauge("partition_lag_records", "Lag per partition", ["cluster", "group", "topic", "partition"]),
+        "part_status": _gauge("partition_status", "Status per partition (as group_status)",
+                              ["cluster", "group", "topic", "partition"]),
+        "part_behind": _gauge("partition_seconds_behind", "Seconds behind per partition",
+                              ["cluster", "group", "topic", "partition"]),
+        "amplification": _gauge("read_amplification_ratio", "Read rate over write rate, when above the threshold",
+                                ["cluster", "group", "topic"]),
+        "up": _gauge("broker_up", "1 when the node's metrics endpoint answered", ["cluster", "node"]),
+        "urp": _gauge("broker_under_replicated_partitions", "Under-replicated partitions led by the broker",
+                      ["cluster", "node"]),
+        "min_isr": _gauge("broker_under_min_isr_partitions", "Partitions below min ISR led by the broker",
+                          ["cluster", "node"]),
+        "leaders": _gauge("broker_leaders", "Partition leaders on the broker", ["cluster", "node"]),
+        "replicas": _gauge("broker_replicas", "Replicas on the broker", ["cluster", "node"]),
+        "bytes_in": _gauge("broker_bytes_in_per_second", "Bytes in from producers", ["cluster", "node"]),
+        "bytes_out": _gauge("broker_bytes_out_per_second", "Bytes out to consumers", ["cluster", "node"]),
+        "shrinks": _gauge("broker_isr_shrinks_per_second", "ISR shrinks", ["cluster", "node"]),
+        "expands": _gauge("broker_isr_expands_per_second", "ISR expands", ["cluster", "node"]),
+        "follower": _gauge("broker_max_follower_lag", "Max lag of the broker's follower fetchers, records",
+                           ["cluster", "node"]),
+        "p99": _gauge("broker_request_p99_seconds", "Request total time p99", ["cluster", "node", "request"]),
+        "c_urp": _gauge("cluster_under_replicated_partitions", "Under-replicated partitions", ["cluster"]),
+        "c_min_isr": _gauge("cluster_under_min_isr_partitions", "Partitions below min ISR", ["cluster"]),
+        "c_offline": _gauge("cluster_offline_partitions", "Partitions without a leader", ["cluster"]),
+        "c_changes": _gauge("cluster_leader_changes", "Leader changes over the recent window", ["cluster"]),
+        "c_skew": _gauge("cluster_load_skew", "Max over mean per broker", ["cluster", "load"]),
+        "c_seconds": _gauge("round_seconds", "Duration of the cluster's latest round", ["cluster"]),
+        "alerts": _gauge("alerts", "Active alerts by severity", ["cluster", "severity"]),
+        "alert": _gauge("alert", "1 per active alert",
+                        ["cluster", "rule", "subject", "severity"]),
+    }
+
+
 class OpsCollector(Collector):
     def __init__(self, watcher: Watcher) -> None:
         self.watcher = watcher
@@ -49,43 +90,7 @@ class OpsCollector(Collector):
             yield from self._state(state)
 
     def _state(self, state: OpsState) -> Iterator[Metric]:
-        g = {
-            "group_status": _gauge("group_status", "Worst partition status: 0 OK, 1 WARN, 2 STALL, 3 STOP, "
-                                   "4 REWIND, 5 ERR", ["cluster", "group"]),
-            "group_lag": _gauge("group_lag_records", "Total lag of the group", ["cluster", "group"]),
-            "group_behind": _gauge("group_seconds_behind", "Most seconds behind of the group's partitions",
-                                   ["cluster", "group"]),
-            "part_lag": _gauge("partition_lag_records", "Lag per partition", ["cluster", "group", "topic", "partition"]),
-            "part_status": _gauge("partition_status", "Status per partition (as group_status)",
-                                  ["cluster", "group", "topic", "partition"]),
-            "part_behind": _gauge("partition_seconds_behind", "Seconds behind per partition",
-                                  ["cluster", "group", "topic", "partition"]),
-            "amplification": _gauge("read_amplification_ratio", "Read rate over write rate, when above the threshold",
-                                    ["cluster", "group", "topic"]),
-            "up": _gauge("broker_up", "1 when the node's metrics endpoint answered", ["cluster", "node"]),
-            "urp": _gauge("broker_under_replicated_partitions", "Under-replicated partitions led by the broker",
-                          ["cluster", "node"]),
-            "min_isr": _gauge("broker_under_min_isr_partitions", "Partitions below min ISR led by the broker",
-                              ["cluster", "node"]),
-            "leaders": _gauge("broker_leaders", "Partition leaders on the broker", ["cluster", "node"]),
-            "replicas": _gauge("broker_replicas", "Replicas on the broker", ["cluster", "node"]),
-            "bytes_in": _gauge("broker_bytes_in_per_second", "Bytes in from producers", ["cluster", "node"]),
-            "bytes_out": _gauge("broker_bytes_out_per_second", "Bytes out to consumers", ["cluster", "node"]),
-            "shrinks": _gauge("broker_isr_shrinks_per_second", "ISR shrinks", ["cluster", "node"]),
-            "expands": _gauge("broker_isr_expands_per_second", "ISR expands", ["cluster", "node"]),
-            "follower": _gauge("broker_max_follower_lag", "Max lag of the broker's follower fetchers, records",
-                               ["cluster", "node"]),
-            "p99": _gauge("broker_request_p99_seconds", "Request total time p99", ["cluster", "node", "request"]),
-            "c_urp": _gauge("cluster_under_replicated_partitions", "Under-replicated partitions", ["cluster"]),
-            "c_min_isr": _gauge("cluster_under_min_isr_partitions", "Partitions below min ISR", ["cluster"]),
-            "c_offline": _gauge("cluster_offline_partitions", "Partitions without a leader", ["cluster"]),
-            "c_changes": _gauge("cluster_leader_changes", "Leader changes over the recent window", ["cluster"]),
-            "c_skew": _gauge("cluster_load_skew", "Max over mean per broker", ["cluster", "load"]),
-            "c_seconds": _gauge("round_seconds", "Duration of the cluster's latest round", ["cluster"]),
-            "alerts": _gauge("alerts", "Active alerts by severity", ["cluster", "severity"]),
-            "alert": _gauge("alert", "1 per active alert",
-                            ["cluster", "rule", "subject", "severity"]),
-        }
+        g = state_families()
         for c in state.clusters:
             name = c.cluster
             for report in c.groups:

@@ -33,6 +33,7 @@ from conveyor.ops.health import (
     leader_moves,
 )
 from conveyor.ops.lag import LagPolicy
+from conveyor.ops.notify import WebhookNotifier
 from conveyor.ops.panels import PanelTracker, PanelView
 from conveyor.ops.rewind import OffsetFinding, RewindPolicy
 from conveyor.ops.sampler import SamplerProcess
@@ -209,6 +210,9 @@ class Watcher:
         self.state: OpsState | None = None
         self.cycles = 0
         self.cycle_errors = 0
+        ops = platform.ops
+        self.notifier = (WebhookNotifier(ops.notify_url, platform.name, f"http://127.0.0.1:{ops.port}/",
+                                         attempts=ops.notify_attempts) if ops.notify_url else None)
         self._pool = ThreadPoolExecutor(max_workers=len(self.clusters), thread_name_prefix="ops-cluster")
 
     def cycle(self) -> OpsState:
@@ -217,6 +221,8 @@ class Watcher:
         if self.components:
             self.panels.push(at, dict(zip(self.components, self.scraper.pages(list(self.components.values())))))
         self.state = OpsState(self.platform.name, at, self.interval, reports, self.panels.views())
+        if self.notifier is not None:
+            self.notifier.update((alert for report in reports for alert in report.alerts), at)
         self.cycles += 1
         return self.state
 
@@ -236,6 +242,8 @@ class Watcher:
             stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     def close(self) -> None:
+        if self.notifier is not None:
+            self.notifier.close()
         self._pool.shutdown(wait=False)
         for cluster in self.clusters:
             cluster.close()

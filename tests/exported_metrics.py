@@ -1,0 +1,34 @@
+"""Every metric name Conveyor's components export, as a scrape shows them (counters with _total,
+histograms with _bucket, _sum and _count): what rules and dashboards may name."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from prometheus_client import CollectorRegistry
+
+from conveyor.dispatch.metrics import NodeMetrics
+from conveyor.gateway.metrics import GatewayMetrics
+from conveyor.ops.metrics import state_families
+from conveyor.ops.throttle.controller import ThrottleMetrics
+from conveyor.pipeline.metrics import LakeMetrics
+from conveyor.pipeline.realtime.metrics import RealtimeMetrics
+from conveyor.replicate.metrics import ReplicateMetrics
+
+_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",),
+             "summary": ("", "_sum", "_count")}
+#: The watcher's counters (built on each scrape, beside its state's gauges).
+_OPS_COUNTERS = ("conveyor_ops_rounds", "conveyor_ops_round_errors", "conveyor_ops_admin_calls",
+                 "conveyor_ops_offset_findings", "conveyor_ops_sample_failures")
+
+
+def _names(registry: CollectorRegistry) -> set[str]:
+    return {family.name + suffix for family in registry.collect() for suffix in _SUFFIXES[family.type]}
+
+
+def exported_metric_names() -> set[str]:
+    registries = [GatewayMetrics("dc1").registry, ReplicateMetrics().registry, NodeMetrics().registry,
+                  LakeMetrics(timedelta(0)).registry, RealtimeMetrics().registry, ThrottleMetrics().registry]
+    names = set().union(*(_names(r) for r in registries))
+    names |= {family.name for family in state_families().values()}
+    return names | {f"{name}_total" for name in _OPS_COUNTERS}
