@@ -32,3 +32,18 @@ def exported_metric_names() -> set[str]:
     names = set().union(*(_names(r) for r in registries))
     names |= {family.name for family in state_families().values()}
     return names | {f"{name}_total" for name in _OPS_COUNTERS}
+
+
+def exported_label_names() -> dict[str, set[str]]:
+    """Per exported metric name, the label names its series carry (the registry's own bookkeeping:
+    a labelled metric with no series yet shows no labels on a scrape)."""
+    registries = [GatewayMetrics("dc1").registry, ReplicateMetrics().registry, NodeMetrics().registry,
+                  LakeMetrics(timedelta(0)).registry, RealtimeMetrics().registry, ThrottleMetrics().registry]
+    labels: dict[str, set[str]] = {}
+    for registry in registries:
+        for name, collector in registry._names_to_collectors.items():  # noqa: SLF001 (no public view)
+            extra = {"le"} if name.endswith("_bucket") else set()
+            labels[name] = set(getattr(collector, "_labelnames", ())) | extra
+    for family in state_families().values():
+        labels[family.name] = set(family._labelnames)  # noqa: SLF001
+    return labels

@@ -1,7 +1,8 @@
-"""``conveyor ops rules``: the files operators load into their own tools."""
+"""``conveyor ops rules`` and ``ops dashboards``: the files operators load into their own tools."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -29,3 +30,17 @@ def rules(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     console.print(f"wrote {out}")
+
+
+def dashboards(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the dashboard files.")] = Path("dashboards"),
+) -> None:
+    """Write Grafana dashboards (brokers, replication, lake, real-time views, dispatcher) as JSON
+    files over the metrics Conveyor exports; import them in Grafana with a Prometheus data source."""
+    from conveyor.ops.grafana import DASHBOARDS, dashboard_document
+
+    out.mkdir(parents=True, exist_ok=True)
+    for dashboard in DASHBOARDS:
+        path = out / f"{dashboard.uid}.json"
+        path.write_text(json.dumps(dashboard_document(dashboard), indent=2) + "\n")
+        console.print(f"wrote {path}")
