@@ -10,7 +10,7 @@ import yaml
 
 from conveyor.config import ConfigError, load_platform, parse_duration_ms, parse_platform, parse_size_bytes
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEMO = yaml.safe_load((ROOT / "platform.yaml").read_text())
 
 

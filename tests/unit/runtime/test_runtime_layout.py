@@ -8,7 +8,7 @@ from conveyor.config import load_platform
 from conveyor.runtime.layout import CONTROLLER_ID, plan_layout, redis_layout
 from conveyor.runtime.properties import server_properties
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PLATFORM = load_platform(ROOT / "platform.yaml")
 
 
