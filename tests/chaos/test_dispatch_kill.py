@@ -35,7 +35,7 @@ import pytest
 from conveyor.config import Platform
 from conveyor.dispatch.share_reader import LOCK_MARGIN
 from tests.conftest import eventually
-from tests.dispatch_support import (
+from tests.dispatchkit import (
     MAILER_TOKEN,
     committed_offsets,
     dispatch_platform,

@@ -18,7 +18,7 @@ from conveyor.ops.balance.execution import new_execution
 from conveyor.ops.balance.executor import Executor, load_state, state_path
 from conveyor.ops.balance.live import live_cluster
 from conveyor.runtime.local import LocalPlatform
-from tests.balance_support import AckedStream, counts, create_topic, delete_topics, preload, reassign_and_wait
+from tests.balancekit import AckedStream, counts, create_topic, delete_topics, preload, reassign_and_wait
 from tests.conftest import read_topic
 
 pytestmark = pytest.mark.integration

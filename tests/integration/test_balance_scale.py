@@ -28,7 +28,7 @@ from conveyor.ops.balance.live import ClusterUnreachableError, read_metadata
 from conveyor.ops.kafka_tools import KafkaTools
 from conveyor.runtime.local import LocalPlatform
 from conveyor.topics.provisioner import ensure_topics
-from tests.balance_support import AckedStream, counts, create_topic, delete_topics, preload, wait_ports_free
+from tests.balancekit import AckedStream, counts, create_topic, delete_topics, preload, wait_ports_free
 from tests.conftest import read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

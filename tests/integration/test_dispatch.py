@@ -20,7 +20,7 @@ from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.dispatch.server import DispatchNode
 from tests.conftest import eventually, read_topic
-from tests.dispatch_support import (
+from tests.dispatchkit import (
     MAILER_TOKEN,
     NOTIFIER_TOKEN,
     Ledger,

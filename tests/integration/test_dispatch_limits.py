@@ -21,7 +21,7 @@ from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.dispatch.server import DispatchNode
 from tests.conftest import eventually
-from tests.dispatch_support import (
+from tests.dispatchkit import (
     MAILER_TOKEN,
     Ledger,
     nodes,  # noqa: F401 (a fixture)

@@ -15,7 +15,7 @@ from conveyor.config import Platform
 from conveyor.dispatch.client import Message, Retry, Subscriber, locate
 from conveyor.dispatch.server import DispatchNode
 from tests.conftest import eventually, read_topic
-from tests.dispatch_support import (
+from tests.dispatchkit import (
     MAILER_TOKEN,
     Ledger,
     produce,
@@ -23,7 +23,7 @@ from tests.dispatch_support import (
     thirty_clients_read_everything,
     topic_maker,
 )
-from tests.dispatch_support import nodes  # noqa: F401 (a fixture)
+from tests.dispatchkit import nodes  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,7 @@ from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.pipeline.realtime.plan import job_views
 from conveyor.topics.contracts import INT64_MAX
 from tests.conftest import read_topic
-from tests.contract_events import broken_events, json_values, valid_events
+from tests.contractkit import broken_events, json_values, valid_events
 from tests.lakekit import drop_topics, gateway_lake_case, lake_folder, lake_spark, quarantine_of, rows_of  # noqa: F401
 from tests.realtimekit import counters_in_redis, minute_label, views_of
 

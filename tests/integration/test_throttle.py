@@ -23,7 +23,7 @@ from conveyor.ops.kafka_tools import KafkaTools
 from conveyor.ops.throttle.controller import ThrottleController
 from conveyor.ops.throttle.policy import Action, ThrottlePolicy
 from conveyor.runtime.local import LocalPlatform
-from tests.balance_support import create_topic, delete_topics, preload
+from tests.balancekit import create_topic, delete_topics, preload
 
 pytestmark = pytest.mark.integration
 CLUSTER = "central"

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from conveyor.cli import app
 from conveyor.ops.grafana import DASHBOARDS, dashboard_document
-from tests.exported_metrics import exported_label_names
+from tests.metricskit import exported_label_names
 
 _METRIC = re.compile(r"\bconveyor_[a-z0-9_]+")
 

@@ -14,7 +14,7 @@ import yaml
 
 from conveyor.config import Ops
 from conveyor.ops.rules import rules_document
-from tests.exported_metrics import exported_metric_names
+from tests.metricskit import exported_metric_names
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with `make setup`")
 

@@ -55,7 +55,7 @@ def _value(name: str, spec: dict[str, Any], recent: bool) -> st.SearchStrategy[A
         return st.floats(allow_nan=False, allow_infinity=False)
     if kind == "boolean":
         return st.booleans()
-    raise ValueError(f"contract_events cannot generate {name}: {spec}")
+    raise ValueError(f"contractkit cannot generate {name}: {spec}")
 
 
 def valid_events(schema: dict[str, Any], recent: bool = False) -> st.SearchStrategy[dict[str, Any]]:
