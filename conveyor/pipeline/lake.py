@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial, reduce
 from typing import TYPE_CHECKING
@@ -45,6 +45,17 @@ if TYPE_CHECKING:
 _BROADCAST_DROPS = 1_000_000
 #: Called with (topic, what the run is doing now) for progress display.
 StepCallback = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class LandingCounts:
+    """What one topic's landing read and committed."""
+
+    records_read: int = 0
+    bytes_read: int = 0
+    landed: int = 0
+    quarantined: int = 0
+    duplicates_dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -171,19 +182,20 @@ class _TopicLanding:
             self.step(f"recording {len(plan.gaps)} gap(s)")
             record_gaps(self.spark, plan.gaps, listed_at)
         stale = [t for t, c in commits.items() if c is None or c.positions != plan.end_positions]
-        counts = dict.fromkeys(("records_read", "bytes_read", "landed", "quarantined", "duplicates_dropped"), 0)
+        counts = LandingCounts()
         if stale:
             self.step(f"reading {plan.records:,} offsets")
             properties = commit_properties(plan.end_positions, listed_at, self.run_id)
             last = commits[self.quarantine]
             counts = self._land(plan, stale, properties, listed_at, bad_before=bool(last and last.added_records))
         guard.clear_running(self.platform, self.topic)
-        return TopicRun(topic=self.topic, ranges=plan.ranges, gaps=plan.gaps, **counts, orphans_deleted=orphans,
+        return TopicRun(topic=self.topic, ranges=plan.ranges, gaps=plan.gaps, **asdict(counts),
+                        orphans_deleted=orphans,
                         committed=bool(stale), seconds=time.monotonic() - started, listed_at=listed_at)
 
     def _land(
         self, plan: RangePlan, stale: list[str], properties: dict[str, str], listed_at: datetime, bad_before: bool
-    ) -> dict[str, int]:
+    ) -> LandingCounts:
         """Commit the stale tables, the rows first; the run's counts.
 
         The rows' commit reads and parses the range once, counting it on the way (an observation,
@@ -242,8 +254,8 @@ class _TopicLanding:
             for frame in cached:
                 frame.unpersist()
         stats = observation.get
-        return {"records_read": stats["read"], "bytes_read": stats["bytes"], "landed": landed,
-                "quarantined": quarantined, "duplicates_dropped": dropped}
+        return LandingCounts(records_read=stats["read"], bytes_read=stats["bytes"], landed=landed,
+                             quarantined=quarantined, duplicates_dropped=dropped)
 
     def _table_columns(self) -> list[str]:
         return [c.name for c in self.columns] + [name for name, _ in COORDINATES]
