@@ -46,7 +46,7 @@ from conveyor.ops.balance.live import live_cluster
 from conveyor.ops.balance.planner import LOADS
 from conveyor.ops.kafka_tools import KafkaTools
 from conveyor.runtime.local import LocalPlatform
-from tests.balance_support import preload, reassign_and_wait, wait_ports_free
+from tests.balancekit import preload, reassign_and_wait, wait_ports_free
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "balance_vs_kafka.json"
