@@ -44,10 +44,22 @@ def plan(
     prune: PruneOption = False,
 ) -> None:
     """Show what `apply` would change: missing topics, fewer partitions than declared, config
-    drift, and what Kafka cannot change. Exits 1 when the plan holds something that cannot apply."""
+    drift, and what Kafka cannot change. Exit status, as Terraform's -detailed-exitcode: 0 when
+    every cluster matches platform.yaml, 2 when `apply` would change something, 1 on an error or
+    when the plan holds something Kafka cannot apply."""
     plans = provisioner.plan(platform_from(platform), cluster, prune)
     _print_plans(plans)
-    raise typer.Exit(1 if any(p.refusals for p in plans) else 0)
+    raise typer.Exit(plan_exit_code(plans))
+
+
+#: Exit statuses of a plan: nothing to do, or changes that `apply` would make.
+PLAN_IN_SYNC, PLAN_CHANGES = 0, 2
+
+
+def plan_exit_code(plans: list[ClusterPlan]) -> int:
+    if any(p.refusals for p in plans):
+        return 1
+    return PLAN_IN_SYNC if all(p.in_sync for p in plans) else PLAN_CHANGES
 
 
 @app.command()

@@ -86,7 +86,23 @@ def test_partition_decrease_is_refused_and_nothing_changes(provisioned: Platform
     assert all(p.in_sync for p in provisioner.plan(provisioned))
 
 
-def test_cli_plan_exits_nonzero_on_refusal(provisioned: Platform, platform_data, platform_file: Path):
+def test_cli_plan_exits_0_in_sync_2_with_changes_1_when_kafka_cannot(provisioned: Platform, platform_data,
+                                                                       platform_file: Path):
+    import yaml
+
+    def plan(data: dict) -> int:
+        path = platform_file.parent / "planned.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return subprocess.run([sys.executable, "-m", "conveyor", "topics", "plan", "--platform", str(path)],
+                              capture_output=True, text=True, timeout=120).returncode
+
+    changed, shrunk = copy.deepcopy(platform_data), copy.deepcopy(platform_data)
+    changed["topics"]["notifications"]["retention"] = "4d"
+    shrunk["topics"]["ad-events"]["partitions"] = 6
+    assert (plan(platform_data), plan(changed), plan(shrunk)) == (0, 2, 1)
+
+
+def test_cli_apply_exits_nonzero_on_refusal(provisioned: Platform, platform_data, platform_file: Path):
     import yaml
 
     data = copy.deepcopy(platform_data)
