@@ -35,19 +35,19 @@ system-deps:
 demo: setup
 	$(BIN)/conveyor up
 	$(BIN)/conveyor topics apply
-	$(BIN)/conveyor dashboard
+	$(BIN)/conveyor ops dashboard
 	$(BIN)/conveyor smoke
 	$(BIN)/conveyor gateway start --dc dc1
 	$(BIN)/conveyor gateway start --dc dc2
 	$(BIN)/conveyor replicate start --route dc1-central
 	$(BIN)/conveyor replicate start --route dc2-central
-	$(BIN)/conveyor generate --rate 2000 --duration 20 --token demo-adserver-token
+	$(BIN)/conveyor gateway generate --rate 2000 --duration 20 --token demo-adserver-token
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
 	$(BIN)/conveyor pipeline lake --once
 	$(BIN)/conveyor pipeline audit
-	$(BIN)/conveyor generate --rate 2000 --duration 75 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --for 60s; wait
+	$(BIN)/conveyor gateway generate --rate 2000 --duration 75 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --for 60s; wait
 	$(BIN)/conveyor status
-	$(BIN)/conveyor dashboard
+	$(BIN)/conveyor ops dashboard
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
 
 test: setup

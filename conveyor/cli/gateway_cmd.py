@@ -1,4 +1,4 @@
-"""``conveyor gateway serve|start`` and ``conveyor generate``: the HTTP produce API and its load."""
+"""``conveyor gateway serve|start|generate``: the HTTP produce API and its load."""
 
 from __future__ import annotations
 

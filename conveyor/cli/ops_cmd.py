@@ -1,4 +1,4 @@
-"""``conveyor lag``, ``conveyor health``, ``conveyor dashboard`` and ``conveyor ops watch``.
+"""``conveyor ops lag``, ``conveyor ops health``, ``conveyor ops dashboard`` and ``conveyor ops watch``.
 
 `lag` and `health` show the watcher's state: from a running watch service (``--url``), or sampled
 here for a few rounds. Both print the same JSON shape the dashboard draws (``conveyor.ops.report``).
@@ -36,9 +36,12 @@ PortOption = Annotated[int | None, typer.Option(envvar="CONVEYOR_OPS_PORT", help
 
 
 def register(root: typer.Typer) -> None:
-    root.command()(lag)
-    root.command()(health)
-    root.command()(dashboard)
+    """``ops lag``, ``ops health`` and ``ops dashboard``; the top-level names they had stay for a
+    release as hidden aliases."""
+    for command in (lag, health, dashboard):
+        app.command()(command)
+        name = command.__name__
+        root.command(name, hidden=True, help=f"Deprecated: use `conveyor ops {name}`.")(command)
 
 
 def _styled(value: str) -> str:

@@ -46,7 +46,7 @@ LAG_LOOK_AT = {
     Status.WARN: "the group's throughput against the produce rate: add consumers up to the partition count, "
                  "or put the dispatcher in front of a slow consumer",
     Status.STALL: "the consumer's logs for a record it cannot process: it is alive and keeps committing the same offset",
-    Status.STOP: "the group's members (`conveyor lag --group {group}` shows its state): a crashed, hung or "
+    Status.STOP: "the group's members (`conveyor ops lag --group {group}` shows its state): a crashed, hung or "
                  "descheduled consumer, or partitions left unassigned after a rebalance",
     Status.REWIND: "who moved the committed offset back: an offsets reset, a consumer restoring offsets from its "
                    "own store, the coordinator after a rebalance",

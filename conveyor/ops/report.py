@@ -1,4 +1,4 @@
-"""The watcher's state as JSON: what the dashboard draws and `conveyor lag` / `health` print. Pure.
+"""The watcher's state as JSON: what the dashboard draws and `conveyor ops lag` / `ops health` print. Pure.
 
 One shape for every reader, so the CLI shows the same thing whether it sampled by itself or asked a
 running watch service (``GET /api/state``). Partitions are listed only for groups that need a look
