@@ -36,7 +36,8 @@ def _per_topic(values: list[str] | None, option: str) -> tuple[float | None, dic
 @app.command()
 def partitions(
     platform: PlatformOption = DEFAULT_PLATFORM,
-    cluster: Annotated[str, typer.Option("--cluster", "-c", envvar="CONVEYOR_CLUSTER")] = "central",
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", envvar="CONVEYOR_CLUSTER",
+                                                help="Default: pipeline.source, else the only read cluster.")] = None,
     topic: Annotated[list[str] | None, typer.Option("--topic", "-t", help="Only these topics (repeatable).")] = None,
     max_lag: Annotated[str, typer.Option("--max-lag", help="Wanted maximum consumer lag (30s, 5m).")] = "60s",
     processing_ms: Annotated[list[str] | None, typer.Option(
@@ -53,6 +54,7 @@ def partitions(
     """Per topic: the consumers its traffic needs, the partitions to have, and whether the dispatcher
     (many consumers per partition) is the better answer than more partitions."""
     model = platform_from(platform)
+    cluster = model.read_cluster(cluster)
     spec = model.cluster(cluster)
     try:
         lag_s, stall_s = parse_duration_ms(max_lag) / 1000, parse_duration_ms(stall) / 1000

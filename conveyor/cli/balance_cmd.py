@@ -46,13 +46,7 @@ _SHOWN = 30
 
 
 def _cluster(platform: Platform, cluster: str | None) -> str:
-    if cluster is not None:
-        platform.cluster(cluster)
-        return cluster
-    reads = [name for name, c in platform.clusters.items() if c.role.value == "read"]
-    if len(reads) != 1:
-        raise BalanceError(f"name the cluster with --cluster (clusters: {', '.join(sorted(platform.clusters))})")
-    return reads[0]
+    return platform.read_cluster(cluster)
 
 
 def _rate(value: float) -> str:

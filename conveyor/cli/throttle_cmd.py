@@ -42,8 +42,9 @@ def _show_round(result: Round) -> None:
 
 def throttle(
     platform: PlatformOption = DEFAULT_PLATFORM,
-    cluster: Annotated[str, typer.Option("--cluster", "-c", envvar="CONVEYOR_CLUSTER", help="Cluster to watch.")]
-    = "central",
+    cluster: Annotated[str | None, typer.Option(
+        "--cluster", "-c", envvar="CONVEYOR_CLUSTER",
+        help="Cluster to watch (default: pipeline.source, else the only read cluster).")] = None,
     interval: Annotated[float, typer.Option("--interval", min=1, help="Seconds between rounds.")] = 15.0,
     once: Annotated[bool, typer.Option("--once", help="Run one round and exit (for cron and tests).")] = False,
     p99_ms: Annotated[float, typer.Option(
@@ -74,7 +75,7 @@ def throttle(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     model = platform_from(platform)
-    model.cluster(cluster)
+    cluster = model.read_cluster(cluster)
     controller = ThrottleController(model, cluster, policy, on_decision=_show_decision)
     if once:
         try:

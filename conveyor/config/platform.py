@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from conveyor.config.clusters import Cluster
+from conveyor.config.clusters import Cluster, ClusterRole
 from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
 from conveyor.config.ops import Ops
@@ -56,6 +56,20 @@ class Platform(Model):
     @property
     def home(self) -> Path:
         return self.resolve(self.runtime.home)
+
+    def read_cluster(self, chosen: str | None = None, setting: str = "--cluster") -> str:
+        """The one rule for the cluster a reader reads when nothing names it: ``chosen`` (an option
+        or a section's own setting), else pipeline.source, else the only cluster of role read."""
+        if chosen is not None:
+            self.cluster(chosen)  # an unknown name fails here, naming the known ones
+            return chosen
+        if self.pipeline.source is not None:
+            return self.pipeline.source
+        read = sorted(name for name, c in self.clusters.items() if c.role == ClusterRole.read)
+        if len(read) != 1:
+            raise ConfigError([Problem("pipeline.source", f"set it, or give {setting}: there are {len(read)} read "
+                                                          f"clusters ({', '.join(read) or 'none'})")])
+        return read[0]
 
     def local_clusters(self) -> dict[str, Cluster]:
         return {name: c for name, c in self.clusters.items() if c.is_local}

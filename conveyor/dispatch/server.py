@@ -27,7 +27,7 @@ from confluent_kafka import KafkaException
 
 from conveyor import kafka
 from conveyor.auth import Forbidden, Unauthenticated
-from conveyor.config import ClusterRole, ConfigError, Platform, Problem
+from conveyor.config import Platform
 from conveyor.dispatch.access import Access
 from conveyor.dispatch.discovery import Membership
 from conveyor.dispatch.errors import AccessError, ForeignGroup, GroupInUse, NodeStopping, ReaderStopped
@@ -56,16 +56,8 @@ _STATUS = {
 
 
 def dispatch_cluster(platform: Platform) -> str:
-    """The cluster dispatchers read: dispatch.cluster, else pipeline.source, else the only read cluster."""
-    if platform.dispatch.cluster is not None:
-        platform.cluster(platform.dispatch.cluster)
-        return platform.dispatch.cluster
-    if platform.pipeline.source is not None:
-        return platform.pipeline.source
-    read = [name for name, c in platform.clusters.items() if c.role == ClusterRole.read]
-    if len(read) != 1:
-        raise ConfigError([Problem("dispatch.cluster", f"set it: there are {len(read)} read clusters")])
-    return read[0]
+    """The cluster dispatchers read: dispatch.cluster, else the platform's read cluster."""
+    return platform.read_cluster(platform.dispatch.cluster, "dispatch.cluster")
 
 
 class DispatchNode:

@@ -32,9 +32,7 @@ _LOGIN_MODULES = {
 
 
 def source_cluster(platform: Platform) -> str:
-    if platform.pipeline.source is None:
-        raise LakeConfigError("pipeline.source is not set in platform.yaml: name the cluster the lake reads")
-    return platform.pipeline.source
+    return platform.read_cluster(setting="pipeline.source")
 
 
 def _jaas_quote(value: str) -> str:

@@ -143,3 +143,19 @@ def test_broken_entry_does_not_echo_as_unknown_reference():
     with pytest.raises(ConfigError) as caught:
         parse_platform(data, root=ROOT)
     assert [str(p) for p in caught.value.problems] == ["clusters.dc1.brokers: must be >= 1"]
+
+
+def test_one_rule_picks_the_read_cluster() -> None:
+    """An explicit choice, else pipeline.source, else the only cluster of role read; otherwise an
+    error that names what to set."""
+    data = {"clusters": {"dc1": {"role": "writable"}, "central": {"role": "read", "brokers": 3},
+                         "archive": {"role": "read"}}}
+    two_reads = parse_platform(data)
+    with pytest.raises(ConfigError, match="set it, or give --cluster: there are 2 read clusters"):
+        two_reads.read_cluster()
+    assert two_reads.read_cluster("archive") == "archive"
+    with pytest.raises(ConfigError, match="no such cluster"):
+        two_reads.read_cluster("nowhere")
+    assert parse_platform({**data, "pipeline": {"source": "central"}}).read_cluster() == "central"
+    one_read = parse_platform({"clusters": {k: v for k, v in data["clusters"].items() if k != "archive"}})
+    assert one_read.read_cluster() == "central"
