@@ -11,7 +11,15 @@ from rich.filesize import decimal
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, err_console, platform_from
+from conveyor.cli.common import (
+    DEFAULT_PLATFORM,
+    PlatformOption,
+    YesOption,
+    confirm,
+    console,
+    err_console,
+    platform_from,
+)
 from conveyor.config import Platform, parse_size_bytes
 from conveyor.ops.balance import Plan, plan
 from conveyor.ops.balance.errors import BalanceError
@@ -215,6 +223,7 @@ def execute(
     batch_bytes: BatchBytesOption = None,
     dry_run: DryRunOption = False,
     discard: Annotated[bool, typer.Option("--discard", help="Drop an unfinished execution instead of resuming.")] = False,
+    yes: YesOption = False,
 ) -> None:
     """Apply a plan in throttled batches, wait for every moved replica to be in sync, then elect the
     preferred leaders. Resumes an interrupted run; refuses a plan made for a cluster that has changed since."""
@@ -233,6 +242,8 @@ def execute(
     if not execution.target and not execution.elections:
         console.print("the cluster is balanced: nothing to do")
         return
+    if not dry_run:
+        confirm(name, f"move replicas and leaders on cluster {name}", yes)
     run_execution(model, execution, dry_run)
 
 
@@ -248,6 +259,7 @@ def add_broker(
     batch_partitions: BatchOption = 5,
     batch_bytes: BatchBytesOption = None,
     dry_run: DryRunOption = False,
+    yes: YesOption = False,
 ) -> None:
     """Move load onto newly started brokers in throttled batches (smooth scale-out). The brokers
     must already run and have registered with the cluster. An interrupted run resumes first."""
@@ -255,6 +267,7 @@ def add_broker(
     name = _cluster(model, cluster)
     unfinished = None if dry_run else _resumable(model, name, discard=False)
     if unfinished is not None:  # an interrupted add-broker (or execute) finishes first
+        confirm(name, f"resume the unfinished moves on cluster {name}", yes)
         run_execution(model, unfinished, dry_run)
         return
     live, result = _plan(model, name, topic, sample_seconds, threshold)
@@ -269,4 +282,6 @@ def add_broker(
     if result.is_empty:
         console.print("nothing to move: the cluster is balanced with the new broker(s) as it is")
         return
+    if not dry_run:
+        confirm(name, f"move replicas onto broker(s) {sorted(broker)} of cluster {name}", yes)
     run_execution(model, _execution(live, result, throttle, batch_partitions, batch_bytes), dry_run)

@@ -46,3 +46,17 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 
 def endpoint(host: str, port: int | None) -> Endpoint:
     return Endpoint(host=host, port=port)
+
+
+YesOption = Annotated[bool, typer.Option("--yes", help="Confirm without asking (for scripts).")]
+
+
+def confirm(name: str, what: str, yes: bool) -> None:
+    """A typed confirmation before a command changes a cluster: the operator types ``name`` (a
+    cluster's or the platform's), or passes ``--yes``; anything else exits 1 having changed nothing."""
+    if yes:
+        return
+    answer = typer.prompt(f"type {name} to {what}", default="", show_default=False)
+    if answer != name:
+        err_console.print("not confirmed; nothing was changed")
+        raise typer.Exit(1)

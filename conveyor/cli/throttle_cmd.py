@@ -15,6 +15,8 @@ from conveyor.cli.common import (
     DEFAULT_PLATFORM,
     MetricsHostOption,
     PlatformOption,
+    YesOption,
+    confirm,
     console,
     endpoint,
     platform_from,
@@ -64,6 +66,7 @@ def throttle(
         "--metrics-port", envvar="CONVEYOR_THROTTLE_METRICS_PORT",
         help="Serve /metrics (decisions, quotas, busy brokers) for the dashboard on this port.")] = None,
     metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
+    yes: YesOption = False,
 ) -> None:
     """Set consumer_byte_rate quotas on the client ids of consumer groups far behind the tail while
     a broker is busy (produce request p99 or disk utilisation); never on consumers at the tail; lift them
@@ -76,6 +79,7 @@ def throttle(
         raise typer.BadParameter(str(exc)) from None
     model = platform_from(platform)
     cluster = model.read_cluster(cluster)
+    confirm(cluster, f"let the throttle set client quotas on cluster {cluster}", yes)
     controller = ThrottleController(model, cluster, policy, on_decision=_show_decision)
     if once:
         try:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, err_console, platform_from
+from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, YesOption, confirm, console, platform_from
 from conveyor.topics import provisioner
 from conveyor.topics.plan import ChangeKind, ClusterPlan
 
@@ -67,7 +67,7 @@ def apply(
     platform: PlatformOption = DEFAULT_PLATFORM,
     cluster: ClusterOption = None,
     prune: PruneOption = False,
-    yes: Annotated[bool, typer.Option("--yes", help="Confirm deletions without asking (for scripts).")] = False,
+    yes: YesOption = False,
 ) -> None:
     """Create missing topics, add partitions and fix config drift on every cluster. Deletes only
     with --prune, after a typed confirmation (or --yes). Changes nothing if any part cannot apply."""
@@ -75,10 +75,7 @@ def apply(
     plans = provisioner.plan(platform_model, cluster, prune)
     _print_plans(plans)
     deletions = [(p.cluster, c.topic) for p in plans for c in p.changes if c.kind == ChangeKind.delete]
-    if deletions and not yes and not any(p.refusals for p in plans):
-        answer = typer.prompt(f"type the platform name ({platform_model.name}) to delete {len(deletions)} topic(s)")
-        if answer != platform_model.name:
-            err_console.print("not confirmed; nothing was changed")
-            raise typer.Exit(1)
+    if deletions and not any(p.refusals for p in plans):
+        confirm(platform_model.name, f"delete {len(deletions)} topic(s)", yes)
     done = provisioner.apply(platform_model, plans)
     console.print(f"applied {len(done)} change(s)" if done else "nothing to change")

@@ -74,7 +74,7 @@ def test_every_leader_on_one_broker_is_evened_out_in_resumed_batches_and_no_acke
         saved = load_state(state_path(platform, CLUSTER))
         assert saved is not None and (saved.done, saved.in_flight) == (1, True)
 
-        resumed = CliRunner().invoke(app, ["balance", "execute", "-p", str(platform_file), "--cluster", CLUSTER,
+        resumed = CliRunner().invoke(app, ["balance", "execute", "--yes", "-p", str(platform_file), "--cluster", CLUSTER,
                                            "--topic", skewed], catch_exceptions=False)
         assert resumed.exit_code == 0, resumed.output
         # The interrupted batch may have finished moving before the resume looks (small partitions
@@ -105,7 +105,7 @@ def test_a_plan_for_a_cluster_that_changed_since_is_refused_and_nothing_moves(
         reassign_and_wait(platform, CLUSTER, {(topic, 0): (2, 1)})  # someone else moves a partition
         _, _, before = counts(platform, CLUSTER, {topic})
 
-        refused = CliRunner().invoke(app, ["balance", "execute", "-p", str(platform_file), "--cluster", CLUSTER,
+        refused = CliRunner().invoke(app, ["balance", "execute", "--yes", "-p", str(platform_file), "--cluster", CLUSTER,
                                            "--plan", str(saved)])
         assert isinstance(refused.exception, StalePlanError), refused.output
         assert [d.partition for d in refused.exception.drift] == [(topic, 0)]

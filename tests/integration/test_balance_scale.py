@@ -90,7 +90,7 @@ def _wait_gone(platform: Platform, timeout: float = 60) -> None:
 
 
 def _balance(*args: str) -> None:
-    result = CliRunner().invoke(app, ["balance", *args], catch_exceptions=False)
+    result = CliRunner().invoke(app, ["balance", *args, "--yes"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
 
 

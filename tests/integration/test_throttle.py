@@ -115,7 +115,7 @@ def test_the_command_runs_one_round_and_says_why(platform: Platform, platform_fi
     lagging, _ = members
     cli = typer.Typer()
     cli.command()(throttle_cmd.throttle)
-    args = ["-p", str(platform_file), "--cluster", CLUSTER, "--once", "--lag-far", str(MESSAGES // 6),
+    args = ["-p", str(platform_file), "--cluster", CLUSTER, "--once", "--yes", "--lag-far", str(MESSAGES // 6),
             "--lag-tail", "10"]
     healthy = CliRunner().invoke(cli, [*args, "--p99-ms", "1000000000", "--disk-util", "2"])
     assert healthy.exit_code == 0, healthy.output
