@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter as Tally
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -64,6 +65,8 @@ class RealtimeMetrics:
         self.run_latencies: Tally[int] = Tally()
         #: The latest batches, for the summary of a bounded run.
         self.reports: deque[BatchReport] = deque(maxlen=1000)
+        #: When each of ``reports`` was observed (monotonic seconds), for the steady-state figure.
+        self.observed_at: deque[float] = deque(maxlen=1000)
 
     def observe(self, report: BatchReport) -> None:
         self.batches.labels("first" if report.first_attempt else "replay").inc()
@@ -82,10 +85,20 @@ class RealtimeMetrics:
         self.size.set(report.records)
         self.run_latencies.update(report.latencies)
         self.reports.append(report)
+        self.observed_at.append(time.monotonic())
 
     def run_latency(self) -> dict[float, float]:
         """Quantiles over every event applied since the job started."""
         return {q: ms / 1000 for q, ms in quantiles(self.run_latencies, QUANTILES).items()}
+
+    def latency_since(self, started: float) -> tuple[int, dict[float, float]]:
+        """Events applied by the batches observed at or after ``started`` (monotonic seconds), and
+        their latency quantiles: the steady state once the start-up backlog is behind the job."""
+        tally: Tally[int] = Tally()
+        for at, report in zip(self.observed_at, self.reports):
+            if at >= started:
+                tally.update(report.latencies)
+        return sum(tally.values()), {q: ms / 1000 for q, ms in quantiles(tally, QUANTILES).items()}
 
 
 def seconds_text(value: float | None) -> str:

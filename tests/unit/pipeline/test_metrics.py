@@ -27,3 +27,26 @@ def test_a_run_with_a_gap_is_counted_per_partition_and_completeness_is_exported(
     # Landed to 10:25, 10 minutes late: hours up to 10:00 are complete.
     complete = datetime(2025, 3, 1, 10, 0, tzinfo=timezone.utc).timestamp()
     assert value("conveyor_lake_complete_until_timestamp_seconds", {"topic": "ad-events"}) == complete
+
+
+def test_the_steady_state_latency_counts_only_the_batches_after_its_start(monkeypatch):
+    from collections import Counter
+
+    from conveyor.pipeline.realtime import metrics as realtime_metrics
+    from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics
+
+    def batch(batch_id: int, latencies_ms: dict[int, int]) -> BatchReport:
+        return BatchReport(batch_id, sum(latencies_ms.values()), sum(latencies_ms.values()), 1, 1, {}, 0.1,
+                           Counter(latencies_ms), True)
+
+    metrics = RealtimeMetrics()
+    clock = iter([10.0, 20.0, 30.0])
+    monkeypatch.setattr(realtime_metrics.time, "monotonic", lambda: next(clock))
+    metrics.observe(batch(0, {30_000: 100}))  # the start-up batch: 30 s late
+    metrics.observe(batch(1, {400: 100}))
+    metrics.observe(batch(2, {600: 100}))
+    events, steady = metrics.latency_since(20.0)
+    assert events == 200
+    assert steady == {0.5: 0.4, 0.99: 0.6}
+    assert metrics.run_latency()[0.99] == 30.0
+    assert metrics.latency_since(31.0) == (0, {})

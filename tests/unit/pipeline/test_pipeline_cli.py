@@ -36,3 +36,9 @@ def test_a_topic_the_platform_does_not_declare_is_refused_before_spark_starts():
     run = conveyor("pipeline", "lake", "--topics", "nope")
     assert run.returncode == 1
     assert "not declared in platform.yaml: nope" in run.stderr
+
+
+def test_a_realtime_start_that_is_neither_earliest_nor_latest_is_refused():
+    run = conveyor("pipeline", "realtime", "--from", "middle")
+    assert run.returncode == 2
+    assert "--from" in run.stderr and "Traceback" not in run.stderr
