@@ -1,13 +1,22 @@
-"""What every command shares: the --platform option, the console, and error reporting."""
+"""What every command shares: the --platform option, the console, error reporting, and tables that
+print as JSON with ``-o json``."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import json
 import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
+from uuid import UUID
 
 import typer
-from rich.console import Console
+from rich.console import Console, JustifyMethod, OverflowMethod
+from rich.table import Table
 
 from conveyor.config import DEFAULT_PLATFORM_FILE, Platform, load_platform
 from conveyor.service import Endpoint
@@ -56,7 +65,92 @@ def confirm(name: str, what: str, yes: bool) -> None:
     cluster's or the platform's), or passes ``--yes``; anything else exits 1 having changed nothing."""
     if yes:
         return
-    answer = typer.prompt(f"type {name} to {what}", default="", show_default=False)
+    # On stderr, so that stdout holds a command's -o json document alone.
+    answer = typer.prompt(f"type {name} to {what}", default="", show_default=False, err=True)
     if answer != name:
         err_console.print("not confirmed; nothing was changed")
         raise typer.Exit(1)
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+OutputOption = Annotated[OutputFormat, typer.Option(
+    "--output", "-o", case_sensitive=False,
+    help="table for people; json for scripts: one JSON document on stdout, the same rows with typed values.")]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: its header, and what a row shows in it, a field of the row (``key``,
+    the header by default) or ``cell(row)``; either may carry Rich markup."""
+
+    header: str
+    key: str | None = None
+    cell: Callable[[Any], str] | None = None
+    justify: JustifyMethod = "left"
+    overflow: OverflowMethod = "ellipsis"
+
+    def show(self, row: Any) -> str:
+        if self.cell is not None:
+            return self.cell(row)
+        value = field_of(row, self.key or self.header)
+        return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Section:
+    """Rows of one kind: a table for people, a list of objects named ``name`` in the JSON document."""
+
+    name: str
+    title: str
+    columns: Sequence[Column]
+    rows: Sequence[Any]
+    show_lines: bool = False
+
+
+def field_of(row: Any, key: str) -> Any:
+    return row[key] if isinstance(row, Mapping) else getattr(row, key)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, (Path, UUID)):
+        return str(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _record(row: Any) -> Any:
+    if dataclasses.is_dataclass(row) and not isinstance(row, type):
+        return dataclasses.asdict(row)
+    return row
+
+
+def render(output: OutputFormat, *sections: Section, **values: Any) -> None:
+    """Print ``sections`` as Rich tables, or as one JSON object on stdout: each section's rows (a
+    dataclass's fields, a mapping's items) under its name, beside ``values`` (which the table form
+    leaves to the command's own lines)."""
+    if output is OutputFormat.json:
+        document = {**{s.name: [_record(r) for r in s.rows] for s in sections}, **values}
+        typer.echo(json.dumps(document, indent=2, default=_jsonable))
+        return
+    for section in sections:
+        table = Table(title=section.title, show_lines=section.show_lines)
+        for column in section.columns:
+            table.add_column(column.header, justify=column.justify, overflow=column.overflow)
+        for row in section.rows:
+            table.add_row(*(column.show(row) for column in section.columns))
+        console.print(table)
+
+
+def say(output: OutputFormat, text: str) -> None:
+    """A line for people beside the tables: on stdout with a table, on stderr beside a JSON document
+    (so stdout holds the document alone)."""
+    (console if output is OutputFormat.table else err_console).print(text, highlight=False)

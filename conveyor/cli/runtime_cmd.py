@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from typing import Any
+
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
+from conveyor.cli.common import (
+    DEFAULT_PLATFORM,
+    Column,
+    OutputFormat,
+    OutputOption,
+    PlatformOption,
+    Section,
+    console,
+    err_console,
+    platform_from,
+    render,
+    say,
+)
 from conveyor.kafka import bootstrap_servers
 from conveyor.runtime import processes
 from conveyor.runtime.local import LocalPlatform, PlatformState
@@ -21,12 +35,13 @@ def register(app: typer.Typer) -> None:
     app.command()(smoke)
 
 
-def up(platform: PlatformOption = DEFAULT_PLATFORM) -> None:
+def up(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = OutputFormat.table) -> None:
     """Start every local cluster of the platform (real KRaft brokers) and Redis, then wait until
     each cluster reports all its brokers. Running it again starts only what is missing."""
     local = LocalPlatform(platform_from(platform))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
+                  TimeElapsedColumn(), console=console if output is OutputFormat.table else err_console,
+                  transient=True) as progress:
         tasks: dict[str, int] = {}
 
         def report(step: str, completed: int, total: int) -> None:
@@ -35,11 +50,8 @@ def up(platform: PlatformOption = DEFAULT_PLATFORM) -> None:
             progress.update(tasks[step], completed=completed, total=total)
 
         state = local.up(report)
-    if state.started:
-        console.print(f"started: {', '.join(state.started)}")
-    else:
-        console.print("everything was already running")
-    _print_clusters(local, state)
+    say(output, f"started: {', '.join(state.started)}" if state.started else "everything was already running")
+    _print_clusters(local, state, output)
 
 
 def down(platform: PlatformOption = DEFAULT_PLATFORM) -> None:
@@ -48,62 +60,77 @@ def down(platform: PlatformOption = DEFAULT_PLATFORM) -> None:
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
 
 
-def status(platform: PlatformOption = DEFAULT_PLATFORM) -> None:
-    """Show which local processes run, with their pids and ports. Exits 1 when any is down."""
-    local = LocalPlatform(platform_from(platform))
-    state = local.state()
-    table = Table(title="local processes")
-    for column in ("cluster", "node", "roles", "rack", "pid", "client", "controller", "metrics"):
-        table.add_column(column)
+def _processes(local: LocalPlatform, state: PlatformState) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for cluster in state.clusters:
         for node_state in cluster.nodes:
             node = node_state.node
-            pid = f"[green]{node_state.pid}[/]" if node_state.running else "[red]stopped[/]"
-            table.add_row(cluster.layout.name, node.name, node.roles, node.rack or "", pid,
-                          str(node.client_port) if node.is_broker else "",
-                          str(node.controller_port) if node.is_controller else "", str(node.metrics_port))
+            rows.append({"cluster": cluster.layout.name, "node": node.name, "roles": node.roles, "rack": node.rack,
+                         "running": node_state.running, "pid": node_state.pid if node_state.running else None,
+                         "client_port": node.client_port if node.is_broker else None,
+                         "controller_port": node.controller_port if node.is_controller else None,
+                         "metrics_port": node.metrics_port})
     if state.redis is not None:
-        pid = f"[green]{state.redis.pid}[/]" if state.redis.pid else "[red]stopped[/]"
-        table.add_row("", "redis", "", "", pid, str(state.redis.layout.port), "", "")
+        rows.append(_process("redis", None, state.redis.pid, client_port=state.redis.layout.port))
     for daemon in service_daemons(local.platform):
-        service_pid = processes.running_pid(daemon)
-        table.add_row("", daemon.name, "service", "", f"[green]{service_pid}[/]" if service_pid else "stopped",
-                      "", "", "")
-    console.print(table)
-    platform_model = local.platform
-    for name, cluster in platform_model.clusters.items():
-        if not cluster.is_local:
-            console.print(f"{name}: existing cluster at {cluster.bootstrap} (not managed here)")
+        rows.append(_process(daemon.name, "service", processes.running_pid(daemon)))
+    return rows
+
+
+def _process(name: str, roles: str | None, pid: int | None, client_port: int | None = None) -> dict[str, Any]:
+    return {"cluster": None, "node": name, "roles": roles, "rack": None, "running": bool(pid), "pid": pid or None,
+            "client_port": client_port, "controller_port": None, "metrics_port": None}
+
+
+def _pid(row: dict[str, Any]) -> str:
+    return f"[green]{row['pid']}[/]" if row["running"] else "[red]stopped[/]"
+
+
+def status(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = OutputFormat.table) -> None:
+    """Show which local processes run, with their pids and ports. Exits 1 when any is down."""
+    local = LocalPlatform(platform_from(platform))
+    state = local.state()
+    columns = (Column("cluster"), Column("node"), Column("roles"), Column("rack"), Column("pid", cell=_pid),
+               Column("client", "client_port"), Column("controller", "controller_port"),
+               Column("metrics", "metrics_port"))
+    existing = [{"cluster": name, "bootstrap": cluster.bootstrap}
+                for name, cluster in local.platform.clusters.items() if not cluster.is_local]
+    render(output, Section("processes", "local processes", columns, _processes(local, state)),
+           existing_clusters=existing, all_running=state.all_running)
+    if output is OutputFormat.table:
+        for row in existing:
+            console.print(f"{row['cluster']}: existing cluster at {row['bootstrap']} (not managed here)")
     raise typer.Exit(0 if state.all_running else 1)
 
 
 def smoke(
     platform: PlatformOption = DEFAULT_PLATFORM,
     messages: int = typer.Option(100, min=1, help="Messages per cluster."),
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Produce and consume through every cluster and check every message came back unchanged."""
     platform_model = platform_from(platform)
-    table = Table(title="smoke: produce and consume through every cluster")
-    for column in ("cluster", "bootstrap", "produced", "consumed", "produce", "consume"):
-        table.add_column(column)
+    rows = []
     for name in platform_model.clusters:
         result = smoke_cluster(platform_model, name, messages)
-        table.add_row(name, bootstrap_servers(platform_model, name), str(result.produced),
-                      f"[green]{result.consumed}[/]", f"{result.produce_seconds * 1000:.0f} ms",
-                      f"{result.consume_seconds * 1000:.0f} ms")
-    console.print(table)
+        rows.append({"cluster": name, "bootstrap": bootstrap_servers(platform_model, name), **asdict(result)})
+    columns = (Column("cluster"), Column("bootstrap"), Column("produced"),
+               Column("consumed", cell=lambda r: f"[green]{r['consumed']}[/]"),
+               Column("produce", cell=lambda r: f"{r['produce_seconds'] * 1000:.0f} ms"),
+               Column("consume", cell=lambda r: f"{r['consume_seconds'] * 1000:.0f} ms"))
+    render(output, Section("clusters", "smoke: produce and consume through every cluster", columns, rows))
 
 
-def _print_clusters(local: LocalPlatform, state: PlatformState) -> None:
-    table = Table(title=f"platform {local.platform.name}")
-    for column in ("cluster", "role", "brokers", "bootstrap", "metrics"):
-        table.add_column(column)
-    for cluster in state.clusters:
-        layout = cluster.layout
-        metrics = "\n".join(n.metrics_url for n in layout.nodes)
-        table.add_row(layout.name, layout.cluster.role.value, f"{cluster.brokers_running}/{len(layout.brokers)}",
-                      layout.bootstrap, metrics)
+def _print_clusters(local: LocalPlatform, state: PlatformState, output: OutputFormat) -> None:
+    rows = [{"cluster": c.layout.name, "role": c.layout.cluster.role.value, "brokers_running": c.brokers_running,
+             "brokers": len(c.layout.brokers), "bootstrap": c.layout.bootstrap,
+             "metrics": [n.metrics_url for n in c.layout.nodes]} for c in state.clusters]
     if state.redis is not None:
-        table.add_row("redis", "serving", "", state.redis.layout.url, "")
-    console.print(table)
-    console.print(f"data and logs: {local.platform.home}    stop everything: conveyor down")
+        rows.append({"cluster": "redis", "role": "serving", "brokers_running": None, "brokers": None,
+                     "bootstrap": state.redis.layout.url, "metrics": []})
+    columns = (Column("cluster"), Column("role"),
+               Column("brokers", cell=lambda r: "" if r["brokers"] is None else f"{r['brokers_running']}/{r['brokers']}"),
+               Column("bootstrap"), Column("metrics", cell=lambda r: "\n".join(r["metrics"])))
+    render(output, Section("clusters", f"platform {local.platform.name}", columns, rows), home=local.platform.home,
+           started=list(state.started))
+    say(output, f"data and logs: {local.platform.home}    stop everything: conveyor down")

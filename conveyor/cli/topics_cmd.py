@@ -5,9 +5,19 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
-
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, YesOption, confirm, console, platform_from
+from conveyor.cli.common import (
+    DEFAULT_PLATFORM,
+    Column,
+    OutputFormat,
+    OutputOption,
+    PlatformOption,
+    Section,
+    YesOption,
+    confirm,
+    platform_from,
+    render,
+    say,
+)
 from conveyor.topics import provisioner
 from conveyor.topics.plan import ChangeKind, ClusterPlan
 
@@ -22,19 +32,28 @@ PruneOption = Annotated[
 ]
 
 
-def _print_plans(plans: list[ClusterPlan]) -> None:
-    table = Table(title="topics: platform.yaml against the live clusters")
-    for column in ("cluster", "topic", "change", "detail"):
-        table.add_column(column)
+#: The change column of a cluster that matches platform.yaml, and of what Kafka cannot apply.
+IN_SYNC, CANNOT_APPLY = "in sync", "cannot apply"
+_STYLE = {ChangeKind.delete.value: "red", IN_SYNC: "green", CANNOT_APPLY: "bold red"}
+
+
+def _plan_rows(plans: list[ClusterPlan]) -> list[dict[str, str | None]]:
+    rows: list[dict[str, str | None]] = []
     for plan in plans:
         if plan.in_sync:
-            table.add_row(plan.cluster, "", "[green]in sync[/]", "")
-        for change in plan.changes:
-            colour = "red" if change.kind == ChangeKind.delete else "yellow"
-            table.add_row(plan.cluster, change.topic, f"[{colour}]{change.kind.value}[/]", change.detail)
-        for refusal in plan.refusals:
-            table.add_row(plan.cluster, refusal.topic, "[bold red]cannot apply[/]", refusal.reason)
-    console.print(table)
+            rows.append({"cluster": plan.cluster, "topic": None, "change": IN_SYNC, "detail": None})
+        rows += [{"cluster": plan.cluster, "topic": c.topic, "change": c.kind.value, "detail": c.detail}
+                 for c in plan.changes]
+        rows += [{"cluster": plan.cluster, "topic": r.topic, "change": CANNOT_APPLY, "detail": r.reason}
+                 for r in plan.refusals]
+    return rows
+
+
+def _print_plans(plans: list[ClusterPlan], output: OutputFormat, **values: object) -> None:
+    change = Column("change", cell=lambda r: f"[{_STYLE.get(r['change'], 'yellow')}]{r['change']}[/]")
+    columns = (Column("cluster"), Column("topic"), change, Column("detail"))
+    render(output, Section("changes", "topics: platform.yaml against the live clusters", columns, _plan_rows(plans)),
+           **values)
 
 
 @app.command()
@@ -42,14 +61,16 @@ def plan(
     platform: PlatformOption = DEFAULT_PLATFORM,
     cluster: ClusterOption = None,
     prune: PruneOption = False,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Show what `apply` would change: missing topics, fewer partitions than declared, config
     drift, and what Kafka cannot change. Exit status, as Terraform's -detailed-exitcode: 0 when
     every cluster matches platform.yaml, 2 when `apply` would change something, 1 on an error or
     when the plan holds something Kafka cannot apply."""
     plans = provisioner.plan(platform_from(platform), cluster, prune)
-    _print_plans(plans)
-    raise typer.Exit(plan_exit_code(plans))
+    code = plan_exit_code(plans)
+    _print_plans(plans, output, exit_code=code)
+    raise typer.Exit(code)
 
 
 #: Exit statuses of a plan: nothing to do, or changes that `apply` would make.
@@ -68,14 +89,18 @@ def apply(
     cluster: ClusterOption = None,
     prune: PruneOption = False,
     yes: YesOption = False,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Create missing topics, add partitions and fix config drift on every cluster. Deletes only
     with --prune, after a typed confirmation (or --yes). Changes nothing if any part cannot apply."""
     platform_model = platform_from(platform)
     plans = provisioner.plan(platform_model, cluster, prune)
-    _print_plans(plans)
     deletions = [(p.cluster, c.topic) for p in plans for c in p.changes if c.kind == ChangeKind.delete]
+    if output is OutputFormat.table:
+        _print_plans(plans, output)
     if deletions and not any(p.refusals for p in plans):
         confirm(platform_model.name, f"delete {len(deletions)} topic(s)", yes)
     done = provisioner.apply(platform_model, plans)
-    console.print(f"applied {len(done)} change(s)" if done else "nothing to change")
+    if output is OutputFormat.json:
+        _print_plans(plans, output, applied=len(done))
+    say(output, f"applied {len(done)} change(s)" if done else "nothing to change")
