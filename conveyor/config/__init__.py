@@ -7,7 +7,7 @@ path inside the file: pydantic checks shapes and ranges (a module per section), 
 against each cluster's brokers, a route's clusters, the services a topic names).
 """
 
-from conveyor.config.clusters import Cluster, ClusterRole, ReplicationDefaults
+from conveyor.config.clusters import Cluster, ClusterRole, ReplicationDefaults, Security
 from conveyor.config.contract_files import ContractFileError, read_contract
 from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
@@ -23,7 +23,7 @@ from conveyor.config.units import DEFAULT_PLATFORM_FILE, parse_duration_ms, pars
 __all__ = [
     "DEFAULT_PLATFORM_FILE", "CleanupPolicy", "Cluster", "ClusterRole", "ConfigError", "ContractFileError",
     "Dispatch", "FieldMatch", "Gateway", "Lake", "Ops", "OpsPanel", "Pipeline", "Platform", "Problem",
-    "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode", "Route", "Runtime",
+    "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode", "Route", "Runtime", "Security",
     "Service", "Spark", "Topic", "ViewMetric", "load_platform", "parse_duration_ms", "parse_platform",
     "parse_size_bytes", "read_contract",
 ]

@@ -15,6 +15,13 @@ class ClusterRole(str, Enum):
     read = "read"
 
 
+class Security(str, Enum):
+    """How a local cluster's clients connect: in clear without identity, or SCRAM over TLS with ACLs."""
+
+    plaintext = "plaintext"
+    sasl_ssl = "sasl_ssl"
+
+
 class ReplicationDefaults(Model):
     """Replication of topics on a cluster unless a topic says otherwise."""
 
@@ -36,9 +43,15 @@ class Cluster(Model):
     replication: ReplicationDefaults = Field(default_factory=ReplicationDefaults)
     #: Writable clusters the gateway writes to, in order, while this one cannot take writes.
     failover: list[Name] = Field(default_factory=list)
+    #: Listeners of a local cluster: sasl_ssl runs SCRAM-SHA-512 over TLS with Kafka's authorizer
+    #: on (nothing allowed without an ACL). An existing cluster's security goes under ``client``.
+    security: Security = Security.plaintext
 
     @model_validator(mode="after")
     def _racks_cover_brokers(self) -> Cluster:
+        if self.bootstrap is not None and self.security != Security.plaintext:
+            raise ValueError("security applies to clusters `conveyor up` starts; for an existing cluster at "
+                             "bootstrap, give its settings under client (security.protocol, sasl.*, ssl.*)")
         if self.racks and len(self.racks) != self.brokers:
             raise ValueError(
                 f"racks names {len(self.racks)} racks for {self.brokers} brokers: "
