@@ -22,6 +22,7 @@ from conveyor.config import Platform
 from conveyor.pipeline import guard
 from conveyor.pipeline.errors import LakeConfigError, RunFailedError, spark_failures
 from conveyor.pipeline.kafka_source import list_watermarks, read_range
+from conveyor.pipeline.lake_positions import publish_position
 from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH, values_parser
 from conveyor.pipeline.schema import COORDINATES, REASON, Column, contract_columns, quote, read_schema
@@ -178,6 +179,7 @@ class _TopicLanding:
         self.step("listing offsets")
         listed_at, marks = list_watermarks(self.platform, self.topic)
         plan = plan_ranges(self.topic, {t: c.positions if c else None for t, c in commits.items()}, marks)
+        publish_position(self.platform, self.topic, [c.positions for c in commits.values() if c])
         if plan.gaps:
             self.step(f"recording {len(plan.gaps)} gap(s)")
             record_gaps(self.spark, plan.gaps, listed_at)
@@ -189,6 +191,7 @@ class _TopicLanding:
             last = commits[self.quarantine]
             counts = self._land(plan, stale, properties, listed_at, bad_before=bool(last and last.added_records))
         guard.clear_running(self.platform, self.topic)
+        publish_position(self.platform, self.topic, [plan.end_positions])
         return TopicRun(topic=self.topic, ranges=plan.ranges, gaps=plan.gaps, **asdict(counts),
                         orphans_deleted=orphans,
                         committed=bool(stale), seconds=time.monotonic() - started, listed_at=listed_at)

@@ -1,0 +1,38 @@
+"""The lake's position on the monitoring feed (``conveyor.positions``): ``conveyor.lake.<topic>``.
+
+The real position is the Iceberg snapshot summary of the topic's tables, and the lake reads from
+the lowest of them (``conveyor.pipeline.offsets``), so that lowest offset per partition is what it
+shows. A run publishes the stored position when it starts and the new one after its commits: a
+table rolled back to an earlier snapshot then shows as a lower committed offset, a REWIND in
+``conveyor ops lag`` with its amount, before the run lands the range again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import wait
+
+from conveyor.config import Platform
+from conveyor.pipeline.kafka_source import source_cluster
+from conveyor.pipeline.offsets import Positions
+from conveyor.positions import PositionFeed, group_name
+
+#: Seconds a run waits for the commit of its position (a failure is logged, never raised).
+_WAIT = 10.0
+
+
+def lowest(tables: Iterable[Positions | None]) -> dict[int, int]:
+    """Per partition, the lowest position among the tables that have one."""
+    found: dict[int, int] = {}
+    for positions in tables:
+        for partition, offset in (positions or {}).items():
+            found[partition] = min(offset, found.get(partition, offset))
+    return found
+
+
+def publish_position(platform: Platform, topic: str, tables: Iterable[Positions | None]) -> None:
+    positions = lowest(tables)
+    feed = PositionFeed(platform, source_cluster(platform), group_name("lake", topic), "iceberg")
+    future = feed.publish({(topic, partition): offset for partition, offset in positions.items()})
+    if future is not None:
+        wait([future], _WAIT)  # the admin client must outlive its request

@@ -1,0 +1,138 @@
+"""The position feed: readers that keep their positions outside consumer groups show them to ops.
+
+The lake keeps its offsets in the Iceberg snapshot summary, the replicator in its route topic, the
+real-time job in its Spark checkpoint: each for exactly-once reasons, and each invisible to lag
+evaluation, rewind detection and the throttle, which read consumer groups (the blind spot of the
+mission's 4x read incident). So each of them also commits its position, for monitoring only, to a
+consumer group named after the part and its route or view (:func:`group_name`), with commit
+metadata naming where the real position lives (``{"monitor-only": "iceberg"}``). Nothing ever
+resumes from these groups.
+
+Committed through the admin API (OffsetCommit with no member), because the monitoring group has
+no members: nobody subscribes with its name. The coordinator accepts such a commit for an empty
+group, and accepts a lower offset than before, which a rolled-back table needs (its REWIND must
+show). A consumer's commit would need the group's generation, i.e. joining it, which would make
+the reader a member of a group it never reads with. Should someone start a consumer under a
+monitoring group's name, the coordinator refuses the admin commit (the group is not empty); that
+failure, like every publishing failure, is logged and counted and never fails the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from prometheus_client import CollectorRegistry, Counter
+
+from conveyor import kafka
+from conveyor.config import Platform
+
+log = logging.getLogger(__name__)
+
+#: The commit metadata's key; its value names the store that holds the real position.
+MONITOR_ONLY = "monitor-only"
+#: (topic, partition) -> the next offset the reader will read.
+Positions = Mapping[tuple[str, int], int]
+
+_COUNTERS: dict[int, Counter] = {}
+_COUNTERS_LOCK = threading.Lock()
+
+
+def group_name(part: str, name: str) -> str:
+    """The monitoring group of a part's route, view or topic: ``conveyor.lake.events``."""
+    return f"conveyor.{part}.{name}"
+
+
+def metadata(store: str) -> str:
+    return json.dumps({MONITOR_ONLY: store})
+
+
+def kept_in(commit_metadata: str | None) -> str | None:
+    """Where the real position of a group lives, from its commit metadata; None for an ordinary group."""
+    if not commit_metadata or MONITOR_ONLY not in commit_metadata:
+        return None
+    try:
+        value = json.loads(commit_metadata)
+    except ValueError:
+        return None
+    return str(value[MONITOR_ONLY]) if isinstance(value, dict) and MONITOR_ONLY in value else None
+
+
+def publish_counter(registry: CollectorRegistry) -> Counter:
+    """``conveyor_position_feed_publishes_total{group,result}`` in ``registry``, made once per registry
+    (every copier of a replicator worker shares its worker's)."""
+    with _COUNTERS_LOCK:
+        counter = _COUNTERS.get(id(registry))
+        if counter is None:
+            counter = _COUNTERS[id(registry)] = Counter(
+                "conveyor_position_feed_publishes", "Positions published to monitoring groups, by result",
+                ["group", "result"], registry=registry)
+        return counter
+
+
+class PositionFeed:
+    """Publishes one reader's positions to its monitoring group on ``cluster``, at most once every
+    ``min_interval`` seconds (a copier commits many transactions a second; ops samples every few
+    seconds). Constructing it does no I/O."""
+
+    def __init__(self, platform: Platform, cluster: str, group: str, store: str, min_interval: float = 0.0,
+                 registry: CollectorRegistry | None = None, admin: AdminClient | None = None,
+                 timeout: float = 10.0) -> None:
+        self.platform, self.cluster, self.group = platform, cluster, group
+        self.metadata = metadata(store)
+        self.min_interval = min_interval
+        self.timeout = timeout
+        self._admin = admin
+        self._counter = publish_counter(registry) if registry is not None else None
+        self._last = -float("inf")
+        self.published = 0
+        self.failures = 0
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = kafka.admin(self.platform, self.cluster)
+        return self._admin
+
+    def publish(self, positions: Positions, force: bool = False) -> Future | None:
+        """Commit ``positions`` (a lower offset than before included) unless the last publish was
+        less than ``min_interval`` ago; the commit's future, already watched for failures."""
+        now = time.monotonic()
+        if not positions or (not force and now - self._last < self.min_interval):
+            return None
+        self._last = now
+        offsets = [TopicPartition(topic, partition, offset, metadata=self.metadata)
+                   for (topic, partition), offset in sorted(positions.items())]
+        try:
+            future = self.admin.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(self.group, offsets)], request_timeout=self.timeout)[self.group]
+        except KafkaException as exc:
+            self._failed(exc)
+            return None
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: Future) -> None:
+        error = future.exception()
+        if error is not None:
+            self._failed(error)
+            return
+        failed = [tp for tp in future.result().topic_partitions if tp.error is not None]
+        if failed:
+            self._failed(failed[0].error)
+        else:
+            self.published += 1
+            if self._counter is not None:
+                self._counter.labels(self.group, "ok").inc()
+
+    def _failed(self, error: object) -> None:
+        self.failures += 1
+        if self._counter is not None:
+            self._counter.labels(self.group, "failed").inc()
+        log.warning("position of %s not published to its monitoring group on %s: %s", self.group, self.cluster, error)
