@@ -91,6 +91,8 @@ class PositionFeed:
         self._admin = admin
         self._counter = publish_counter(registry) if registry is not None else None
         self._last = -float("inf")
+        #: What the last publish sent: an unchanged position is not sent again.
+        self._sent: dict[tuple[str, int], int] | None = None
         self.published = 0
         self.failures = 0
 
@@ -102,11 +104,15 @@ class PositionFeed:
 
     def publish(self, positions: Positions, force: bool = False) -> Future | None:
         """Commit ``positions`` (a lower offset than before included) unless the last publish was
-        less than ``min_interval`` ago; the commit's future, already watched for failures."""
+        less than ``min_interval`` ago or sent the same; the commit's future, already watched for
+        failures. A reader that calls it on every pass of its loop therefore publishes its final
+        position at most ``min_interval`` after it stopped moving."""
         now = time.monotonic()
         if not positions or (not force and now - self._last < self.min_interval):
             return None
-        self._last = now
+        if not force and positions == self._sent:
+            return None
+        self._last, self._sent = now, dict(positions)
         offsets = [TopicPartition(topic, partition, offset, metadata=self.metadata)
                    for (topic, partition), offset in sorted(positions.items())]
         try:
@@ -132,6 +138,7 @@ class PositionFeed:
                 self._counter.labels(self.group, "ok").inc()
 
     def _failed(self, error: object) -> None:
+        self._sent = None  # sent again on the next call
         self.failures += 1
         if self._counter is not None:
             self._counter.labels(self.group, "failed").inc()

@@ -27,6 +27,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
 from conveyor.config import Platform, ReplicationMode, Route
+from conveyor.positions import PositionFeed, group_name
 from conveyor.replicate import plan
 from conveyor.replicate.bookkeeping import read_bucket
 from conveyor.replicate.errors import FENCE_CODES, CopyFailure, Fenced
@@ -41,6 +42,8 @@ _TIMEOUT = 60.0
 _LOGGED_STARTS = 20
 #: Seconds before the earliest offsets of new partitions are asked again after a failure.
 _START_RETRY = 1.0
+#: At most one commit to the route's monitoring group this often per bucket (ops samples every 5 s).
+_FEED_INTERVAL = 2.0
 
 
 @dataclass
@@ -125,6 +128,8 @@ class BucketCopier(threading.Thread):
             self.consumer = kafka.consumer(self.state.platform, route.source, f"{plan.group_id(name)}-source",
                                            overrides["client.id"], {"auto.offset.reset": "error"})
             self.source_admin = kafka.admin(self.state.platform, route.source)
+            self.feed = PositionFeed(self.state.platform, route.source, group_name("replicate", name), "route topic",
+                                     _FEED_INTERVAL, self.state.metrics.registry, self.source_admin)
             self.state.metrics.buckets_owned.labels(name, self.state.worker_id).inc()
             owned = True
             log.info("bucket %d of %s: taken over with %d stored offsets", self.bucket, name, len(self.next))
@@ -138,6 +143,7 @@ class BucketCopier(threading.Thread):
                 if out_of_range:
                     self._past_deleted(out_of_range)
                 self._measure_lag()
+                self.feed.publish({(s.topic, s.partition): offset for s, offset in self.next.items()})
         except Fenced as fence:
             if not fence.by_newer_owner:
                 log.warning("bucket %d of %s: producer failed (%s); taking the bucket over again", self.bucket,

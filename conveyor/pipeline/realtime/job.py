@@ -21,6 +21,7 @@ import time
 from base64 import b64encode
 from collections import Counter
 from collections.abc import Mapping
+from concurrent.futures import wait
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,7 @@ from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, sec
 from conveyor.pipeline.realtime.plan import ViewPlan, job_id
 from conveyor.pipeline.realtime.store import EventClaims, ViewStore, claims_prefix, connect, redis_url
 from conveyor.pipeline.schema import contract_columns, read_schema
+from conveyor.positions import PositionFeed, group_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -173,12 +175,27 @@ def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeV
             .option("checkpointLocation", str(checkpoint_dir(platform, views))).trigger(**trigger).start())
 
 
+def batch_positions(progress: object) -> dict[tuple[str, int], int]:
+    """The next offset per partition after the batch a query progress reports (the Kafka source's
+    ``endOffset``: ``{"topic": {"0": 42}}``, as JSON text or already parsed); empty without one."""
+    positions: dict[tuple[str, int], int] = {}
+    for source in getattr(progress, "sources", None) or ():
+        end = source.endOffset
+        offsets = json.loads(end) if isinstance(end, str) else end
+        for topic, partitions in (offsets or {}).items():
+            positions.update({(topic, int(p)): int(o) for p, o in partitions.items()})
+    return positions
+
+
 def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], metrics: RealtimeMetrics,
         stop: threading.Event, seconds: float | None = None, available_now: bool = False) -> None:
     """Run the query until ``stop`` is set, ``seconds`` have passed, or (``available_now``) it has
     read everything; a failure inside Spark becomes a RunFailedError (the checkpoint replays it)."""
     with spark_failures(f"real-time job {job_id(views)} (restart it: the checkpoint replays the failed batch)"):
         writer = BatchWriter(platform, views, metrics)
+        # The checkpoint is the position; the monitoring group shows it to ops after every batch.
+        feed = PositionFeed(platform, source_cluster(platform), group_name("realtime", job_id(views)),
+                            "spark checkpoint")
         query = start(spark, platform, views, writer, available_now)
         deadline = None if seconds is None else time.monotonic() + seconds
         try:
@@ -186,9 +203,13 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
                 if deadline is not None and time.monotonic() >= deadline:
                     break
                 query.awaitTermination(0.5)
+                feed.publish(batch_positions(query.lastProgress))
         finally:
             query.stop()
             writer.rejects.close()
+            last = feed.publish(batch_positions(query.lastProgress))
+            if last is not None:
+                wait([last], 10)
         failure = query.exception()
         if failure is not None:
             raise failure
