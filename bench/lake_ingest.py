@@ -66,7 +66,8 @@ def _platform(folder: Path, base_port: int, dedup: str) -> Platform:
                     "redis": {"enabled": False}},
         "clusters": {"central": demo["clusters"]["central"]},
         "topics": {TOPIC: {"partitions": PARTITIONS, "contract": str(ROOT / "contracts" / "ad-events.schema.json")}},
-        "pipeline": {"source": "central", "spark": demo["pipeline"]["spark"], "warehouse": str(folder / "warehouse"),
+        "pipeline": {"source": "central", "spark": demo["pipeline"]["spark"],
+                     "catalog": {"warehouse": str(folder / "warehouse")},
                      "lake": {"topics": [TOPIC], "dedup_window": dedup}},
     }
     return parse_platform(data, root=folder)

@@ -77,7 +77,8 @@ def _platform(folder: Path, base_port: int) -> Platform:
         "clusters": {"central": demo["clusters"]["central"]},
         "topics": {**{t: {"partitions": PARTITIONS, "contract": contract} for t in TOPICS.values()},
                    "_realtime_rejects": {"partitions": 3}},
-        "pipeline": {"source": "central", "spark": demo["pipeline"]["spark"], "warehouse": str(folder / "warehouse"),
+        "pipeline": {"source": "central", "spark": demo["pipeline"]["spark"],
+                     "catalog": {"warehouse": str(folder / "warehouse")},
                      "realtime": {**demo["pipeline"]["realtime"], "views": views}},
     }
     return parse_platform(data, root=folder)

@@ -44,7 +44,7 @@ def _lake_data(platform_data: dict[str, Any], platform_file: Path, folder: Path,
         if spec.get("contract"):
             spec["contract"] = str(platform_file.parent / spec["contract"])
     pipeline = data.setdefault("pipeline", {})
-    pipeline.update(source="central", warehouse=str(folder / "warehouse"))
+    pipeline.update(source="central", catalog={"warehouse": str(folder / "warehouse")})
     if topic is not None:
         data["topics"][topic] = {"partitions": partitions, "contract": str(CONTRACT), "clusters": ["central"]}
         pipeline["lake"] = {"topics": [topic], **lake}

@@ -5,9 +5,17 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
-
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, err_console, platform_from
+from conveyor.cli.common import (
+    DEFAULT_PLATFORM,
+    Column,
+    OutputFormat,
+    OutputOption,
+    PlatformOption,
+    Section,
+    err_console,
+    platform_from,
+    render,
+)
 from conveyor.config import parse_duration_ms
 from conveyor.ops.advise import AdvicePolicy, TopicDemand, Verdict, advise
 from conveyor.ops.advise_live import measure
@@ -15,6 +23,12 @@ from conveyor.ops.advise_live import measure
 app = typer.Typer(rich_markup_mode="markdown", no_args_is_help=True, help="Advice from measured traffic.")
 
 _COLOURS = {Verdict.ENOUGH: "green", Verdict.ADD_PARTITIONS: "yellow", Verdict.DISPATCHER: "cyan"}
+_COLUMNS = (Column("topic"), Column("partitions"), Column("msg/s", cell=lambda r: f"{r['messages_per_s']:,.0f}"),
+            Column("ms/msg", cell=lambda r: f"{r['ms_per_message']:g} {r['ms_per_message_source']}"),
+            Column("behind", cell=lambda r: f"{r['behind']:,}"), Column("consumers", cell=lambda r: f"{r['consumers']:.1f}"),
+            Column("recommended"),
+            Column("verdict", cell=lambda r: f"[{_COLOURS[r['verdict']]}]{r['verdict'].value}[/]"),
+            Column("why", cell=lambda r: "; ".join(r["why"])))
 
 
 def _per_topic(values: list[str] | None, option: str) -> tuple[float | None, dict[str, float]]:
@@ -50,6 +64,7 @@ def partitions(
     stall: Annotated[str, typer.Option("--stall", help="A pause to recover from within the lag (rebalance).")] = "30s",
     budget: Annotated[int, typer.Option("--max-partitions", min=1, help="Partitions per topic worth having.")] = 100,
     sample_seconds: Annotated[float, typer.Option("--sample-seconds", min=1, help="Measuring window.")] = 10.0,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Per topic: the consumers its traffic needs, the partitions to have, and whether the dispatcher
     (many consumers per partition) is the better answer than more partitions."""
@@ -63,12 +78,9 @@ def partitions(
     policy = AdvicePolicy(stall_seconds=stall_s, max_partitions=budget, brokers=spec.brokers)
     default_ms, topic_ms = _per_topic(processing_ms, "--processing-ms")
     default_rate, topic_rate = _per_topic(rate, "--rate")
-    with console.status(f"measuring {cluster} for {sample_seconds:g} s"):
+    with err_console.status(f"measuring {cluster} for {sample_seconds:g} s"):
         measured = measure(model, cluster, topic, sample_seconds)
-    table = Table(title=f"partitions advice for {cluster} (wanted lag {max_lag})")
-    for column in ("topic", "partitions", "msg/s", "ms/msg", "behind", "consumers", "recommended", "verdict"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("why")
+    rows = []
     for m in measured:
         ms = topic_ms.get(m.topic, default_ms)
         source = "given"
@@ -81,8 +93,8 @@ def partitions(
             continue
         demand = TopicDemand(m.topic, m.partitions, messages, ms / 1000, lag_s, m.backlog, m.topic in (ordered or []))
         advice = advise(demand, policy)
-        colour = _COLOURS[advice.verdict]
-        table.add_row(m.topic, str(m.partitions), f"{messages:,.0f}", f"{ms:g} {source}", f"{m.backlog:,}",
-                      f"{advice.consumers_needed:.1f}", str(advice.recommended),
-                      f"[{colour}]{advice.verdict.value}[/]", "; ".join(advice.reasons))
-    console.print(table)
+        rows.append({"topic": m.topic, "partitions": m.partitions, "messages_per_s": messages, "ms_per_message": ms,
+                     "ms_per_message_source": source, "behind": m.backlog, "consumers": advice.consumers_needed,
+                     "recommended": advice.recommended, "verdict": advice.verdict, "why": list(advice.reasons)})
+    render(output, Section("topics", f"partitions advice for {cluster} (wanted lag {max_lag})", _COLUMNS, rows),
+           cluster=cluster, max_lag_s=lag_s)

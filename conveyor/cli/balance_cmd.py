@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.filesize import decimal
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from conveyor.cli.common import (
     DEFAULT_PLATFORM,
+    Column,
+    OutputFormat,
+    OutputOption,
     PlatformOption,
+    Report,
+    Section,
     YesOption,
     confirm,
     console,
@@ -61,47 +67,58 @@ def _rate(value: float) -> str:
     return f"{decimal(int(value))}/s"
 
 
-def print_plan(live: LiveCluster, result: Plan) -> None:
+def _before_after(key: str, show: Callable[[Any], str] = str) -> Column:
+    return Column(key.replace("_", " "), justify="right",
+                  cell=lambda row: f"{show(row['before'][key])} -> {show(row['after'][key])}")
+
+
+_BROKER_COLUMNS = (
+    Column("broker", justify="right", cell=lambda row: f"{row['broker']}" + ("" if row["live"] else " (dead)")),
+    Column("rack"), Column("tags", cell=lambda row: ",".join(row["tags"])),
+    _before_after("replicas"), _before_after("leaders"), _before_after("bytes_in", _rate),
+    _before_after("bytes_out", _rate), _before_after("disk", decimal))
+_CHANGE_COLUMNS = (
+    Column("partition", cell=lambda c: f"{c.topic}-{c.partition}"),
+    Column("replicas before", cell=lambda c: str(list(c.replicas_before))),
+    Column("replicas after", cell=lambda c: str(list(c.replicas_after))),
+    Column("leader", cell=lambda c: f"{c.leader_before} -> {c.preferred_leader}"),
+    Column("bytes to copy", cell=lambda c: decimal(c.bytes_to_move)))
+_LOAD_COLUMNS = (Column("load"), Column("before", cell=lambda r: f"{r['before']:.2f}"),
+                 Column("after", cell=lambda r: f"{r['after']:.2f}"))
+
+
+def _broker_rows(live: LiveCluster, result: Plan) -> list[dict[str, Any]]:
+    tags = {b.id: sorted(b.tags) for b in live.model.brokers}
+    after = {row.broker: row for row in result.after}
+    loads = ("replicas", "leaders", "bytes_in", "bytes_out", "disk")
+    return [{"broker": row.broker, "rack": row.rack, "live": row.live, "tags": tags.get(row.broker, []),
+             "before": {k: getattr(row, k) for k in loads},
+             "after": {k: getattr(after[row.broker], k) if row.broker in after else 0 for k in loads}}
+            for row in result.before]
+
+
+def print_plan(report: Report, live: LiveCluster, result: Plan) -> None:
     for note in live.notes:
         err_console.print(f"[yellow]note:[/] {note}", highlight=False)
-    tags = {b.id: ",".join(sorted(b.tags)) for b in live.model.brokers}
-    table = Table(title=f"cluster {live.cluster}: load per broker, before -> after")
-    for column in ("broker", "rack", "tags", "replicas", "leaders", "bytes in", "bytes out", "disk"):
-        table.add_column(column, justify="right" if column not in ("rack", "tags") else "left")
-    after = {row.broker: row for row in result.after}
-    for row in result.before:
-        new = after.get(row.broker)
-        name = f"{row.broker}" + ("" if row.live else " (dead)")
-        table.add_row(name, row.rack or "", tags.get(row.broker, ""),
-                      f"{row.replicas} -> {new.replicas if new else 0}", f"{row.leaders} -> {new.leaders if new else 0}",
-                      f"{_rate(row.bytes_in)} -> {_rate(new.bytes_in if new else 0)}",
-                      f"{_rate(row.bytes_out)} -> {_rate(new.bytes_out if new else 0)}",
-                      f"{decimal(row.disk)} -> {decimal(new.disk if new else 0)}")
-    console.print(table)
-    if result.changes:
-        moves = Table(title=f"partition changes (first {min(len(result.changes), _SHOWN)} of {len(result.changes)}; "
-                            "--json for Kafka's full reassignment file)")
-        for column in ("partition", "replicas before", "replicas after", "leader", "bytes to copy"):
-            moves.add_column(column)
-        for change in result.changes[:_SHOWN]:
-            moves.add_row(f"{change.topic}-{change.partition}", str(list(change.replicas_before)),
-                          str(list(change.replicas_after)), f"{change.leader_before} -> {change.preferred_leader}",
-                          decimal(change.bytes_to_move))
-        console.print(moves)
-    summary = Table(title="max / mean per broker")
-    for column in ("load", "before", "after"):
-        summary.add_column(column)
-    for name in LOADS:
-        summary.add_row(name, f"{result.stats_before[name].max_over_mean:.2f}",
-                        f"{result.stats_after[name].max_over_mean:.2f}")
-    console.print(summary)
-    console.print(f"{len(result.changes)} partition(s) change, {len(result.moves)} replica move(s), "
-                  f"[bold]{decimal(result.bytes_to_move)}[/] to copy, {len(result.elections)} leader change(s)")
+    # People see the first changes; a script gets them all.
+    shown = result.changes if report.output is OutputFormat.json else result.changes[:_SHOWN]
+    sections = [Section("brokers", f"cluster {live.cluster}: load per broker, before -> after", _BROKER_COLUMNS,
+                        _broker_rows(live, result))]
+    if shown or report.output is OutputFormat.json:
+        sections.append(Section("changes", f"partition changes (first {len(shown)} of {len(result.changes)}; "
+                                "--json for Kafka's full reassignment file)", _CHANGE_COLUMNS, shown))
+    sections.append(Section("max_over_mean", "max / mean per broker", _LOAD_COLUMNS,
+                            [{"load": name, "before": result.stats_before[name].max_over_mean,
+                              "after": result.stats_after[name].max_over_mean} for name in LOADS]))
+    report.add(*sections, cluster=live.cluster, replica_moves=len(result.moves), bytes_to_move=result.bytes_to_move,
+               leader_changes=len(result.elections))
+    report.say(f"{len(result.changes)} partition(s) change, {len(result.moves)} replica move(s), "
+               f"[bold]{decimal(result.bytes_to_move)}[/] to copy, {len(result.elections)} leader change(s)")
 
 
 def _plan(platform: Platform, cluster: str, topics: list[str] | None, sample_seconds: float,
           threshold: float) -> tuple[LiveCluster, Plan]:
-    with console.status(f"reading cluster {cluster} and measuring traffic for {sample_seconds:g} s"):
+    with err_console.status(f"reading cluster {cluster} and measuring traffic for {sample_seconds:g} s"):
         live = live_cluster(platform, cluster, topics, sample_seconds)
         return live, plan(live.model, default_goals(threshold))
 
@@ -143,31 +160,38 @@ class _RichProgress:
         self.progress.console.print(message)
 
 
-def _print_batches(execution: Execution) -> None:
-    throttle = "unthrottled" if execution.throttle is None else f"throttle {_rate(execution.throttle)}"
-    table = Table(title=f"{len(execution.batches)} batch(es), {throttle}")
-    for column in ("batch", "partitions", "bytes", "moves"):
-        table.add_column(column)
-    for i, batch in enumerate(execution.batches):
-        moves = ", ".join(f"{t}-{p} {list(execution.before[(t, p)])}->{list(execution.target[(t, p)])}"
-                          for t, p in batch[:3])
-        table.add_row(str(i + 1), str(len(batch)), decimal(execution.batch_bytes(i)),
-                      moves + (f" (+{len(batch) - 3} more)" if len(batch) > 3 else ""))
-    console.print(table)
+def _batch_rows(execution: Execution) -> list[dict[str, Any]]:
+    return [{"batch": i + 1, "partitions": len(batch), "bytes": execution.batch_bytes(i),
+             "moves": [{"topic": t, "partition": p, "replicas_before": list(execution.before[(t, p)]),
+                        "replicas_after": list(execution.target[(t, p)])} for t, p in batch]}
+            for i, batch in enumerate(execution.batches)]
 
 
-def run_execution(platform: Platform, execution: Execution, dry_run: bool) -> None:
+def _moves(row: dict[str, Any]) -> str:
+    moves = row["moves"]
+    shown = ", ".join(f"{m['topic']}-{m['partition']} {m['replicas_before']}->{m['replicas_after']}" for m in moves[:3])
+    return shown + (f" (+{len(moves) - 3} more)" if len(moves) > 3 else "")
+
+
+_BATCH_COLUMNS = (Column("batch"), Column("partitions"), Column("bytes", cell=lambda r: decimal(r["bytes"])),
+                  Column("moves", cell=_moves))
+
+
+def run_execution(report: Report, platform: Platform, execution: Execution, dry_run: bool) -> None:
     """Show the batches, then (unless ``dry_run``) apply them with a progress bar."""
-    _print_batches(execution)
+    throttle = "unthrottled" if execution.throttle is None else f"throttle {_rate(execution.throttle)}"
+    report.add(Section("batches", f"{len(execution.batches)} batch(es), {throttle}", _BATCH_COLUMNS,
+                       _batch_rows(execution)), throttle=execution.throttle, dry_run=dry_run)
     if dry_run:
-        console.print("dry run: nothing changed")
+        report.say("dry run: nothing changed")
         return
     executor = Executor(platform, execution.cluster)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as bar:
+    with Progress(*columns, console=console if report.output is OutputFormat.table else err_console) as bar:
         done = executor.run(execution, _RichProgress(bar))
-    console.print(f"[green]done[/]: {len(done.target)} partition(s) moved in {len(done.batches)} batch(es), "
-                  f"preferred leaders elected; state in {executor.state_file}")
+    report.values.update(state_file=executor.state_file)
+    report.say(f"[green]done[/]: {len(done.target)} partition(s) moved in {len(done.batches)} batch(es), "
+               f"preferred leaders elected; state in {executor.state_file}")
 
 
 def _resumable(platform: Platform, cluster: str, discard: bool) -> Execution | None:
@@ -191,9 +215,10 @@ def plan_command(
     topic: TopicOption = None,
     sample_seconds: SampleOption = 5.0,
     threshold: ThresholdOption = THRESHOLD,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Save the plan for `balance execute --plan`.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Save the plan for `balance execute --plan`.")] = None,
     reassignment_json: Annotated[bool, typer.Option(
         "--json", help="Also print Kafka's reassignment JSON (kafka-reassign-partitions --execute input).")] = False,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Plan moves and leader changes; print the load per broker before and after and the bytes to copy.
     A hard goal that cannot be met (racks, isolation tags, live brokers) fails with the goal and the
@@ -201,13 +226,19 @@ def plan_command(
     model = platform_from(platform)
     name = _cluster(model, cluster)
     live, result = _plan(model, name, topic, sample_seconds, threshold)
-    print_plan(live, result)
+    report = Report(output)
+    print_plan(report, live, result)
     if reassignment_json:
-        console.print_json(result.to_reassignment_json())
+        if output is OutputFormat.json:
+            report.values["reassignment"] = json.loads(result.to_reassignment_json())
+        else:
+            console.print_json(result.to_reassignment_json())
     if out is not None:
         saved = _execution(live, result, "none", 10, None)
         out.write_text(saved.to_json())
-        console.print(f"plan saved to {out} (made for cluster state {saved.fingerprint})")
+        report.values["saved"] = out
+        report.say(f"plan saved to {out} (made for cluster state {saved.fingerprint})")
+    report.close()
 
 
 @app.command()
@@ -224,11 +255,13 @@ def execute(
     dry_run: DryRunOption = False,
     discard: Annotated[bool, typer.Option("--discard", help="Drop an unfinished execution instead of resuming.")] = False,
     yes: YesOption = False,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Apply a plan in throttled batches, wait for every moved replica to be in sync, then elect the
     preferred leaders. Resumes an interrupted run; refuses a plan made for a cluster that has changed since."""
     model = platform_from(platform)
     name = _cluster(model, cluster)
+    report = Report(output)
     execution = None if dry_run else _resumable(model, name, discard)
     if execution is None and plan_file is not None:
         execution = Execution.from_json(plan_file.read_text()).rebatched(_throttle(throttle), batch_partitions,
@@ -237,14 +270,15 @@ def execute(
             raise BalanceError(f"{plan_file} is a plan for cluster {execution.cluster}, not {name}")
     if execution is None:
         live, result = _plan(model, name, topic, sample_seconds, threshold)
-        print_plan(live, result)
+        print_plan(report, live, result)
         execution = _execution(live, result, throttle, batch_partitions, batch_bytes)
     if not execution.target and not execution.elections:
-        console.print("the cluster is balanced: nothing to do")
-        return
-    if not dry_run:
-        confirm(name, f"move replicas and leaders on cluster {name}", yes)
-    run_execution(model, execution, dry_run)
+        report.say("the cluster is balanced: nothing to do")
+    else:
+        if not dry_run:
+            confirm(name, f"move replicas and leaders on cluster {name}", yes)
+        run_execution(report, model, execution, dry_run)
+    report.close()
 
 
 @app.command("add-broker")
@@ -260,15 +294,18 @@ def add_broker(
     batch_bytes: BatchBytesOption = None,
     dry_run: DryRunOption = False,
     yes: YesOption = False,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Move load onto newly started brokers in throttled batches (smooth scale-out). The brokers
     must already run and have registered with the cluster. An interrupted run resumes first."""
     model = platform_from(platform)
     name = _cluster(model, cluster)
+    report = Report(output)
     unfinished = None if dry_run else _resumable(model, name, discard=False)
     if unfinished is not None:  # an interrupted add-broker (or execute) finishes first
         confirm(name, f"resume the unfinished moves on cluster {name}", yes)
-        run_execution(model, unfinished, dry_run)
+        run_execution(report, model, unfinished, dry_run)
+        report.close()
         return
     live, result = _plan(model, name, topic, sample_seconds, threshold)
     missing = sorted(set(broker) - set(live.metadata.brokers))
@@ -276,12 +313,14 @@ def add_broker(
         raise BalanceError(f"broker(s) {missing} are not live in cluster {name} (live: {sorted(live.metadata.brokers)});"
                            " start them first (locally: raise the cluster's `brokers` in platform.yaml and run "
                            "`conveyor up`)")
-    print_plan(live, result)
+    print_plan(report, live, result)
     onto = sum(1 for m in result.moves if m.destination in broker)
-    console.print(f"{onto} of {len(result.moves)} replica move(s) go to broker(s) {sorted(broker)}")
+    report.values["moves_onto_new_brokers"] = onto
+    report.say(f"{onto} of {len(result.moves)} replica move(s) go to broker(s) {sorted(broker)}")
     if result.is_empty:
-        console.print("nothing to move: the cluster is balanced with the new broker(s) as it is")
-        return
-    if not dry_run:
-        confirm(name, f"move replicas onto broker(s) {sorted(broker)} of cluster {name}", yes)
-    run_execution(model, _execution(live, result, throttle, batch_partitions, batch_bytes), dry_run)
+        report.say("nothing to move: the cluster is balanced with the new broker(s) as it is")
+    else:
+        if not dry_run:
+            confirm(name, f"move replicas onto broker(s) {sorted(broker)} of cluster {name}", yes)
+        run_execution(report, model, _execution(live, result, throttle, batch_partitions, batch_bytes), dry_run)
+    report.close()

@@ -116,6 +116,8 @@ def field_of(row: Any, key: str) -> Any:
 
 
 def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, (dt.datetime, dt.date)):
@@ -127,18 +129,12 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def _record(row: Any) -> Any:
-    if dataclasses.is_dataclass(row) and not isinstance(row, type):
-        return dataclasses.asdict(row)
-    return row
-
-
 def render(output: OutputFormat, *sections: Section, **values: Any) -> None:
     """Print ``sections`` as Rich tables, or as one JSON object on stdout: each section's rows (a
     dataclass's fields, a mapping's items) under its name, beside ``values`` (which the table form
     leaves to the command's own lines)."""
     if output is OutputFormat.json:
-        document = {**{s.name: [_record(r) for r in s.rows] for s in sections}, **values}
+        document = {**{s.name: list(s.rows) for s in sections}, **values}
         typer.echo(json.dumps(document, indent=2, default=_jsonable))
         return
     for section in sections:
@@ -154,3 +150,27 @@ def say(output: OutputFormat, text: str) -> None:
     """A line for people beside the tables: on stdout with a table, on stderr beside a JSON document
     (so stdout holds the document alone)."""
     (console if output is OutputFormat.table else err_console).print(text, highlight=False)
+
+
+class Report:
+    """What a command shows as it goes: for people, each table and line at once; for scripts, the
+    sections and values gathered into one JSON document that :meth:`close` prints."""
+
+    def __init__(self, output: OutputFormat) -> None:
+        self.output = output
+        self.sections: list[Section] = []
+        self.values: dict[str, Any] = {}
+
+    def add(self, *sections: Section, **values: Any) -> None:
+        if self.output is OutputFormat.table:
+            render(self.output, *sections)
+        else:
+            self.sections += sections
+            self.values.update(values)
+
+    def say(self, text: str) -> None:
+        say(self.output, text)
+
+    def close(self, **values: Any) -> None:
+        if self.output is OutputFormat.json:
+            render(self.output, *self.sections, **self.values, **values)

@@ -11,9 +11,19 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-from rich.table import Table
 
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
+from conveyor.cli.common import (
+    DEFAULT_PLATFORM,
+    Column,
+    OutputFormat,
+    OutputOption,
+    PlatformOption,
+    Section,
+    console,
+    err_console,
+    platform_from,
+    render,
+)
 from conveyor.config import Platform
 from conveyor.errors import ConveyorError
 from conveyor.ops.errors import WatchUnreachableError
@@ -75,7 +85,8 @@ def sample_state(platform: Platform, samples: int, interval: float, group: str |
 
     watcher = Watcher(platform, [cluster] if cluster else None)
     try:
-        with console.status(f"sampling {samples} round(s), {interval:g} s apart"):
+        # On stderr: stdout holds the tables, or the -o json document alone.
+        with err_console.status(f"sampling {samples} round(s), {interval:g} s apart"):
             for i in range(samples):
                 started = time.monotonic()
                 state = watcher.cycle()
@@ -93,16 +104,31 @@ def _state(platform: PlatformOption, url: str | None, samples: int, interval: fl
     return sample_state(platform_from(platform), samples, interval, group, cluster)
 
 
-def _alerts_table(alerts: list[dict[str, Any]], title: str) -> None:
-    if not alerts:
-        console.print(f"[green]{title}: none[/]")
-        return
-    table = Table(title=title, show_lines=True)
-    for column in ("severity", "rule", "subject", "what is wrong", "look at"):
-        table.add_column(column, overflow="fold")
-    for a in alerts:
-        table.add_row(_styled(a["severity"]), a["rule"], a["subject"], a["message"], a["look_at"])
-    console.print(table)
+_ALERT_COLUMNS = (Column("severity", cell=lambda a: _styled(a["severity"])), Column("rule"), Column("subject"),
+                  Column("what is wrong", "message", overflow="fold"), Column("look at", "look_at", overflow="fold"))
+
+
+def _alerts(output: OutputFormat, alerts: list[dict[str, Any]], title: str) -> Section | None:
+    """The alerts as a section, or (no alerts, as a table) a line that says so."""
+    if alerts or output is OutputFormat.json:
+        return Section("alerts", title, _ALERT_COLUMNS, alerts, show_lines=True)
+    console.print(f"[green]{title}: none[/]")
+    return None
+
+
+def _right(header: str, key: str, unit: str = "") -> Column:
+    return Column(header, cell=lambda row: _num(row[key], unit), justify="right")
+
+
+_GROUP_COLUMNS = (Column("cluster"), Column("group"), Column("state"), Column("status", cell=lambda g: _styled(g["status"])),
+                  _right("lag", "total_lag"), _right("behind", "max_seconds_behind", " s"),
+                  Column("partitions", cell=lambda g: f"{g['partitions_not_ok']} not OK of {g['partitions_tracked']}"),
+                  Column("worst", cell=lambda g: g["partitions"][0]["message"]
+                         if g["partitions"] and g["status"] != "OK" else "", overflow="fold"))
+_PARTITION_COLUMNS = (Column("topic"), Column("partition", justify="right"),
+                      Column("status", cell=lambda p: _styled(p["status"])), _right("committed", "committed"),
+                      _right("end", "end"), _right("lag", "lag"), _right("behind", "seconds_behind", " s"),
+                      Column("reason"))
 
 
 def lag(
@@ -112,6 +138,7 @@ def lag(
     url: UrlOption = None,
     samples: SamplesOption = 3,
     interval: IntervalOption = 1.0,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Consumer lag per group with Burrow's statuses (OK, WARN, STALL, STOP, REWIND, ERR), seconds
     behind, and rewind and reset findings. Exits 1 when a group is STOP, REWIND or ERR."""
@@ -120,27 +147,24 @@ def lag(
     if group and not groups:
         raise ConveyorError(f"no consumer group {group!r} with committed offsets"
                             + (f" on cluster {cluster}" if cluster else ""))
-    table = Table(title="consumer groups")
-    for column in ("cluster", "group", "state", "status", "lag", "behind", "partitions", "worst"):
-        table.add_column(column, overflow="fold", justify="right" if column in ("lag", "behind") else "left")
-    for g in groups:
-        worst = g["partitions"][0]["message"] if g["partitions"] and g["status"] != "OK" else ""
-        table.add_row(g["cluster"], g["group"], g["state"], _styled(g["status"]), _num(g["total_lag"]),
-                      _num(g["max_seconds_behind"], " s"), f"{g['partitions_not_ok']} not OK of "
-                      f"{g['partitions_tracked']}", worst)
-    console.print(table)
-    if group:
-        for g in groups:
-            parts = Table(title=f"{g['cluster']} / {g['group']}: partitions")
-            for column in ("topic", "partition", "status", "committed", "end", "lag", "behind", "reason"):
-                parts.add_column(column, justify="right" if column in ("committed", "end", "lag", "behind") else "left")
-            for p in g["partitions"]:
-                parts.add_row(p["topic"], str(p["partition"]), _styled(p["status"]), _num(p["committed"]),
-                              _num(p["end"]), _num(p["lag"]), _num(p["seconds_behind"], " s"), p["reason"])
-            console.print(parts)
+    sections = [Section("groups", "consumer groups", _GROUP_COLUMNS, groups)]
+    if group and output is OutputFormat.table:  # in the JSON document, each group holds its partitions
+        sections += [Section("partitions", f"{g['cluster']} / {g['group']}: partitions", _PARTITION_COLUMNS,
+                             g["partitions"]) for g in groups]
     lag_alerts = [a for a in state["alerts"] if a["rule"].startswith(("lag_", "offset_", "read_"))]
-    _alerts_table(lag_alerts, "lag and offset alerts")
+    alerts = _alerts(output, lag_alerts, "lag and offset alerts")
+    render(output, *sections, *([alerts] if alerts else []))
     raise typer.Exit(1 if any(g["status"] in CRITICAL_STATUSES for g in groups) else 0)
+
+
+_BROKER_COLUMNS = (
+    Column("node"), Column("up", cell=lambda b: "[green]up[/]" if b["up"] else f"[red]down[/] {b['error']}"),
+    _right("leaders", "leaders"), _right("replicas", "replicas"), _right("URP", "under_replicated"),
+    _right("<min ISR", "under_min_isr"), Column("in/s", cell=lambda b: _bytes(b["bytes_in_per_s"]), justify="right"),
+    Column("out/s", cell=lambda b: _bytes(b["bytes_out_per_s"]), justify="right"),
+    _right("ISR -/s", "isr_shrinks_per_s"), _right("follower lag", "max_follower_lag"),
+    Column("p99 ms produce/fetch/metadata", justify="right",
+           cell=lambda b: " / ".join(_num(b["p99_ms"].get(r)) for r in ("Produce", "FetchConsumer", "Metadata"))))
 
 
 def health(
@@ -149,30 +173,28 @@ def health(
     url: UrlOption = None,
     samples: SamplesOption = 2,
     interval: IntervalOption = 2.0,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Broker health from each broker's JMX exporter: replication, controller, elections, request
     times, load per broker and its skew, with alerts. Exits 1 on a critical alert."""
     state = _state(platform, url, samples, interval, None, cluster)
+    health_alerts = [a for a in state["alerts"] if not a["rule"].startswith(("lag_", "offset_", "read_"))]
+    code = 1 if any(a["severity"] == "CRITICAL" for a in health_alerts) else 0
+    if output is OutputFormat.json:
+        clusters = [{"cluster": c["name"], **c["health"]} for c in state["clusters"]]
+        render(output, clusters=clusters, alerts=health_alerts)
+        raise typer.Exit(code)
     for c in state["clusters"]:
         h = c["health"]
         console.print(f"[bold]{c['name']}[/] {_styled(h['severity'])}  under-replicated {h['under_replicated']}  "
                       f"under min ISR {h['under_min_isr']}  offline {_num(h['offline_partitions'])}  "
                       f"leader changes {h['leader_changes']} in {_num(h['leader_change_span_s'])} s  skew "
                       + ", ".join(f"{k} {v:.2f}" for k, v in h["skew"].items() if v is not None))
-        table = Table()
-        for column in ("node", "up", "leaders", "replicas", "URP", "<min ISR", "in/s", "out/s", "ISR -/s",
-                       "follower lag", "p99 ms produce/fetch/metadata"):
-            table.add_column(column, justify="left" if column in ("node", "up") else "right")
-        for b in h["brokers"]:
-            p99 = " / ".join(_num(b["p99_ms"].get(r)) for r in ("Produce", "FetchConsumer", "Metadata"))
-            up = "[green]up[/]" if b["up"] else f"[red]down[/] {b['error']}"
-            table.add_row(b["node"], up, _num(b["leaders"]), _num(b["replicas"]), _num(b["under_replicated"]),
-                          _num(b["under_min_isr"]), _bytes(b["bytes_in_per_s"]), _bytes(b["bytes_out_per_s"]),
-                          _num(b["isr_shrinks_per_s"]), _num(b["max_follower_lag"]), p99)
-        console.print(table)
-    health_alerts = [a for a in state["alerts"] if not a["rule"].startswith(("lag_", "offset_", "read_"))]
-    _alerts_table(health_alerts, "health alerts")
-    raise typer.Exit(1 if any(a["severity"] == "CRITICAL" for a in health_alerts) else 0)
+        render(output, Section("brokers", "", _BROKER_COLUMNS, h["brokers"]))
+    alerts = _alerts(output, health_alerts, "health alerts")
+    if alerts:
+        render(output, alerts)
+    raise typer.Exit(code)
 
 
 def _bytes(value: float | None) -> str:

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import timedelta
 from enum import Enum
 from pathlib import Path
@@ -19,17 +20,23 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.filesize import decimal
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from conveyor.cli.common import (
     DEFAULT_METRICS_HOST,
     DEFAULT_PLATFORM,
+    Column,
     MetricsHostOption,
+    OutputFormat,
+    OutputOption,
     PlatformOption,
+    Section,
     console,
     endpoint,
     err_console,
+    field_of,
     platform_from,
+    render,
+    say,
 )
 from conveyor.config import Platform, parse_duration_ms
 from conveyor.kafka import KafkaOperationError
@@ -39,6 +46,7 @@ from conveyor.service import Loop, serve
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from conveyor.pipeline.audit import HourAudit
     from conveyor.pipeline.lake import RunSummary, TopicRun
 
 app = typer.Typer(help="The PySpark pipelines: land topics in the lake exactly once, audit what landed, keep "
@@ -63,19 +71,19 @@ TopicsOption = Annotated[
 def start_spark(platform: Platform, app_name: str) -> SparkSession:
     from conveyor.pipeline.spark import spark_session
 
-    with console.status("starting Spark (the first start downloads its jars from Maven Central)"):
+    with err_console.status("starting Spark (the first start downloads its jars from Maven Central)"):
         return spark_session(platform, app_name)
 
 
 @contextmanager
-def _progress(spark: SparkSession) -> Iterator[Callable[[str, str], None]]:
+def _progress(spark: SparkSession, output: OutputFormat) -> Iterator[Callable[[str, str], None]]:
     """A step callback drawing one line per topic, with the running Spark tasks."""
     from conveyor.pipeline.progress import SparkTasks
 
     tasks: dict[str, int] = {}
     current = {"topic": "", "step": ""}
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+                  console=console if output is OutputFormat.table else err_console, transient=True) as progress:
         def step(topic: str, what: str) -> None:
             if topic not in tasks:
                 tasks[topic] = progress.add_task(topic)
@@ -95,20 +103,23 @@ def _ranges(run: TopicRun) -> str:
     return " ".join(f"p{r.partition} {r.start}..{r.end - 1}" for r in run.ranges if r.size > 0) or "nothing new"
 
 
-def print_summary(summary: RunSummary) -> None:
-    table = Table(title=f"lake run {summary.run_id[:8]}: {summary.seconds:.1f}s, "
-                        f"{summary.records_read:,} records, {decimal(summary.bytes_read)}, "
-                        f"{summary.rate:,.0f} records/s")
-    for column in ("topic", "offset ranges read", "read", "landed", "quarantined", "duplicates dropped",
-                   "bytes", "seconds"):
-        table.add_column(column, overflow="fold")
-    for run in summary.topics:
-        table.add_row(run.topic, _ranges(run), f"{run.records_read:,}", f"{run.landed:,}", f"{run.quarantined:,}",
-                      f"{run.duplicates_dropped:,}", decimal(run.bytes_read), f"{run.seconds:.1f}")
-    console.print(table)
+def _count(key: str) -> Column:
+    return Column(key.replace("_", " "), cell=lambda row: f"{field_of(row, key):,}")
+
+
+_RUN_COLUMNS = (Column("topic"), Column("offset ranges read", cell=_ranges, overflow="fold"), _count("records_read"),
+                _count("landed"), _count("quarantined"), _count("duplicates_dropped"),
+                Column("bytes", cell=lambda run: decimal(run.bytes_read)), Column("seconds", cell=lambda r: f"{r.seconds:.1f}"))
+
+
+def print_summary(summary: RunSummary, output: OutputFormat) -> None:
+    render(output, Section("topics", f"lake run {summary.run_id[:8]}: {summary.seconds:.1f}s, "
+                           f"{summary.records_read:,} records, {decimal(summary.bytes_read)}, "
+                           f"{summary.rate:,.0f} records/s", _RUN_COLUMNS, summary.topics),
+           run_id=summary.run_id, started_at=summary.started_at, seconds=summary.seconds, lost=summary.lost)
     for run in summary.topics:
         if run.orphans_deleted:
-            console.print(f"{run.topic}: deleted {run.orphans_deleted} file(s) left by an interrupted run")
+            say(output, f"{run.topic}: deleted {run.orphans_deleted} file(s) left by an interrupted run")
         for gap in run.gaps:
             err_console.print(
                 f"[bold red]DATA LOST:[/] {gap.topic}[{gap.partition}] offsets {gap.first}..{gap.last} "
@@ -130,10 +141,12 @@ def lake(
         "--metrics-port", envvar="CONVEYOR_LAKE_METRICS_PORT",
         help="With --every: serve /metrics and /healthz on this port.")] = None,
     metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Land topics of pipeline.source in Iceberg exactly once: each run reads from the offsets
     committed with the table's data to the partitions' current ends. Bad records go to quarantine;
-    data retention deleted before it landed is recorded as a gap and the run goes on (exit 3)."""
+    data retention deleted before it landed is recorded as a gap and the run goes on (exit 3). With -o json,
+    each run prints one JSON document."""
     from conveyor.pipeline.lake import lake_topics, run_once
     from conveyor.pipeline.metrics import LakeMetrics
 
@@ -149,9 +162,9 @@ def lake(
     metrics = LakeMetrics(timedelta(seconds=model.pipeline.lake.allowed_lateness))
 
     def run() -> RunSummary:
-        with _progress(spark) as step:
+        with _progress(spark, output) as step:
             summary = run_once(spark, model, topics, step)
-        print_summary(summary)
+        print_summary(summary, output)
         metrics.observe(summary)
         if metrics_file is not None:
             metrics.write(metrics_file)
@@ -176,8 +189,23 @@ def lake(
     raise typer.Exit(serve(Loop(metrics.registry, schedule), endpoint(metrics_host, metrics_port)))
 
 
+def _audit_result(hour: HourAudit) -> str:
+    if hour.failed:
+        return "MISMATCH"
+    if not hour.complete:
+        return "pending"
+    return "ok" if not hour.unaudited else "ok, unaudited events"
+
+
+_RESULT_STYLE = {"MISMATCH": "bold red", "pending": "yellow", "ok": "green", "ok, unaudited events": "yellow"}
+_AUDIT_COLUMNS = (Column("topic"), Column("hour (UTC)", cell=lambda h: h["hour"].strftime("%Y-%m-%d %H:00")),
+                  _count("produced"), _count("landed"), _count("lost"), _count("duplicates"), _count("unaudited"),
+                  Column("result", cell=lambda h: f"[{_RESULT_STYLE[h['result']]}]{h['result']}[/]"))
+
+
 @app.command()
-def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = None) -> None:
+def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = None,
+          output: OutputOption = OutputFormat.table) -> None:
     """Compare the gateway's audit counts per (topic, hour) with the rows landed in the lake:
     events lost, duplicated, or landed without being counted. Exits 4 when a complete hour lost
     or duplicated events; hours still within the allowed lateness are shown as pending."""
@@ -187,24 +215,14 @@ def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = No
     model = platform_from(platform)
     lake_topics(model, topics)
     spark = start_spark(model, "conveyor-audit")
-    with console.status("counting produced and landed events per hour"):
+    with err_console.status("counting produced and landed events per hour"):
         hours = audit_lake(spark, model, topics)
-    table = Table(title="audit: gateway counts against the lake")
-    for column in ("topic", "hour (UTC)", "produced", "landed", "lost", "duplicates", "unaudited", "result"):
-        table.add_column(column)
-    for hour in hours:
-        if hour.failed:
-            result = "[bold red]MISMATCH[/]"
-        elif not hour.complete:
-            result = "[yellow]pending[/]"
-        else:
-            result = "[green]ok[/]" if not hour.unaudited else "[yellow]ok, unaudited events[/]"
-        table.add_row(hour.topic, hour.hour.strftime("%Y-%m-%d %H:00"), f"{hour.produced:,}", f"{hour.landed:,}",
-                      f"{hour.lost:,}", f"{hour.duplicates:,}", f"{hour.unaudited:,}", result)
-    console.print(table)
+    rows = [{**asdict(h), "lost": h.lost, "duplicates": h.duplicates, "unaudited": h.unaudited,
+             "result": _audit_result(h)} for h in hours]
+    render(output, Section("hours", "audit: gateway counts against the lake", _AUDIT_COLUMNS, rows))
     failed = [h for h in hours if h.failed]
-    console.print(f"{len(hours)} hour(s) audited, {len(failed)} with lost or duplicated events, "
-                  f"{sum(h.lost for h in failed):,} lost, {sum(h.duplicates for h in failed):,} duplicated")
+    say(output, f"{len(hours)} hour(s) audited, {len(failed)} with lost or duplicated events, "
+        f"{sum(h.lost for h in failed):,} lost, {sum(h.duplicates for h in failed):,} duplicated")
     raise typer.Exit(EXIT_AUDIT_FAILED if failed else 0)
 
 
@@ -213,29 +231,33 @@ if TYPE_CHECKING:
     from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 
 
-def _print_realtime_summary(metrics: RealtimeMetrics, started: float, ended: float) -> None:
+def _print_realtime_summary(metrics: RealtimeMetrics, started: float, ended: float, output: OutputFormat) -> None:
     from conveyor.pipeline.realtime.metrics import seconds_text
 
     seconds = ended - started
     reports = list(metrics.reports)
-    table = Table(title=f"real-time views: the last batches of {len(reports)} in {seconds:.0f}s")
-    for column in ("batch", "records", "events applied", "keys", "rejected", "seconds", "latency p50", "latency p99"):
-        table.add_column(column, justify="right")
-    for r in reports[-10:]:
-        latency = r.latency()
-        table.add_row(f"{r.batch_id}{'' if r.first_attempt else ' (replay)'}", f"{r.records:,}", f"{r.applied:,}",
-                      f"{r.keys:,}", f"{sum(r.rejects.values()):,}", f"{r.seconds:.2f}",
-                      seconds_text(latency.get(0.5)), seconds_text(latency.get(0.99)))
-    console.print(table)
+    rows = [{"batch": r.batch_id, "replay": not r.first_attempt, "records": r.records, "events_applied": r.applied,
+             "keys": r.keys, "rejected": sum(r.rejects.values()), "seconds": r.seconds,
+             "latency_p50_s": r.latency().get(0.5), "latency_p99_s": r.latency().get(0.99)} for r in reports[-10:]]
+    columns = (Column("batch", cell=lambda r: f"{r['batch']}{' (replay)' if r['replay'] else ''}", justify="right"),
+               *(Column(key.replace("_", " "), cell=lambda r, key=key: f"{r[key]:,}", justify="right")
+                 for key in ("records", "events_applied", "keys", "rejected")),
+               Column("seconds", cell=lambda r: f"{r['seconds']:.2f}", justify="right"),
+               Column("latency p50", cell=lambda r: seconds_text(r["latency_p50_s"]), justify="right"),
+               Column("latency p99", cell=lambda r: seconds_text(r["latency_p99_s"]), justify="right"))
     records = sum(r.records for r in reports)
     overall = metrics.run_latency()
     # Spark's first batches compile and catch up on what arrived while it started; what a user of the
     # views sees afterwards is the second half of the run.
     events, steady = metrics.latency_since(started + seconds / 2)
-    console.print(f"{records:,} records ({records / seconds:,.0f}/s). Latency from event time to Redis write, "
-                  f"steady state (the last {seconds / 2:.0f}s, {events:,} events): p50 {seconds_text(steady.get(0.5))}, "
-                  f"p99 {seconds_text(steady.get(0.99))}; whole run, start-up and any backlog included: "
-                  f"p50 {seconds_text(overall.get(0.5))}, p99 {seconds_text(overall.get(0.99))}")
+    render(output, Section("batches", f"real-time views: the last batches of {len(reports)} in {seconds:.0f}s",
+                           columns, rows),
+           records=records, seconds=seconds, steady_events=events, steady_latency_p50_s=steady.get(0.5),
+           steady_latency_p99_s=steady.get(0.99), latency_p50_s=overall.get(0.5), latency_p99_s=overall.get(0.99))
+    say(output, f"{records:,} records ({records / seconds:,.0f}/s). Latency from event time to Redis write, "
+        f"steady state (the last {seconds / 2:.0f}s, {events:,} events): p50 {seconds_text(steady.get(0.5))}, "
+        f"p99 {seconds_text(steady.get(0.99))}; whole run, start-up and any backlog included: "
+        f"p50 {seconds_text(overall.get(0.5))}, p99 {seconds_text(overall.get(0.99))}")
 
 
 @app.command()
@@ -257,6 +279,7 @@ def realtime(
         "--from", help="Where a new job (no checkpoint yet) starts reading: earliest or latest (default: "
                        "pipeline.realtime.starting_offsets). A job with a checkpoint always resumes from it.")]
         = None,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Keep the views of pipeline.realtime in Redis up to date from pipeline.source: one Structured
     Streaming query, exactly once per key and window; late and malformed events go to the side
@@ -280,9 +303,9 @@ def realtime(
 
     def stream(stop: threading.Event) -> int:
         started = time.monotonic()
-        console.print(f"real-time views {', '.join(chosen)}: streaming from {model.pipeline.source}")
+        say(output, f"real-time views {', '.join(chosen)}: streaming from {model.pipeline.source}")
         run(spark, model, chosen, metrics, stop, seconds, available_now)
-        _print_realtime_summary(metrics, started, time.monotonic())
+        _print_realtime_summary(metrics, started, time.monotonic(), output)
         return 0
 
     raise typer.Exit(serve(Loop(metrics.registry, stream), endpoint(metrics_host, metrics_port)))

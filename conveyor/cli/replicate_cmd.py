@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 import subprocess
 import sys
@@ -9,17 +10,21 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from conveyor.cli.common import (
     DEFAULT_METRICS_HOST,
     DEFAULT_PLATFORM,
+    Column,
     MetricsHostOption,
     MetricsPortOption,
+    OutputFormat,
+    OutputOption,
     PlatformOption,
+    Section,
     console,
     endpoint,
     platform_from,
+    render,
 )
 from conveyor.config import ConfigError, Platform, Problem
 
@@ -88,36 +93,36 @@ def start(route: RouteOption, platform: PlatformOption = DEFAULT_PLATFORM,
     console.print(f"replicate-{route} {'started' if started else 'already running'} (pid {pid})")
 
 
+_TOPIC_COLUMNS = (Column("topic"), Column("partitions"), Column("source records", "source_records"), Column("copied"),
+                  Column("waiting", cell=lambda t: f"[{'green' if t.waiting == 0 else 'yellow'}]{t.waiting}[/]"),
+                  Column("lost", cell=lambda t: f"[{'red' if t.lost else 'green'}]{t.lost}[/]"))
+
+
 @app.command()
 def status(platform: PlatformOption = DEFAULT_PLATFORM,
-           route: Annotated[str | None, typer.Option("--route", "-r", help="Only this route.")] = None) -> None:
+           route: Annotated[str | None, typer.Option("--route", "-r", help="Only this route.")] = None,
+           output: OutputOption = OutputFormat.table) -> None:
     """Per route: the workers in its group; per source topic, records waiting to be copied and
     offsets lost to the source's retention; every recorded gap; and the source configs that copies
     of undeclared topics do not have."""
-    import datetime as dt
-
     from conveyor.replicate.status import route_status
 
     model = platform_from(platform)
     if route is not None:
         _route(model, route)
-    for name in model.routes:
-        if route and name != route:
-            continue
-        found = route_status(model, name)
-        table = Table(title=f"route {name}: {found.source} -> {found.destination}, {found.mode}, "
-                            f"{found.buckets} buckets, workers: {', '.join(found.workers) or 'none'}")
-        for column in ("topic", "partitions", "source records", "copied", "waiting", "lost"):
-            table.add_column(column)
-        for t in found.topics:
-            table.add_row(t.topic, str(t.partitions), str(t.source_records), str(t.copied),
-                          f"[{'green' if t.waiting == 0 else 'yellow'}]{t.waiting}[/]",
-                          f"[{'red' if t.lost else 'green'}]{t.lost}[/]")
-        console.print(table)
+    routes = [route_status(model, name) for name in model.routes if route in (None, name)]
+    if output is OutputFormat.json:
+        render(output, routes=routes)
+        return
+    for found in routes:
+        render(output, Section("topics", f"route {found.route}: {found.source} -> {found.destination}, {found.mode}, "
+                               f"{found.buckets} buckets, workers: {', '.join(found.workers) or 'none'}",
+                               _TOPIC_COLUMNS, found.topics))
         for gap in found.gaps:
             at = dt.datetime.fromtimestamp(gap.found_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-            console.print(f"[bold red]DATA LOST:[/] route {name}: {gap.topic}[{gap.partition}] offsets "
+            console.print(f"[bold red]DATA LOST:[/] route {found.route}: {gap.topic}[{gap.partition}] offsets "
                           f"{gap.first}..{gap.last} ({gap.count:,} records) were deleted by the source's retention "
                           f"before they were copied (found {at})", soft_wrap=True)
         for difference in found.differences:
-            console.print(f"[yellow]config not copied:[/] route {name}: {escape(str(difference))}", soft_wrap=True)
+            console.print(f"[yellow]config not copied:[/] route {found.route}: {escape(str(difference))}",
+                          soft_wrap=True)

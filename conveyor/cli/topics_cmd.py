@@ -11,12 +11,12 @@ from conveyor.cli.common import (
     OutputFormat,
     OutputOption,
     PlatformOption,
+    Report,
     Section,
     YesOption,
     confirm,
     platform_from,
     render,
-    say,
 )
 from conveyor.topics import provisioner
 from conveyor.topics.plan import ChangeKind, ClusterPlan
@@ -49,11 +49,12 @@ def _plan_rows(plans: list[ClusterPlan]) -> list[dict[str, str | None]]:
     return rows
 
 
-def _print_plans(plans: list[ClusterPlan], output: OutputFormat, **values: object) -> None:
-    change = Column("change", cell=lambda r: f"[{_STYLE.get(r['change'], 'yellow')}]{r['change']}[/]")
-    columns = (Column("cluster"), Column("topic"), change, Column("detail"))
-    render(output, Section("changes", "topics: platform.yaml against the live clusters", columns, _plan_rows(plans)),
-           **values)
+_COLUMNS = (Column("cluster"), Column("topic"),
+            Column("change", cell=lambda r: f"[{_STYLE.get(r['change'], 'yellow')}]{r['change']}[/]"), Column("detail"))
+
+
+def _plan_section(plans: list[ClusterPlan]) -> Section:
+    return Section("changes", "topics: platform.yaml against the live clusters", _COLUMNS, _plan_rows(plans))
 
 
 @app.command()
@@ -69,7 +70,7 @@ def plan(
     when the plan holds something Kafka cannot apply."""
     plans = provisioner.plan(platform_from(platform), cluster, prune)
     code = plan_exit_code(plans)
-    _print_plans(plans, output, exit_code=code)
+    render(output, _plan_section(plans), exit_code=code)
     raise typer.Exit(code)
 
 
@@ -96,11 +97,10 @@ def apply(
     platform_model = platform_from(platform)
     plans = provisioner.plan(platform_model, cluster, prune)
     deletions = [(p.cluster, c.topic) for p in plans for c in p.changes if c.kind == ChangeKind.delete]
-    if output is OutputFormat.table:
-        _print_plans(plans, output)
+    report = Report(output)
+    report.add(_plan_section(plans))
     if deletions and not any(p.refusals for p in plans):
         confirm(platform_model.name, f"delete {len(deletions)} topic(s)", yes)
     done = provisioner.apply(platform_model, plans)
-    if output is OutputFormat.json:
-        _print_plans(plans, output, applied=len(done))
-    say(output, f"applied {len(done)} change(s)" if done else "nothing to change")
+    report.say(f"applied {len(done)} change(s)" if done else "nothing to change")
+    report.close(applied=len(done))

@@ -7,9 +7,16 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
-from rich.table import Table
-
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console
+from conveyor.cli.common import (
+    DEFAULT_PLATFORM,
+    Column,
+    OutputFormat,
+    OutputOption,
+    PlatformOption,
+    Section,
+    render,
+    say,
+)
 
 app = typer.Typer(help="Read the real-time views that `conveyor pipeline realtime` keeps in Redis.",
                   no_args_is_help=True)
@@ -32,6 +39,7 @@ def get(
         "--window", "-w", help="A time (UTC) inside the window to show (repeatable); default: the latest windows.")] = None,
     last: Annotated[int, typer.Option("--last", "-n", min=1, help="Without --window: how many latest windows.")] = 5,
     platform: PlatformOption = DEFAULT_PLATFORM,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """A key's counters per window, with the view's ratios (CTR) computed on read. Windows with no
     data are left out."""
@@ -42,15 +50,12 @@ def get(
     windows = [_moment(w) for w in window] if window else recent_windows(model, view, last)
     rows = read_view(model, view, key.split(","), windows)
     if not rows:
-        console.print(f"{view} {key}: no counters in the {len(windows)} window(s) asked for")
-        return
+        say(output, f"{view} {key}: no counters in the {len(windows)} window(s) asked for")
     counters = sorted({name for row in rows for name in row.counters})
     ratios = sorted({name for row in rows for name in row.ratios})
-    table = Table(title=f"{view} {key}")
-    for column in ("window start (UTC)", *counters, *ratios):
-        table.add_column(column, justify="left" if column.startswith("window") else "right")
-    for row in rows:
-        table.add_row(row.window_start.strftime("%Y-%m-%d %H:%M:%S"),
-                      *(f"{row.counters.get(c, 0):,}" for c in counters),
-                      *("-" if row.ratios.get(r) is None else f"{row.ratios[r]:.2%}" for r in ratios))
-    console.print(table)
+    columns = (Column("window start (UTC)", cell=lambda row: row.window_start.strftime("%Y-%m-%d %H:%M:%S")),
+               *(Column(c, cell=lambda row, c=c: f"{row.counters.get(c, 0):,}", justify="right") for c in counters),
+               *(Column(r, cell=lambda row, r=r: "-" if row.ratios.get(r) is None else f"{row.ratios[r]:.2%}",
+                        justify="right") for r in ratios))
+    if rows or output is OutputFormat.json:
+        render(output, Section("windows", f"{view} {key}", columns, rows), view=view, key=key)

@@ -13,17 +13,17 @@ from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
 from conveyor.config.loading import load_platform, parse_platform
 from conveyor.config.ops import Ops, OpsPanel
-from conveyor.config.pipeline import FieldMatch, Lake, Pipeline, Realtime, RealtimeView, Spark, ViewMetric
+from conveyor.config.pipeline import Catalog, FieldMatch, Lake, Pipeline, Realtime, RealtimeView, Spark, ViewMetric
 from conveyor.config.platform import Platform
 from conveyor.config.problems import ConfigError, Problem
-from conveyor.config.runtime import Redis, Runtime
+from conveyor.config.runtime import Postgres, Redis, Runtime
 from conveyor.config.topics import CleanupPolicy, ReplicationMode, Route, Service, Topic
 from conveyor.config.units import DEFAULT_PLATFORM_FILE, parse_duration_ms, parse_size_bytes
 
 __all__ = [
-    "DEFAULT_PLATFORM_FILE", "CleanupPolicy", "Cluster", "ClusterRole", "ConfigError", "ContractFileError",
-    "Dispatch", "FieldMatch", "Gateway", "Lake", "Ops", "OpsPanel", "Pipeline", "Platform", "Problem",
-    "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode", "Route", "Runtime", "Security",
-    "Service", "Spark", "Topic", "ViewMetric", "load_platform", "parse_duration_ms", "parse_platform",
+    "Catalog", "DEFAULT_PLATFORM_FILE", "CleanupPolicy", "Cluster", "ClusterRole", "ConfigError", "ContractFileError",
+    "Dispatch", "FieldMatch", "Gateway", "Lake", "Ops", "OpsPanel", "Pipeline", "Platform", "Postgres",
+    "Problem", "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode", "Route", "Runtime",
+    "Security", "Service", "Spark", "Topic", "ViewMetric", "load_platform", "parse_duration_ms", "parse_platform",
     "parse_size_bytes", "read_contract",
 ]

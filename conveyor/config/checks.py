@@ -99,6 +99,10 @@ def _pipeline_problems(platform: Platform) -> Iterator[Problem]:
     source = platform.pipeline.source
     if source is not None and source not in platform.clusters:
         yield _unknown("pipeline.source", "clusters", "cluster", source)
+    catalog = platform.pipeline.catalog
+    if catalog.type == "jdbc" and catalog.uri is None and platform.runtime.postgres is None:
+        yield Problem("pipeline.catalog.uri", "a jdbc catalog needs a uri, or runtime.postgres to run one locally",
+                      refers_to=("runtime.postgres",))
     for topic in platform.pipeline.lake.topics or []:
         if topic not in platform.topics:
             yield _unknown("pipeline.lake.topics", "topics", "topic", topic)

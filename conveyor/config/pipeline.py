@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from conveyor.config.units import TOPIC_NAME, Model, Name, Seconds
 
@@ -22,6 +24,10 @@ class Spark(Model):
     driver_bind_address: str | None = None
     #: How long a cluster master may take to answer before a pipeline gives up with its URL.
     master_timeout: Seconds = Field(default=30.0, gt=0)
+    #: On a cluster, the Python executors start their workers with (PYSPARK_PYTHON): the driver's
+    #: minor version, with conveyor.pipeline.shipping.EXECUTOR_REQUIREMENTS; conveyor itself is
+    #: shipped. Default: PYSPARK_PYTHON as set, else python3. local[N] uses the driver's interpreter.
+    executor_python: str | None = None
 
 
 class Lake(Model):
@@ -33,11 +39,17 @@ class Lake(Model):
     allowed_lateness: Seconds = Field(default=600.0, ge=0)
     #: Drop an event_id already landed within this window (producer retries); 0 turns it off.
     dedup_window: Seconds = Field(default=3600.0, ge=0)
-    #: Seconds a run waits for another run holding the warehouse lock.
-    lock_timeout: Seconds = Field(default=120.0, ge=0)
+    #: A run that loses a commit to a concurrent run re-reads the table's positions and tries
+    #: again, at most this many times in all.
+    commit_attempts: int = Field(default=5, ge=1)
+    #: Files under a table that no snapshot references are deleted once older than this (after a
+    #: killed run). It must exceed the longest run: a younger file may belong to a run in progress,
+    #: on this host or another. 0s is right only when one writer runs at a time.
+    orphan_age: Seconds = Field(default=86_400.0, ge=0)
 
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+RedisUrl = Annotated[str, StringConstraints(pattern=r"^rediss?://\S+$")]
 #: A filter or a metric's ``where``: field -> the value, or one of the values, it must have.
 FieldMatch = dict[str, str | list[str]]
 
@@ -106,8 +118,13 @@ class Realtime(Model):
     """The real-time views job (``conveyor pipeline realtime``): one Structured Streaming query."""
 
     views: dict[Name, RealtimeView] = Field(default_factory=dict)
-    #: Folder under runtime.home; each job (set of views) has its own checkpoint folder in it.
+    #: Folder under runtime.home, or a URI of any Hadoop file system (file:///..., hdfs://...,
+    #: s3a://...); each job (set of views) has its own checkpoint folder in it.
     checkpoint: str = "realtime"
+    #: The views' Redis: one server's URL, or a list of Redis Cluster nodes' URLs (some of them: the
+    #: client discovers the rest; the first one's credentials and TLS apply to all). Default: the
+    #: runtime's Redis (runtime.redis.url, else the one `conveyor up` runs).
+    redis: RedisUrl | Annotated[list[RedisUrl], Field(min_length=1)] | None = None
     #: Micro-batch interval.
     trigger: Seconds = Field(default=1.0, gt=0)
     #: Most Kafka records per micro-batch (catching up after a stop goes in steps of this).
@@ -123,13 +140,50 @@ class Realtime(Model):
     dedup_window: Seconds = Field(default=3600.0, ge=0)
 
 
+#: Schemes of object stores: no atomic rename, so no Hadoop catalog on them.
+OBJECT_STORES = ("s3a://", "s3://", "s3n://", "gs://", "abfs://", "abfss://", "wasb://", "wasbs://")
+_CATALOG_URIS = {"jdbc": ("jdbc:",), "rest": ("http://", "https://"), "hive": ("thrift://",)}
+
+
+class Catalog(Model):
+    """The Iceberg catalog of the lake's tables (``conveyor.pipeline.catalog`` maps it to Spark).
+
+    ``hadoop`` keeps table metadata as files beside the data and commits by renaming a file: the
+    embedded default for one machine. ``jdbc`` (PostgreSQL), ``rest`` and ``hive`` keep it in a
+    service that commits atomically, which object stores and many writers need."""
+
+    type: Literal["hadoop", "jdbc", "rest", "hive"] = "hadoop"
+    #: jdbc:postgresql://host:port/db, http(s)://rest-server, thrift://metastore:9083. For jdbc it
+    #: may be left out when runtime.postgres runs the database locally.
+    uri: str | None = None
+    #: Folder (relative to platform.yaml) or URI where table files go.
+    warehouse: str = ".conveyor/warehouse"
+    #: More Iceberg catalog properties, passed as they are (jdbc.user, jdbc.password, io-impl, ...).
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Catalog:
+        if self.type == "hadoop":
+            if self.warehouse.startswith(OBJECT_STORES):
+                raise ValueError(
+                    f"type hadoop cannot keep tables on {self.warehouse}: a Hadoop catalog commits by an atomic "
+                    "rename, which object stores lack, so two commits could both win; use type jdbc, rest or hive"
+                )
+            if self.uri is not None:
+                raise ValueError("type hadoop takes no uri (its metadata lives in the warehouse)")
+        elif self.uri is not None and not self.uri.startswith(_CATALOG_URIS[self.type]):
+            raise ValueError(f"uri of a {self.type} catalog must start with {' or '.join(_CATALOG_URIS[self.type])}")
+        elif self.uri is None and self.type != "jdbc":
+            raise ValueError(f"type {self.type} needs a uri")
+        return self
+
+
 class Pipeline(Model):
     """Settings of the Spark pipelines; each pipeline issue adds its own section."""
 
     #: Cluster the pipelines read.
     source: Name | None = None
-    #: Iceberg warehouse folder (relative to platform.yaml) or URI.
-    warehouse: str = ".conveyor/warehouse"
+    catalog: Catalog = Field(default_factory=Catalog)
     spark: Spark = Field(default_factory=Spark)
     lake: Lake = Field(default_factory=Lake)
     realtime: Realtime = Field(default_factory=Realtime)

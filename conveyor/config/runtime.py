@@ -13,6 +13,18 @@ class Redis(Model):
     url: str | None = Field(default=None, description="an existing Redis instead of a local one")
 
 
+class Postgres(Model):
+    """A local PostgreSQL (Debian's package) for the lake's JDBC catalog, on 127.0.0.1."""
+
+    port: int = Field(ge=1024, le=65535)
+    user: str = Field(default="conveyor", pattern=r"^[a-z_][a-z0-9_]*$")
+    database: str = Field(default="conveyor", pattern=r"^[a-z_][a-z0-9_]*$")
+
+    @property
+    def jdbc_uri(self) -> str:
+        return f"jdbc:postgresql://127.0.0.1:{self.port}/{self.database}"
+
+
 class Runtime(Model):
     """How ``conveyor up`` runs local clusters on this machine."""
 
@@ -25,3 +37,5 @@ class Runtime(Model):
     #: Seconds to wait for every cluster to report all its brokers.
     start_timeout: float = Field(default=120.0, gt=0)
     redis: Redis = Field(default_factory=Redis)
+    #: Started by ``conveyor up`` only when set.
+    postgres: Postgres | None = None

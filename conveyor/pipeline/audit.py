@@ -18,7 +18,7 @@ from conveyor.pipeline.completeness import is_complete, landed_until, last_compl
 from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, source_cluster
 from conveyor.pipeline.lake import lake_topics
-from conveyor.pipeline.catalog import require_warehouse
+from conveyor.pipeline.catalog import require_catalog
 from conveyor.pipeline.tables import as_utc, current_commit, data_table, table_exists
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def complete_until(spark: SparkSession, platform: Platform, topic: str) -> datet
 
 
 def audit_lake(spark: SparkSession, platform: Platform, topics: list[str] | None = None) -> list[HourAudit]:
-    require_warehouse(spark, platform)
+    require_catalog(spark, platform)
     chosen = lake_topics(platform, topics)
     landed: dict[Key, tuple[int, int]] = {}
     with spark_failures("audit"):

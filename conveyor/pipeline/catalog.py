@@ -1,6 +1,7 @@
 """The Iceberg catalog every pipeline table lives in, as Spark settings.
 
-Tables are ``lake.<namespace>.<table>``; the catalog's kind and warehouse come from platform.yaml.
+Tables are ``lake.<namespace>.<table>``; the catalog's kind, address and warehouse come from
+``pipeline.catalog`` in platform.yaml (checked there: no Hadoop catalog on an object store).
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ if TYPE_CHECKING:
 
 #: The name of the catalog in every pipeline session: ``lake.<namespace>.<table>``.
 CATALOG = "lake"
+_PREFIX = f"spark.sql.catalog.{CATALOG}"
+#: Iceberg's catalog implementations beside the built-in ``hadoop`` and ``hive`` types.
+_IMPLEMENTATIONS = {"jdbc": "org.apache.iceberg.jdbc.JdbcCatalog", "rest": "org.apache.iceberg.rest.RESTCatalog"}
 
 
 def warehouse_uri(platform: Platform) -> str:
-    """pipeline.warehouse as Iceberg needs it: a URI as given, a folder relative to platform.yaml."""
-    warehouse = platform.pipeline.warehouse
+    """pipeline.catalog.warehouse as Iceberg needs it: a URI as given, a folder relative to platform.yaml."""
+    warehouse = platform.pipeline.catalog.warehouse
     if "://" in warehouse:
         return warehouse
     return str(platform.resolve(warehouse).resolve())
@@ -28,27 +32,57 @@ def warehouse_uri(platform: Platform) -> str:
 
 def local_warehouse(platform: Platform) -> Path | None:
     """The warehouse folder when it is on this machine's file system, else None."""
-    warehouse = platform.pipeline.warehouse
+    warehouse = platform.pipeline.catalog.warehouse
     if "://" in warehouse and not warehouse.startswith("file://"):
         return None
     return Path(warehouse_uri(platform).removeprefix("file://"))
 
 
+def catalog_uri(platform: Platform) -> str | None:
+    """The catalog service's address: as given, or the local PostgreSQL's for a jdbc catalog without one."""
+    catalog, postgres = platform.pipeline.catalog, platform.runtime.postgres
+    if catalog.uri is None and catalog.type == "jdbc" and postgres is not None:
+        return postgres.jdbc_uri
+    return catalog.uri
+
+
+def catalog_properties(platform: Platform) -> dict[str, str]:
+    """The Iceberg catalog properties of ``pipeline.catalog`` (without Spark's prefix)."""
+    catalog = platform.pipeline.catalog
+    properties = {"warehouse": warehouse_uri(platform)}
+    if catalog.type in _IMPLEMENTATIONS:
+        properties["catalog-impl"] = _IMPLEMENTATIONS[catalog.type]
+    else:
+        properties["type"] = catalog.type
+    uri = catalog_uri(platform)
+    if uri is not None:
+        properties["uri"] = uri
+    postgres = platform.runtime.postgres
+    if catalog.type == "jdbc" and catalog.uri is None and postgres is not None:
+        properties["jdbc.user"] = postgres.user  # the local server trusts connections from 127.0.0.1
+    return properties | catalog.options
+
+
 def catalog_conf(platform: Platform) -> dict[str, str]:
     """The Spark settings that make ``CATALOG`` the platform's Iceberg catalog."""
-    catalog = f"spark.sql.catalog.{CATALOG}"
     return {
-        catalog: "org.apache.iceberg.spark.SparkCatalog",
-        f"{catalog}.type": "hadoop",
-        f"{catalog}.warehouse": warehouse_uri(platform),
-        # Another process (the next scheduled run, `lake status`) commits to the same tables: always
-        # read the table's current metadata instead of a cached copy.
-        f"{catalog}.cache-enabled": "false",
+        _PREFIX: "org.apache.iceberg.spark.SparkCatalog",
+        **{f"{_PREFIX}.{key}": value for key, value in catalog_properties(platform).items()},
+        # Another process (the next scheduled run, a concurrent one, `lake status`) commits to the
+        # same tables: always read the table's current metadata instead of a cached copy.
+        f"{_PREFIX}.cache-enabled": "false",
     }
 
 
-def require_warehouse(spark: SparkSession, platform: Platform) -> None:
-    """Refuse to work on ``platform`` through a session whose catalog is another warehouse."""
-    running = spark.conf.get(f"spark.sql.catalog.{CATALOG}.warehouse", None)
-    if running != warehouse_uri(platform):
-        raise SparkSetupError(f"the Spark session works on warehouse {running}, not {warehouse_uri(platform)}")
+def describe(platform: Platform) -> str:
+    """One line naming the catalog, for titles and messages."""
+    uri = catalog_uri(platform)
+    return f"{platform.pipeline.catalog.type} catalog {uri + ', ' if uri else ''}warehouse {warehouse_uri(platform)}"
+
+
+def require_catalog(spark: SparkSession, platform: Platform) -> None:
+    """Refuse to work on ``platform`` through a session whose catalog is another one."""
+    for key, value in catalog_conf(platform).items():
+        running = spark.conf.get(key, None)
+        if running != value:
+            raise SparkSetupError(f"the Spark session has {key}={running}, not {value} ({describe(platform)})")

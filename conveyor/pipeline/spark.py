@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conveyor.config import Platform
-from conveyor.pipeline.catalog import catalog_conf, require_warehouse
+from conveyor.pipeline.catalog import catalog_conf, require_catalog
 from conveyor.pipeline.errors import SparkSetupError
+from conveyor.pipeline.shipping import ship_package
 from conveyor.runtime.jars import maven_classpath
 
 if TYPE_CHECKING:
@@ -133,6 +134,14 @@ def _console_to(path: Path) -> Iterator[None]:
         os.close(saved[1])
 
 
+def _shipped(session: SparkSession, platform: Platform) -> SparkSession:
+    """The session, with the ``conveyor`` package shipped to its executors when they may run on
+    other hosts (under ``local[N]`` they are this process's JVM and start this interpreter)."""
+    if not is_local(session.sparkContext.master):
+        ship_package(session, platform.home / "spark")
+    return session
+
+
 def spark_session(platform: Platform, app_name: str = "conveyor") -> SparkSession:
     """A Spark session with the Kafka connector and the platform's Iceberg catalog.
 
@@ -155,20 +164,24 @@ def spark_session(platform: Platform, app_name: str = "conveyor") -> SparkSessio
         conf = {k: v for k, v in conf.items() if k not in _LAUNCH_SETTINGS and not k.startswith("spark.jars")}
     active = SparkSession.getActiveSession()
     if active is not None:
-        require_warehouse(active, platform)
+        require_catalog(active, platform)
         return active
 
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
     if submitted:
-        return builder.getOrCreate()
+        return _shipped(builder.getOrCreate(), platform)
     settings = platform.pipeline.spark
     require_reachable_master(settings.master, settings.master_timeout)
     if is_local(settings.master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # PySpark starts its Python workers from this variable; they must import conveyor.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # PySpark starts every Python worker, on any host, with the interpreter this variable names.
+    # Here that is this one (conveyor installed); a cluster's executors get the code shipped and
+    # run the interpreter the settings name, else PYSPARK_PYTHON as given, else Spark's python3.
+    python = sys.executable if is_local(settings.master) else settings.executor_python
+    if python:
+        os.environ["PYSPARK_PYTHON"] = python
     log = spark_log(platform)
     try:
         with _console_to(log):
@@ -176,4 +189,4 @@ def spark_session(platform: Platform, app_name: str = "conveyor") -> SparkSessio
     except PySparkException as err:  # the JVM did not start; its reason is in the log
         raise SparkSetupError(f"Spark did not start ({type(err).__name__}); see {log}") from err
     session.sparkContext.setLogLevel("WARN")
-    return session
+    return _shipped(session, platform)

@@ -13,7 +13,7 @@ from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import list_watermarks
 from conveyor.pipeline.lake import lake_topics
 from conveyor.pipeline.offsets import plan_ranges
-from conveyor.pipeline.catalog import require_warehouse
+from conveyor.pipeline.catalog import require_catalog
 from conveyor.pipeline.tables import Commit, current_commit, data_table, gaps_of, quarantine_table, table_exists
 
 if TYPE_CHECKING:
@@ -72,6 +72,6 @@ def topic_status(spark: SparkSession, platform: Platform, topic: str) -> TopicSt
 
 
 def lake_status(spark: SparkSession, platform: Platform, topics: list[str] | None = None) -> list[TopicStatus]:
-    require_warehouse(spark, platform)
+    require_catalog(spark, platform)
     with spark_failures("lake status"):
         return [topic_status(spark, platform, topic) for topic in lake_topics(platform, topics)]

@@ -73,6 +73,15 @@ BAD_FILES = [
      "clusters.central: tag 'ads' names broker ids [4] beyond the 3 brokers"),
     ("no-clusters", _with("clusters", {}), "clusters: must have at least 1 item(s)"),
     ("bad-topic-name", _with("topics.bad topic", {"partitions": 1}), "topics.bad topic.[key]: must match"),
+    ("unknown-catalog-type", _with("pipeline.catalog", {"type": "glue"}),
+     "pipeline.catalog.type: input should be 'hadoop', 'jdbc', 'rest' or 'hive'"),
+    ("hadoop-on-object-store", _with("pipeline.catalog", {"type": "hadoop", "warehouse": "s3a://bucket/lake"}),
+     "pipeline.catalog: type hadoop cannot keep tables on s3a://bucket/lake: a Hadoop catalog commits by an "
+     "atomic rename, which object stores lack, so two commits could both win; use type jdbc, rest or hive"),
+    ("jdbc-without-database", _with("pipeline.catalog", {"type": "jdbc"}),
+     "pipeline.catalog.uri: a jdbc catalog needs a uri, or runtime.postgres to run one locally"),
+    ("hive-uri-scheme", _with("pipeline.catalog", {"type": "hive", "uri": "http://metastore:9083"}),
+     "pipeline.catalog: uri of a hive catalog must start with thrift://"),
 ]
 
 

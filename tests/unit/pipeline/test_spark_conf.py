@@ -42,7 +42,35 @@ def test_session_conf_uses_the_platform_s_warehouse_and_a_small_driver():
 
 
 def test_a_warehouse_uri_is_kept_as_given():
-    assert warehouse_uri(demo(warehouse="s3://lake/warehouse")) == "s3://lake/warehouse"
+    shared = {"type": "jdbc", "uri": "jdbc:postgresql://db:5432/lake", "warehouse": "s3a://lake/warehouse"}
+    assert warehouse_uri(demo(catalog=shared)) == "s3a://lake/warehouse"
+
+
+@pytest.mark.parametrize("catalog, expected", [
+    ({"type": "jdbc", "uri": "jdbc:postgresql://db:5432/lake", "options": {"jdbc.user": "u", "jdbc.password": "p"}},
+     {"catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog", "uri": "jdbc:postgresql://db:5432/lake",
+      "jdbc.user": "u", "jdbc.password": "p"}),
+    ({"type": "rest", "uri": "https://catalog:8181"},
+     {"catalog-impl": "org.apache.iceberg.rest.RESTCatalog", "uri": "https://catalog:8181"}),
+    ({"type": "hive", "uri": "thrift://metastore:9083"}, {"type": "hive", "uri": "thrift://metastore:9083"}),
+    ({"type": "hadoop"}, {"type": "hadoop"}),
+])
+def test_each_catalog_type_maps_to_iceberg_s_spark_catalog(catalog, expected):
+    conf = session_conf(demo(catalog={**catalog, "warehouse": "s3a://lake/w" if catalog["type"] != "hadoop" else "w"}),
+                        "x", [])
+    prefix = f"spark.sql.catalog.{CATALOG}"
+    assert conf[prefix] == "org.apache.iceberg.spark.SparkCatalog"
+    assert {k.removeprefix(prefix + "."): v for k, v in conf.items()
+            if k.startswith(prefix + ".") and k.removeprefix(prefix + ".") not in ("warehouse", "cache-enabled")} == expected
+
+
+def test_a_jdbc_catalog_without_uri_uses_the_local_postgres():
+    data = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    data["runtime"]["postgres"] = {"port": 27432}
+    data["pipeline"]["catalog"] = {"type": "jdbc"}
+    conf = session_conf(parse_platform(data, root=ROOT), "x", [])
+    assert conf[f"spark.sql.catalog.{CATALOG}.uri"] == "jdbc:postgresql://127.0.0.1:27432/conveyor"
+    assert conf[f"spark.sql.catalog.{CATALOG}.jdbc.user"] == "conveyor"
 
 
 def test_java_client_options_translate_librdkafka_security_settings():
