@@ -26,7 +26,7 @@ from conveyor.pipeline.lake_positions import publish_position
 from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH, values_parser
 from conveyor.pipeline.schema import COORDINATES, REASON, Column, contract_columns, quote, read_schema
-from conveyor.pipeline.catalog import require_warehouse
+from conveyor.pipeline.catalog import require_catalog
 from conveyor.pipeline.tables import (
     GAPS_TABLE,
     append,
@@ -305,7 +305,7 @@ def run_once(
     spark: SparkSession, platform: Platform, topics: list[str] | None = None, step: StepCallback = _noop
 ) -> RunSummary:
     """One bounded run over ``topics`` (default: the lake's topics) under the warehouse lock."""
-    require_warehouse(spark, platform)
+    require_catalog(spark, platform)
     chosen = lake_topics(platform, topics)
     run_id = uuid.uuid4().hex
     started_at = datetime.now(timezone.utc)
