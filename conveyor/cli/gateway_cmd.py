@@ -6,9 +6,20 @@ from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platform_from
+from conveyor.cli.common import (
+    DEFAULT_PLATFORM,
+    Column,
+    OutputFormat,
+    OutputOption,
+    PlatformOption,
+    Section,
+    console,
+    err_console,
+    platform_from,
+    render,
+    say,
+)
 from conveyor.config import ClusterRole, ConfigError, Platform, Problem
 from conveyor.errors import ConveyorError
 from conveyor.service import wait_healthy
@@ -77,6 +88,7 @@ def generate(
     token: Annotated[str, typer.Option(envvar="CONVEYOR_TOKEN", help="The publishing service's token.")] = "",
     seed: Annotated[int | None, typer.Option(min=0, help="Send the events of an earlier run again (its seed "
                                                          "is printed at its start); default: a new seed.")] = None,
+    output: OutputOption = OutputFormat.table,
 ) -> None:
     """Publish realistic ad events (page views, impressions, clicks from many sites, keyed by user)
     through the gateways at a steady rate, and print what was accepted and how fast. Each run sends
@@ -91,19 +103,21 @@ def generate(
                    if c.role == ClusterRole.writable]
     publishers = [Publisher(u, token, batch_size=batch) for u in urls]
     traffic = AdTraffic() if seed is None else AdTraffic(seed=seed)
-    console.print(f"seed {traffic.seed}; rerun with --seed {traffic.seed} to send the same events")
+    say(output, f"seed {traffic.seed}; rerun with --seed {traffic.seed} to send the same events")
     with Progress(TextColumn("publishing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+                  console=console if output is OutputFormat.table else err_console, transient=True) as progress:
         task = progress.add_task("events", total=int(rate * duration))
         result = run(publishers, topic, rate, duration, batch, traffic,
                      progress=lambda done, total: progress.update(task, completed=done))
     for publisher in publishers:
         publisher.close()
     latencies = sorted(result.batch_latencies)
-    table = Table(title=f"generated {topic} through {len(urls)} gateway(s)")
-    for column in ("accepted", "seconds", "events/s", "batch p50", "batch p99"):
-        table.add_column(column)
-    table.add_row(str(result.accepted), f"{result.seconds:.1f}", f"{result.rate:,.0f}",
-                  f"{latencies[len(latencies) // 2] * 1000:.1f} ms" if latencies else "",
-                  f"{latencies[int(len(latencies) * 0.99)] * 1000:.1f} ms" if latencies else "")
-    console.print(table)
+    row = {"accepted": result.accepted, "seconds": result.seconds, "events_per_s": result.rate,
+           "batch_p50_ms": latencies[len(latencies) // 2] * 1000 if latencies else None,
+           "batch_p99_ms": latencies[int(len(latencies) * 0.99)] * 1000 if latencies else None}
+    columns = (Column("accepted"), Column("seconds", cell=lambda r: f"{r['seconds']:.1f}"),
+               Column("events/s", cell=lambda r: f"{r['events_per_s']:,.0f}"),
+               *(Column(f"batch {q}", cell=lambda r, q=q: "" if r[f"batch_{q}_ms"] is None else f"{r[f'batch_{q}_ms']:.1f} ms")
+                 for q in ("p50", "p99")))
+    render(output, Section("runs", f"generated {topic} through {len(urls)} gateway(s)", columns, [row]),
+           topic=topic, gateways=urls, seed=traffic.seed)

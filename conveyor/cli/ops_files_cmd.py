@@ -14,7 +14,7 @@ from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, platf
 
 def rules(
     platform: PlatformOption = DEFAULT_PLATFORM,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the rules file here (default: stdout).")]
+    out: Annotated[Path | None, typer.Option("--out", help="Write the rules file here (default: stdout).")]
     = None,
 ) -> None:
     """Write a Prometheus alerting rules file for the metrics Conveyor exports: broker health, lag,
@@ -33,7 +33,7 @@ def rules(
 
 
 def dashboards(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the dashboard files.")] = Path("dashboards"),
+    out: Annotated[Path, typer.Option("--out", help="Folder for the dashboard files.")] = Path("dashboards"),
 ) -> None:
     """Write Grafana dashboards (brokers, replication, lake, real-time views, dispatcher) as JSON
     files over the metrics Conveyor exports; import them in Grafana with a Prometheus data source."""
