@@ -8,10 +8,12 @@ from pydantic import Field, model_validator
 
 from conveyor.config.units import Model, Name, Seconds, SizeBytes
 from conveyor.ops.health import HealthPolicy
+from conveyor.ops.offset_manager import OffsetManagerPolicy
 from conveyor.ops.rewind import DEFAULT_REWIND_POLICY
 
 #: The judging rules' own defaults: the settings below only expose them.
 _HEALTH = HealthPolicy()
+_OFFSETS = OffsetManagerPolicy()
 
 
 class OpsPanel(Model):
@@ -64,6 +66,13 @@ class Ops(Model):
     #: An hour of a topic must be complete in the lake this long after it ends (the rules file's
     #: LakeHourLate); 2h: yesterday has landed by 02:00.
     lake_deadline: Seconds = Field(default=7200.0, gt=0)
+    #: The offset manager: the log cleaner's max dirty ratio above this percent for longer than
+    #: offsets_dirty_hold is a stalled compaction; the cleaner not run for cleaner_idle_alarm is a
+    #: dead cleaner; a __consumer_offsets partition load above coordinator_load_warn is slow.
+    offsets_dirty_warn: float = Field(default=_OFFSETS.dirty_percent_warn, gt=0, le=100)
+    offsets_dirty_hold: Seconds = Field(default=300.0, gt=0)
+    cleaner_idle_alarm: Seconds = Field(default=_OFFSETS.cleaner_idle_alarm_ms / 1000, gt=0)
+    coordinator_load_warn: Seconds = Field(default=_OFFSETS.coordinator_load_warn_ms / 1000, gt=0)
     #: A webhook that receives the watcher's alerts in Alertmanager's shape on every change of state
     #: (Alertmanager's own webhook receivers, a chat hook); none by default.
     notify_url: str | None = Field(default=None, pattern=r"^https?://")
