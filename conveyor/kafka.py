@@ -14,9 +14,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient
 
-from conveyor.config import Platform
+from conveyor.config import Platform, Security
 from conveyor.errors import ConveyorError
 from conveyor.runtime.layout import plan_layout
+from conveyor.runtime.security import client_settings, local_security
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "acks": "all",
@@ -70,6 +71,8 @@ def client_config(
     """Connection settings of a cluster plus ``overrides``; the base of every client here."""
     cluster = platform.cluster(cluster_name)
     config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers(platform, cluster_name)}
+    if cluster.is_local and cluster.security == Security.sasl_ssl:
+        config.update(client_settings(local_security(platform.home)))
     config.update({key: secret.get_secret_value() for key, secret in cluster.client.items()})
     config.update(overrides or {})
     return config

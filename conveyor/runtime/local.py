@@ -20,13 +20,14 @@ import redis
 from confluent_kafka import KafkaException
 
 from conveyor import kafka
-from conveyor.config import Platform
+from conveyor.config import Platform, Security
 from conveyor.runtime import processes
 from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
 from conveyor.runtime.jars import Jars, java_binary, resolve_jars
 from conveyor.runtime.layout import ClusterLayout, Node, RedisLayout, plan_layout, redis_layout
 from conveyor.runtime.processes import Daemon
 from conveyor.runtime.properties import render, server_properties
+from conveyor.runtime.security import ADMIN_USER, SCRAM_MECHANISM, LocalSecurity, local_security
 from conveyor.runtime.services import service_daemons
 
 _HERE = Path(__file__).parent
@@ -86,6 +87,9 @@ class LocalPlatform:
         self.platform = platform
         self.layouts = plan_layout(platform)
         self.redis = redis_layout(platform)
+        secured = any(layout.cluster.security == Security.sasl_ssl for layout in self.layouts)
+        #: TLS and SASL material, made at the first ``up`` when a local cluster is sasl_ssl.
+        self.security: LocalSecurity | None = local_security(platform.home) if secured else None
         self._maven_repo = maven_repo
         self._jars: Jars | None = None
 
@@ -179,13 +183,15 @@ class LocalPlatform:
         progress("Resolving Kafka jars (Maven Central)", 1, 1)
         redis_argv = self.redis_argv(self.redis) if self.redis is not None else None
 
+        if self.security is not None:
+            self.security.ensure()
         missing = [(n, d) for n, d in self._all_node_daemons() if processes.running_pid(d) is None]
         self._format([n for n, _ in missing], progress)
 
         started = []
         for i, (node, daemon) in enumerate(missing):
             progress("Starting Kafka nodes", i, len(missing))
-            node.properties_file.write_text(render(server_properties(self.layout(node.cluster), node)))
+            self._write_properties(node)
             processes.start(daemon, self.node_argv(node))
             started.append(node.name)
         progress("Starting Kafka nodes", len(missing), len(missing))
@@ -208,12 +214,18 @@ class LocalPlatform:
 
         def format_one(node: Node) -> None:
             node.log_dir.mkdir(parents=True, exist_ok=True)
-            node.properties_file.write_text(render(server_properties(self.layout(node.cluster), node)))
-            cluster_id = self.layout(node.cluster).cluster_id
+            self._write_properties(node)
+            layout = self.layout(node.cluster)
+            scram = []
+            if layout.cluster.security == Security.sasl_ssl and self.security is not None:
+                # The super user's SCRAM credential is in the metadata from the start: brokers
+                # authenticate to each other with it before any client could create one.
+                scram = ["--add-scram",
+                         f"{SCRAM_MECHANISM}=[name={ADMIN_USER},password={self.security.admin_password}]"]
             result = subprocess.run(
                 [java, "-Xmx128m", "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
                  f"-Dkafka.logs.dir={node.log_dir}", "-cp", jars.classpath, "kafka.tools.StorageTool",
-                 "format", "-t", cluster_id, "-c", str(node.properties_file), "--ignore-formatted"],
+                 "format", "-t", layout.cluster_id, "-c", str(node.properties_file), "--ignore-formatted", *scram],
                 capture_output=True, text=True,
             )
             if result.returncode != 0:
@@ -225,6 +237,12 @@ class LocalPlatform:
             for _ in pool.map(format_one, todo):
                 done += 1
                 progress("Formatting KRaft storage", done, len(todo))
+
+    def _write_properties(self, node: Node) -> None:
+        text = render(server_properties(self.layout(node.cluster), node, self.security))
+        # A secured node's file holds its key store's password and the admin's: its owner's only.
+        node.properties_file.touch(mode=0o600)
+        node.properties_file.write_text(text)
 
     def wait_ready(self, progress: Progress = _no_progress, timeout: float | None = None) -> None:
         """Wait until every cluster reports all its brokers and every metrics endpoint answers."""

@@ -7,10 +7,14 @@ short-video platform took broker failure detection from 91 s to about 6 s).
 
 from __future__ import annotations
 
+from conveyor.config import Security
 from conveyor.runtime.layout import LOOPBACK, ClusterLayout, Node
+from conveyor.runtime.security import ADMIN_USER, NODE_SUBJECT, SCRAM_MECHANISM, LocalSecurity
 
 
-def server_properties(layout: ClusterLayout, node: Node) -> dict[str, str]:
+def server_properties(layout: ClusterLayout, node: Node, material: LocalSecurity | None = None) -> dict[str, str]:
+    """``material`` (the CA, the nodes' key store, the admin password) is needed by a cluster with
+    ``security: sasl_ssl``."""
     cluster = layout.cluster
     factor = str(cluster.default_replication_factor)
     min_insync = str(cluster.default_min_insync)
@@ -66,6 +70,38 @@ def server_properties(layout: ClusterLayout, node: Node) -> dict[str, str]:
     # Kafka's defaults (9 s, 2 s) do for four: a GC pause or a loaded machine does not fence a live broker.
     props["broker.session.timeout.ms"] = "4000"
     props["broker.heartbeat.interval.ms"] = "500"
+    if cluster.security == Security.sasl_ssl:
+        if material is None:
+            raise ValueError(f"cluster {layout.name} is sasl_ssl: its nodes need the local TLS and SASL material")
+        props.update(secured_properties(node, material))
+    return props
+
+
+def secured_properties(node: Node, material: LocalSecurity) -> dict[str, str]:
+    """SCRAM over TLS for clients and between brokers, mutual TLS towards the controllers, and
+    Kafka's authorizer with nothing allowed unless an ACL says so."""
+    props = {
+        "listener.security.protocol.map": "CLIENT:SASL_SSL,CONTROLLER:SSL",
+        # The node's key and the CA serve every listener, and the broker's side of its
+        # connections to the controllers, which ask for its certificate.
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(material.node_keystore),
+        "ssl.keystore.password": material.keystore_password,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(material.ca_cert),
+        "listener.name.controller.ssl.client.auth": "required",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "false",
+        "super.users": f"User:{ADMIN_USER};User:{NODE_SUBJECT}",
+    }
+    if node.is_broker:
+        props.update({
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+            f"listener.name.client.{SCRAM_MECHANISM.lower()}.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{ADMIN_USER}" password="{material.admin_password}";',
+        })
     return props
 
 

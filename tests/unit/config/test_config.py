@@ -168,3 +168,9 @@ def test_one_rule_picks_the_read_cluster() -> None:
     assert parse_platform({**data, "pipeline": {"source": "central"}}).read_cluster() == "central"
     one_read = parse_platform({"clusters": {k: v for k, v in data["clusters"].items() if k != "archive"}})
     assert one_read.read_cluster() == "central"
+
+
+def test_security_is_for_local_clusters_and_an_existing_one_gives_it_under_client():
+    data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "k:9092", "security": "sasl_ssl"})
+    with pytest.raises(ConfigError, match="for an existing cluster at bootstrap, give its settings under client"):
+        parse_platform(data, root=ROOT)

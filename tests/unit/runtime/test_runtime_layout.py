@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conveyor.config import load_platform
 from conveyor.runtime.layout import CONTROLLER_ID, plan_layout, redis_layout
 from conveyor.runtime.properties import server_properties
@@ -50,3 +52,25 @@ def test_every_listener_is_on_loopback():
         for node in layout.nodes:
             for listener in server_properties(layout, node)["listeners"].split(","):
                 assert "//127.0.0.1:" in listener
+
+
+def test_a_sasl_ssl_cluster_authenticates_every_listener_and_allows_nothing_without_an_acl(tmp_path):
+    from conveyor.config import parse_platform
+    from conveyor.runtime.security import LocalSecurity
+
+    platform = parse_platform({"clusters": {"vault": {"role": "read", "brokers": 2, "security": "sasl_ssl"}}})
+    (layout,) = plan_layout(platform)
+    material = LocalSecurity(tmp_path)
+    material.ensure()
+    broker, controller = layout.brokers[0], layout.controllers[0]
+    props = server_properties(layout, broker, material)
+    assert props["listener.security.protocol.map"] == "CLIENT:SASL_SSL,CONTROLLER:SSL"
+    assert props["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["super.users"] == "User:admin;User:CN=conveyor-node"
+    controller_props = server_properties(layout, controller, material)
+    assert controller_props["listener.name.controller.ssl.client.auth"] == "required"
+    assert "sasl.enabled.mechanisms" not in controller_props
+    assert material.admin_password in props["listener.name.client.scram-sha-512.sasl.jaas.config"]
+    with pytest.raises(ValueError, match="sasl_ssl"):
+        server_properties(layout, broker)

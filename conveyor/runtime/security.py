@@ -1,0 +1,167 @@
+"""The local runtime's TLS and SASL material for clusters with ``security: sasl_ssl``.
+
+``conveyor up`` makes, once per runtime home, a certificate authority and one certificate for the
+local nodes (127.0.0.1 and localhost), signed by it, plus the password of the platform's one super
+user (``admin``, SCRAM-SHA-512), which it writes into every secured cluster's metadata at format
+time. Brokers read their key from a PKCS#12 store (the JVM reads it natively); clients trust the
+CA from its PEM file (librdkafka's ``ssl.ca.location``, a PEM trust store for Java clients).
+
+Secrets live in files readable only by their owner and are never printed: the platform's admin
+client reads them from here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+    from cryptography.x509 import Certificate
+
+#: The platform's own principal for admin work; a super user on every secured local cluster.
+ADMIN_USER = "admin"
+#: The subject of the nodes' certificate; brokers reach controllers over mutual TLS with it, so
+#: ``User:CN=conveyor-node`` is the other super user.
+NODE_SUBJECT = "CN=conveyor-node"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+_VALIDITY = dt.timedelta(days=825)
+
+
+@dataclass(frozen=True)
+class LocalSecurity:
+    """Where the material lives under the runtime home (``<home>/security``)."""
+
+    dir: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.dir / "ca.pem"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.dir / "ca-key.pem"
+
+    @property
+    def node_keystore(self) -> Path:
+        return self.dir / "node.p12"
+
+    @property
+    def secrets_file(self) -> Path:
+        return self.dir / "secrets.json"
+
+    def secrets(self) -> dict[str, str]:
+        return json.loads(self.secrets_file.read_text())
+
+    @property
+    def admin_password(self) -> str:
+        return self.secrets()["admin_password"]
+
+    @property
+    def keystore_password(self) -> str:
+        return self.secrets()["keystore_password"]
+
+    def ensure(self) -> None:
+        """Make the CA, the nodes' key store and the passwords unless they exist already."""
+        if self.secrets_file.exists() and self.node_keystore.exists() and self.ca_cert.exists():
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        passwords = {"admin_password": secrets.token_urlsafe(24), "keystore_password": secrets.token_urlsafe(24)}
+        ca_key, ca_cert = _certificate_authority()
+        node_key, node_cert = _node_certificate(ca_key, ca_cert)
+        _write_private(self.ca_key, _pem_key(ca_key))
+        self.ca_cert.write_bytes(_pem_cert(ca_cert))
+        _write_private(self.node_keystore, _pkcs12(node_key, node_cert, ca_cert, passwords["keystore_password"]))
+        # Written last: its presence says the rest is complete.
+        _write_private(self.secrets_file, json.dumps(passwords).encode())
+
+
+def local_security(home: Path) -> LocalSecurity:
+    return LocalSecurity(home / "security")
+
+
+def client_settings(material: LocalSecurity) -> dict[str, str]:
+    """librdkafka settings of the platform's admin client on a secured local cluster."""
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": SCRAM_MECHANISM,
+        "sasl.username": ADMIN_USER,
+        "sasl.password": material.admin_password,
+        "ssl.ca.location": str(material.ca_cert),
+    }
+
+
+def _write_private(path: Path, content: bytes) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(content)
+
+
+def _certificate_authority() -> tuple[EllipticCurvePrivateKey, Certificate]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "conveyor-local-ca")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + _VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, hashes.SHA256()))
+    return key, cert
+
+
+def _node_certificate(ca_key: EllipticCurvePrivateKey,
+                      ca_cert: Certificate) -> tuple[EllipticCurvePrivateKey, Certificate]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NODE_SUBJECT.removeprefix("CN="))]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + _VALIDITY)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            # Server for clients, client towards the controllers (mutual TLS).
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    return key, cert
+
+
+def _pem_key(key: EllipticCurvePrivateKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _pem_cert(cert: Certificate) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _pkcs12(key: EllipticCurvePrivateKey, cert: Certificate, ca_cert: Certificate, password: str) -> bytes:
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
+
+    return pkcs12.serialize_key_and_certificates(b"node", key, cert, [ca_cert],
+                                                 BestAvailableEncryption(password.encode()))

@@ -1,0 +1,138 @@
+"""A local cluster with ``security: sasl_ssl``: SCRAM over TLS, Kafka's authorizer, nothing allowed
+without an ACL. The refusals are checked with plain confluent-kafka clients built here, not with
+Conveyor's factories, so that what is proved is that the broker refuses."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, UserScramCredentialUpsertion, ScramCredentialInfo, ScramMechanism
+
+from conveyor import kafka
+from conveyor.config import Platform, parse_platform
+from conveyor.runtime.local import LocalPlatform
+from conveyor.runtime.security import local_security
+
+pytestmark = pytest.mark.integration
+
+PORT = int(os.environ.get("CONVEYOR_TEST_SECURE_PORT", "28500"))
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    home = tmp_path_factory.mktemp("secured")
+    platform = parse_platform({
+        "name": "secured-test",
+        "runtime": {"home": str(home), "base_port": PORT, "start_timeout": 300, "redis": {"enabled": False}},
+        "clusters": {"vault": {"role": "read", "brokers": 2, "security": "sasl_ssl"}},
+    })
+    local = LocalPlatform(platform)
+    try:
+        local.up()
+        yield platform
+    finally:
+        local.down()
+
+
+def _plain(platform: Platform, **settings: str) -> dict[str, str]:
+    """A client's settings from scratch: the broker's address and what the test gives."""
+    return {"bootstrap.servers": kafka.bootstrap_servers(platform, "vault"), "socket.timeout.ms": "5000",
+            "log_level": "0", **settings}
+
+
+def _scram(platform: Platform, user: str, password: str) -> dict[str, str]:
+    return _plain(platform, **{"security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
+                               "sasl.username": user, "sasl.password": password,
+                               "ssl.ca.location": str(local_security(platform.home).ca_cert)})
+
+
+def _end_offsets(platform: Platform, topic: str) -> dict[int, int]:
+    consumer = kafka.consumer(platform, "vault", f"ends-{uuid.uuid4().hex[:6]}", "test-ends")
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(2)}
+    finally:
+        consumer.close()
+
+
+@pytest.fixture(scope="module")
+def topic(secured: Platform) -> str:
+    """A topic with one record, written by the platform's admin principal through Conveyor's factories."""
+    name = f"secret-{uuid.uuid4().hex[:6]}"
+    admin = kafka.admin(secured, "vault")
+    admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+    producer = kafka.producer(secured, "vault", "test-admin-writer")
+    producer.produce(name, b"first", partition=0)
+    assert producer.flush(30) == 0
+    return name
+
+
+@pytest.fixture(scope="module")
+def stranger(secured: Platform) -> tuple[str, str]:
+    """A SCRAM user the broker knows, with no ACL at all."""
+    user, password = "stranger", uuid.uuid4().hex
+    admin = kafka.admin(secured, "vault")
+    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                          password.encode())
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
+    return user, password
+
+
+def test_the_platform_admin_writes_and_reads_over_sasl_ssl(secured: Platform, topic: str):
+    consumer = kafka.consumer(secured, "vault", f"admin-{uuid.uuid4().hex[:6]}", "test-admin-reader")
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        message = consumer.poll(30)
+        assert message is not None and message.error() is None and message.value() == b"first"
+    finally:
+        consumer.close()
+
+
+def test_a_client_without_credentials_cannot_even_list_topics(secured: Platform, topic: str):
+    for settings in (_plain(secured), _plain(secured, **{"security.protocol": "SSL",
+                                                           "ssl.ca.location": str(local_security(secured.home).ca_cert)})):
+        with pytest.raises(KafkaException) as failure:
+            AdminClient(settings).list_topics(timeout=8)
+        assert failure.value.args[0].code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
+
+
+def test_a_wrong_password_is_refused(secured: Platform, topic: str):
+    errors: list[KafkaError] = []
+    settings = _scram(secured, "admin", "not-the-password")
+    admin = AdminClient({**settings, "error_cb": errors.append})
+    with pytest.raises(KafkaException) as failure:
+        admin.list_topics(timeout=8)
+    admin.poll(1)  # serves the error callback
+    codes = {failure.value.args[0].code(), *(e.code() for e in errors)}
+    assert KafkaError._AUTHENTICATION in codes, (failure.value, errors)
+
+
+def test_a_user_without_acls_cannot_write_or_read_and_nothing_is_written(
+        secured: Platform, topic: str, stranger: tuple[str, str]):
+    before = _end_offsets(secured, topic)
+    reports: list[KafkaError | None] = []
+    producer = Producer({**_scram(secured, *stranger), "message.timeout.ms": "10000"})
+    producer.produce(topic, b"intruder", partition=1, on_delivery=lambda err, _msg: reports.append(err))
+    producer.flush(20)
+    assert [e.code() if e else None for e in reports] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+    consumer = Consumer({**_scram(secured, *stranger), "group.id": "stranger-group", "enable.auto.commit": "false"})
+    consumer.subscribe([topic])
+    try:
+        message = consumer.poll(15)
+        assert message is not None and message.error() is not None
+        assert message.error().code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+    finally:
+        consumer.close()
+    assert _end_offsets(secured, topic) == before
+
+
+def test_secrets_are_files_only_their_owner_reads(secured: Platform):
+    material = local_security(secured.home)
+    for path in (material.ca_key, material.node_keystore, material.secrets_file):
+        assert Path(path).stat().st_mode & 0o077 == 0, path
