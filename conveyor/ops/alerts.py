@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from conveyor.ops.health import HealthFinding, Rule, Severity
-from conveyor.ops.lag import Status
+from conveyor.ops.lag import Reason, Status
 from conveyor.ops.rewind import FindingKind, OffsetFinding, ReadAmplification
 from conveyor.ops.tracker import GroupReport
 from conveyor.replicate.plan import Gap
@@ -111,6 +111,34 @@ HEALTH_TEXT = {
         "{detail} per broker on {cluster} is uneven: max over mean {value:,.2f} (above {limit:g})",
         "`conveyor balance plan --cluster {cluster}`: load on few brokers makes them the bottleneck, as in the "
         "mission's reads hitting 2-3 of 5 brokers"),
+    Rule.COMPACTION_STALLED: (
+        "the log cleaner on {subject} leaves its compacted logs {value:,.0f}% dirty (above {limit:g}%) across the "
+        "last {detail} samples: __consumer_offsets may not be compacted, and a coordinator taking it over loads "
+        "all of it",
+        "the cleaner's log (log-cleaner.log), min.cleanable.dirty.ratio and min.compaction.lag.ms of the compacted "
+        "topics (`kafka-configs --describe`), uncleanable partitions"),
+    Rule.CLEANER_IDLE: (
+        "the log cleaner on {subject} has not run for {seconds:,.0f} s (above {limit_s:g} s): its thread is dead, "
+        "so __consumer_offsets grows without compaction",
+        "log-cleaner.log for the exception that killed it; restart the broker"),
+    Rule.COORDINATOR_LOAD_SLOW: (
+        "the group coordinator on {subject} took {seconds:,.1f} s to load a __consumer_offsets partition "
+        "(above {limit_s:g} s): its groups got no offsets meanwhile",
+        "the size of __consumer_offsets (compaction: offsets_compaction_stalled) and the broker's disk"),
+    Rule.TOPIC_AMPLIFICATION: (
+        "bytes out of {subject} on {cluster} rose to {value:,.0f} B/s from {limit:,.0f} B/s while bytes in stayed "
+        "flat; {detail}",
+        "who reads the topic (the brokers' request logs, client ids, `conveyor ops lag`); jobs that keep offsets in "
+        "their own store: the mission's 4x read incident"),
+}
+
+#: Lag statuses whose cause is the offset manager's, by reason: their own rule instead of lag_err.
+REASON_RULES = {
+    Reason.COMMIT_LOST: (
+        "offset_fetch_empty",
+        "the offset manager: an offset fetch answered no offset for a partition the group had committed. Check "
+        "offsets_compaction_stalled and coordinator_load_slow, the group's offsets.retention.minutes, and who "
+        "deleted its offsets; the group's auto.offset.reset decides whether it now re-reads or skips"),
 }
 
 
@@ -121,9 +149,11 @@ def lag_alert(report: GroupReport) -> Alert | None:
         return None
     worst = status.problems[0] if status.problems else None
     state = f" (group state {report.state})" if report.state else ""
-    return Alert(LAG_SEVERITY[status.status], f"lag_{status.status.name.lower()}", report.cluster, report.group,
-                 f"{report.cluster}: {status.message}{state}", LAG_LOOK_AT[status.status].format(group=report.group),
-                 worst.since_ms if worst else None)
+    rule, look_at = f"lag_{status.status.name.lower()}", LAG_LOOK_AT[status.status].format(group=report.group)
+    if worst is not None and worst.reason in REASON_RULES:
+        rule, look_at = REASON_RULES[worst.reason]
+    return Alert(LAG_SEVERITY[status.status], rule, report.cluster, report.group,
+                 f"{report.cluster}: {status.message}{state}", look_at, worst.since_ms if worst else None)
 
 
 def offset_alerts(cluster: str, findings: Sequence[OffsetFinding]) -> list[Alert]:

@@ -44,6 +44,11 @@ class Rule(str, Enum):
     REQUEST_SLOW = "request_slow"
     FOLLOWER_LAG = "follower_lag"
     SKEW = "load_skew"
+    # The offset manager (conveyor.ops.offset_manager) and broker-side amplification (conveyor.ops.traffic).
+    COMPACTION_STALLED = "offsets_compaction_stalled"
+    CLEANER_IDLE = "log_cleaner_idle"
+    COORDINATOR_LOAD_SLOW = "coordinator_load_slow"
+    TOPIC_AMPLIFICATION = "topic_read_amplification"
 
 
 # The exporter's sample names (conveyor/runtime/jmx-exporter.yaml) -> our field names.
@@ -59,7 +64,18 @@ _VALUES = {
     "kafka_controller_kafkacontroller_offlinepartitionscount": "offline_partitions",
     "kafka_controller_kafkacontroller_activecontrollercount": "active_controller",
     "kafka_controller_controllerstats_uncleanleaderelectionspersec_total": "unclean_elections",
+    # The offset manager: the log cleaner that compacts __consumer_offsets (over every compacted log
+    # of the broker: Kafka has no per-topic dirty ratio metric) and the group coordinator.
+    "kafka_log_logcleanermanager_max_dirty_percent": "cleaner_dirty_percent",
+    "kafka_log_logcleanermanager_time_since_last_run_ms": "cleaner_idle_ms",
+    "kafka_server_group_coordinator_metrics_partition_load_time_max": "coordinator_load_ms",
+    "kafka_server_group_coordinator_metrics_offset_commit_rate": "offset_commit_rate",
+    "kafka_coordinator_group_groupmetadatamanager_numgroups": "groups",
+    "kafka_coordinator_group_groupmetadatamanager_numoffsets": "offsets",
 }
+#: Per-topic byte counters (the same names with a topic label): broker-side read amplification.
+_TOPIC_BYTES = {"kafka_server_brokertopicmetrics_bytesinpersec_total": 0,
+                "kafka_server_brokertopicmetrics_bytesoutpersec_total": 1}
 _MAX_LAG = "kafka_server_replicafetchermanager_maxlag"
 _TOTAL_TIME = "kafka_network_requestmetrics_totaltimems"
 _REQUESTS = "kafka_network_requestmetrics_requests_total"
@@ -93,6 +109,17 @@ class BrokerReading:
     bytes_in: float | None = None
     bytes_out: float | None = None
     unclean_elections: float | None = None
+    #: Max dirty ratio of the compacted logs (percent) and ms since the cleaner last looked for work.
+    cleaner_dirty_percent: float | None = None
+    cleaner_idle_ms: float | None = None
+    #: Longest load of a __consumer_offsets partition by the coordinator in the last 30 s (Kafka's
+    #: window; absent when none loaded), offset commits per second, groups and offsets it holds.
+    coordinator_load_ms: float | None = None
+    offset_commit_rate: float | None = None
+    groups: float | None = None
+    offsets: float | None = None
+    #: topic -> (bytes in, bytes out) counters since the node started.
+    topic_bytes: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     #: request -> p99 of its total time, milliseconds.
     p99_ms: Mapping[str, float] = field(default_factory=dict)
     #: request -> requests served since start, all versions.
@@ -116,6 +143,7 @@ def reading_from_samples(node: str, at_ms: int, samples: Iterable[MetricSample],
     values: dict[str, float] = {}
     p99: dict[str, float] = {}
     requests: dict[str, float] = {}
+    topic_bytes: dict[str, list[float]] = {}
     max_lag: float | None = None
     for name, labels, raw in samples:
         value = _number(raw)
@@ -123,6 +151,8 @@ def reading_from_samples(node: str, at_ms: int, samples: Iterable[MetricSample],
             continue
         if name in _VALUES and "topic" not in labels:
             values[_VALUES[name]] = value
+        elif name in _TOPIC_BYTES and "topic" in labels:
+            topic_bytes.setdefault(labels["topic"], [0.0, 0.0])[_TOPIC_BYTES[name]] = value
         elif name == _MAX_LAG:
             max_lag = value if max_lag is None else max(max_lag, value)
         elif name == _TOTAL_TIME and labels.get("quantile") == "0.99" and labels.get("request") in WATCHED_REQUESTS:
@@ -130,7 +160,7 @@ def reading_from_samples(node: str, at_ms: int, samples: Iterable[MetricSample],
         elif name == _REQUESTS and "request" in labels:
             requests[labels["request"]] = requests.get(labels["request"], 0.0) + value
     return BrokerReading(node, at_ms, broker_id, None, broker, max_follower_lag=max_lag, p99_ms=p99,
-                         requests=requests, **values)
+                         requests=requests, topic_bytes={t: (i, o) for t, (i, o) in topic_bytes.items()}, **values)
 
 
 def rate(now: float | None, before: float | None, seconds: float) -> float | None:
@@ -304,10 +334,11 @@ class MetadataCounts:
 def assess_cluster(cluster: str, at_ms: int, brokers: Sequence[BrokerHealth],
                    follower_lags: Mapping[str, Sequence[float]] | None = None, changes: int = 0,
                    change_span_s: float = 0.0, metadata: MetadataCounts | None = None,
-                   policy: HealthPolicy = HealthPolicy()) -> ClusterHealth:
+                   policy: HealthPolicy = HealthPolicy(), extra: Sequence[HealthFinding] = ()) -> ClusterHealth:
     """Run every rule over a cluster's nodes. ``follower_lags`` holds each node's recent max
-    follower lag samples, oldest first; ``changes`` the leader changes seen in metadata."""
-    found: list[HealthFinding] = []
+    follower lag samples, oldest first; ``changes`` the leader changes seen in metadata; ``extra``
+    the findings of rules over windows of readings (offset manager, per-topic traffic)."""
+    found: list[HealthFinding] = list(extra)
 
     def check(severity: Severity, rule: Rule, subject: str, value: float, limit: float | None = None,
               detail: str = "") -> None:

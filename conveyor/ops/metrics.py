@@ -48,6 +48,15 @@ def state_families() -> dict[str, GaugeMetricFamily]:
         "expands": _gauge("broker_isr_expands_per_second", "ISR expands", ["cluster", "node"]),
         "follower": _gauge("broker_max_follower_lag", "Max lag of the broker's follower fetchers, records",
                            ["cluster", "node"]),
+        "dirty": _gauge("broker_cleaner_max_dirty_percent", "Max dirty ratio of the broker's compacted logs "
+                        "(__consumer_offsets among them), percent", ["cluster", "node"]),
+        "cleaner_idle": _gauge("broker_cleaner_idle_seconds", "Seconds since the log cleaner last ran",
+                               ["cluster", "node"]),
+        "load": _gauge("broker_coordinator_load_seconds", "Longest __consumer_offsets partition load by the group "
+                       "coordinator in the last 30 s", ["cluster", "node"]),
+        "commits": _gauge("broker_offset_commits_per_second", "Offset commits handled by the group coordinator",
+                          ["cluster", "node"]),
+        "groups": _gauge("broker_groups", "Groups the broker's coordinator holds", ["cluster", "node"]),
         "p99": _gauge("broker_request_p99_seconds", "Request total time p99", ["cluster", "node", "request"]),
         "c_urp": _gauge("cluster_under_replicated_partitions", "Under-replicated partitions", ["cluster"]),
         "c_min_isr": _gauge("cluster_under_min_isr_partitions", "Partitions below min ISR", ["cluster"]),
@@ -115,7 +124,11 @@ class OpsCollector(Collector):
                 for key, value in (("urp", r.under_replicated), ("min_isr", r.under_min_isr), ("leaders", r.leaders),
                                    ("replicas", r.replicas), ("bytes_in", b.bytes_in_per_s),
                                    ("bytes_out", b.bytes_out_per_s), ("shrinks", b.isr_shrinks_per_s),
-                                   ("expands", b.isr_expands_per_s), ("follower", r.max_follower_lag)):
+                                   ("expands", b.isr_expands_per_s), ("follower", r.max_follower_lag),
+                                   ("dirty", r.cleaner_dirty_percent), ("commits", r.offset_commit_rate),
+                                   ("groups", r.groups),
+                                   ("cleaner_idle", None if r.cleaner_idle_ms is None else r.cleaner_idle_ms / 1000),
+                                   ("load", None if r.coordinator_load_ms is None else r.coordinator_load_ms / 1000)):
                     if value is not None:
                         g[key].add_metric(labels, value)
                 for request, ms in sorted(r.p99_ms.items()):

@@ -9,13 +9,14 @@ and the metrics carry it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from conveyor.ops.alerts import Alert
 from conveyor.ops.health import BrokerHealth, ClusterHealth
 from conveyor.ops.lag import PartitionStatus, Status
 from conveyor.ops.panels import PanelView
-from conveyor.ops.tracker import GroupReport
+from conveyor.ops.tracker import GroupReport, RewindEvidence
 from conveyor.ops.watch import ClusterReport, OpsState
 
 #: Partitions listed per group when not all are asked for: the worst ones.
@@ -37,6 +38,19 @@ def partition_json(p: PartitionStatus) -> dict[str, Any]:
             "seconds_behind": _num(p.seconds_behind), "message": p.message}
 
 
+def _offsets_json(offsets: Mapping[tuple[str, int], int | None]) -> list[dict[str, Any]]:
+    return [{"topic": t, "partition": p, "committed": o} for (t, p), o in sorted(offsets.items())]
+
+
+def evidence_json(e: RewindEvidence) -> dict[str, Any]:
+    """A move back with the group's committed offsets in the samples before and after it."""
+    f = e.finding
+    return {"group": e.group, "kind": f.kind.name, "topic": f.topic, "partition": f.partition,
+            "from_offset": f.from_offset, "to_offset": f.to_offset, "records": f.records,
+            "before_ms": e.before_ms, "after_ms": e.after_ms,
+            "before": _offsets_json(e.before), "after": _offsets_json(e.after)}
+
+
 def group_json(report: GroupReport, all_partitions: bool = False) -> dict[str, Any]:
     status = report.status
     behind = [p.seconds_behind for p in status.partitions if p.seconds_behind is not None]
@@ -46,6 +60,7 @@ def group_json(report: GroupReport, all_partitions: bool = False) -> dict[str, A
         "total_lag": status.total_lag, "max_seconds_behind": _num(max(behind, default=None)),
         "partitions_tracked": len(status.partitions), "partitions_not_ok": len(status.problems),
         "complete": _num(status.complete), "message": status.message, "error": report.error,
+        "kept_in": report.kept_in, "rewinds": [evidence_json(e) for e in report.evidence],
         "partitions": [partition_json(p) for p in listed],
         "findings": [f.message for f in report.findings.offsets],
         "amplification": [{"topic": a.topic, "ratio": _num(a.ratio), "message": a.message}
@@ -63,6 +78,10 @@ def broker_json(b: BrokerHealth) -> dict[str, Any]:
         "bytes_in_per_s": _num(b.bytes_in_per_s), "bytes_out_per_s": _num(b.bytes_out_per_s),
         "isr_shrinks_per_s": _num(b.isr_shrinks_per_s), "isr_expands_per_s": _num(b.isr_expands_per_s),
         "p99_ms": {k: _num(v) for k, v in r.p99_ms.items()},
+        "offset_manager": {"cleaner_max_dirty_percent": _num(r.cleaner_dirty_percent),
+                           "cleaner_idle_ms": _num(r.cleaner_idle_ms), "coordinator_load_ms": _num(r.coordinator_load_ms),
+                           "offset_commits_per_s": _num(r.offset_commit_rate), "groups": _num(r.groups),
+                           "offsets": _num(r.offsets)},
     }
 
 
@@ -82,6 +101,7 @@ def cluster_json(c: ClusterReport, group: str | None = None, all_partitions: boo
         "partitions_watched": c.partitions, "health": health_json(c.health),
         "groups": [group_json(g, all_partitions) for g in groups],
         "status_counts": {s.name: sum(1 for g in c.groups if g.status.status is s) for s in Status},
+        "rewinds": [evidence_json(e) for e in c.rewinds if group is None or e.group == group],
     }
 
 

@@ -29,6 +29,10 @@ class FindingKind(str, Enum):
     BEHIND_LOG_START = "behind log start"
 
 
+#: The kinds where the committed offset moved back: records are delivered again.
+MOVED_BACK = frozenset({FindingKind.REWIND, FindingKind.RESET_EARLIEST})
+
+
 @dataclass(frozen=True, slots=True)
 class RewindPolicy:
     #: A reset lands at the log start or at the end, then the consumer reads on before the next
@@ -72,6 +76,8 @@ class OffsetFinding:
     records: int
     #: The group had no committed offset at all between the two samples.
     after_lost_commit: bool = False
+    #: Time of the sample before the move (REWIND, RESET_*), epoch ms; 0 when there is none.
+    from_ms: int = 0
 
     @property
     def loses_data(self) -> bool:
@@ -180,7 +186,8 @@ def offset_findings(group: str, window: PartitionWindow,
         if after < before:
             kind = (FindingKind.RESET_EARLIEST if is_reset_to_earliest(after, log_starts[i], before - after, policy)
                     else FindingKind.REWIND)
-            findings.append(OffsetFinding(kind, group, topic, partition, at[i], before, after, before - after, lost))
+            findings.append(OffsetFinding(kind, group, topic, partition, at[i], before, after, before - after, lost,
+                                          at[j]))
             continue
         backlog = ends[j] - before
         if after == before or backlog <= 0 or not is_at_end(after, ends[i], after - before, policy):
@@ -194,7 +201,7 @@ def offset_findings(group: str, window: PartitionWindow,
         out_of_range = log_starts[j] != NO_OFFSET and before < log_starts[j]
         if is_skip(backlog, rate, median(others) if others else None, lost, out_of_range, policy):
             findings.append(OffsetFinding(FindingKind.RESET_LATEST, group, topic, partition, at[i],
-                                          before, after, after - before, lost))
+                                          before, after, after - before, lost, at[j]))
     findings.sort(key=lambda f: f.at_ms)
     return tuple(findings)
 

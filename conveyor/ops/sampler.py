@@ -35,6 +35,7 @@ from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.ops.errors import SampleError
 from conveyor.ops.tracker import GroupOffsets, OffsetSnapshot, PartitionMeta
+from conveyor.positions import kept_in
 
 _TYPES = {ConsumerGroupType.CONSUMER, ConsumerGroupType.CLASSIC}
 
@@ -103,9 +104,11 @@ class OffsetSampler:
             result = future.result()
         except KafkaException as exc:
             return GroupOffsets(group, state, None, _error_text(exc))
-        committed = {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
-                     if tp.error is None and tp.offset >= 0 and not tp.topic.startswith("__")}
-        return GroupOffsets(group, state, committed)
+        kept = [tp for tp in result.topic_partitions
+                if tp.error is None and tp.offset >= 0 and not tp.topic.startswith("__")]
+        committed = {(tp.topic, tp.partition): tp.offset for tp in kept}
+        return GroupOffsets(group, state, committed, kept_in=next(
+            (store for store in (kept_in(tp.metadata) for tp in kept) if store), None))
 
     def _list_offsets(self, partitions: list[TopicPartition], spec: OffsetSpec,
                       errors: list[str]) -> dict[tuple[str, int], int]:

@@ -21,7 +21,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from conveyor.ops.lag import NO_OFFSET, DEFAULT_POLICY, GroupStatus, LagPolicy, PartitionWindow, evaluate_group
-from conveyor.ops.rewind import DEFAULT_REWIND_POLICY, GroupFindings, RewindPolicy, scan_group
+from conveyor.ops.rewind import (
+    DEFAULT_REWIND_POLICY,
+    MOVED_BACK,
+    GroupFindings,
+    OffsetFinding,
+    RewindPolicy,
+    scan_group,
+)
 
 TopicPartition = tuple[str, int]
 
@@ -34,6 +41,8 @@ class GroupOffsets:
     #: Committed offsets of the partitions that have one; None when the offset fetch failed.
     committed: Mapping[TopicPartition, int] | None
     error: str | None = None
+    #: Where the real position lives, when the commits are a reader's monitoring-only copy.
+    kept_in: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +74,40 @@ class OffsetSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class RewindEvidence:
+    """What a group had committed just before and just after its offsets moved back: every
+    partition's committed offset (None: no commit) in the two samples around the move."""
+
+    cluster: str
+    group: str
+    #: The move that raised it.
+    finding: OffsetFinding
+    before_ms: int
+    after_ms: int
+    before: Mapping[TopicPartition, int | None]
+    after: Mapping[TopicPartition, int | None]
+
+
+def _committed_at(windows: Sequence[PartitionWindow], at_ms: int) -> dict[TopicPartition, int | None]:
+    found: dict[TopicPartition, int | None] = {}
+    for window in windows:
+        at, committed = window.columns()[:2]
+        for i, sample_ms in enumerate(at):
+            if sample_ms == at_ms:
+                found[(window.topic, window.partition)] = None if committed[i] == NO_OFFSET else int(committed[i])
+    return found
+
+
+def rewind_evidence(cluster: str, group: str, windows: Sequence[PartitionWindow],
+                    findings: Iterable[OffsetFinding]) -> tuple[RewindEvidence, ...]:
+    """Evidence for each move back among ``findings`` (one group's windows are sampled together,
+    so every partition has a sample at the finding's two times)."""
+    return tuple(RewindEvidence(cluster, group, f, f.from_ms, f.at_ms, _committed_at(windows, f.from_ms),
+                                _committed_at(windows, f.at_ms))
+                 for f in findings if f.kind in MOVED_BACK)
+
+
+@dataclass(frozen=True, slots=True)
 class GroupReport:
     cluster: str
     group: str
@@ -75,13 +118,18 @@ class GroupReport:
     history: tuple[tuple[int, int], ...]
     #: Why the latest offset fetch of this group failed, if it did.
     error: str | None = None
+    #: The committed offsets around each move back in the window.
+    evidence: tuple[RewindEvidence, ...] = ()
+    #: Where the group's real position lives, for a reader's monitoring-only group (conveyor.positions).
+    kept_in: str | None = None
 
 
 class _Group:
-    __slots__ = ("state", "windows", "history", "error")
+    __slots__ = ("state", "windows", "history", "error", "kept_in")
 
     def __init__(self, history: int) -> None:
         self.state = ""
+        self.kept_in: str | None = None
         self.windows: dict[TopicPartition, PartitionWindow] = {}
         self.history: deque[tuple[int, int]] = deque(maxlen=history)
         self.error: str | None = None
@@ -118,6 +166,7 @@ class OffsetTracker:
         for name, offsets in listed.items():
             group = self.groups.setdefault(name, _Group(self.history))
             group.state, group.error = offsets.state, offsets.error
+            group.kept_in = offsets.kept_in or group.kept_in
             if offsets.committed is None:
                 continue  # the fetch failed: no sample, so the windows age instead of faking a loss
             committed = offsets.committed
@@ -153,6 +202,8 @@ class OffsetTracker:
             if not group.windows:
                 continue  # never committed anything: nothing to judge yet
             windows = [group.windows[tp] for tp in sorted(group.windows)]
+            findings = scan_group(name, windows, rewind_policy)
             reports.append(GroupReport(self.cluster, name, group.state, evaluate_group(name, windows, policy, now_ms),
-                                       scan_group(name, windows, rewind_policy), tuple(group.history), group.error))
+                                       findings, tuple(group.history), group.error,
+                                       rewind_evidence(self.cluster, name, windows, findings.offsets), group.kept_in))
         return tuple(reports)

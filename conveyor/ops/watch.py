@@ -38,11 +38,15 @@ from conveyor.ops.panels import PanelTracker, PanelView
 from conveyor.ops.rewind import OffsetFinding, RewindPolicy
 from conveyor.ops.sampler import SamplerProcess
 from conveyor.ops.scrape import Scraper, check_metrics_config, metrics_targets
-from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker
+from conveyor.ops.offset_manager import OffsetManagerPolicy, assess_offset_manager
+from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, RewindEvidence
+from conveyor.ops.traffic import TopicRates, TrafficPolicy, assess_traffic, topic_rates
 from conveyor.replicate.plan import Gap
 from conveyor.replicate.status import route_gaps
 
 log = logging.getLogger(__name__)
+#: Rewind evidence kept per cluster for the state and the dashboard, newest last.
+_REWINDS_KEPT = 50
 
 
 def now_ms() -> int:
@@ -63,6 +67,8 @@ class ClusterReport:
     #: Partitions whose end offsets were read.
     partitions: int = 0
     error: str | None = None
+    #: The committed offsets around the latest moves back (kept after they leave the windows).
+    rewinds: tuple[RewindEvidence, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +113,14 @@ class ClusterWatch:
         self._leaders: dict[tuple[str, int], int] | None = None
         self._changes: deque[tuple[int, int]] = deque(maxlen=ops.window)
         self._findings: set[OffsetFinding] = set()
+        self.offset_policy = OffsetManagerPolicy(
+            dirty_percent_warn=ops.offsets_dirty_warn, dirty_samples=max(1, math.ceil(ops.offsets_dirty_hold / ops.interval)),
+            cleaner_idle_alarm_ms=ops.cleaner_idle_alarm * 1000, coordinator_load_warn_ms=ops.coordinator_load_warn * 1000)
+        #: Each node's consecutive recent readings (the dirty ratio must stay high across them).
+        self._recent: dict[str, deque[BrokerReading]] = {}
+        self.traffic_policy = TrafficPolicy(samples=max(2, ops.window))
+        self._traffic: deque[TopicRates] = deque(maxlen=self.traffic_policy.samples)
+        self.rewinds: deque[RewindEvidence] = deque(maxlen=_REWINDS_KEPT)
         #: Distinct offset findings seen since start, by (group, kind): each counted once.
         self.findings_total: Counter[tuple[str, str]] = Counter()
         self.calls_total: Counter[str] = Counter()
@@ -133,20 +147,27 @@ class ClusterWatch:
             self._leaders = leaders
         groups = self.tracker.evaluate(at, self.lag_policy, self.rewind_policy)
         self._count_findings(groups)
-        health = self._health(at, readings, snapshot)
+        health = self._health(at, readings, snapshot, groups)
         alerts = [health_alert(f) for f in health.findings]
         alerts += [a for g in groups for a in group_alerts(g)]
         alerts += self.gaps.alerts(at)
         if error is not None:
             alerts.append(sampling_alert(self.cluster, error))
         return ClusterReport(self.cluster, at, groups, health, sort_alerts(alerts), time.monotonic() - started,
-                             dict(snapshot.calls) if snapshot else {}, len(snapshot.ends) if snapshot else 0, error)
+                             dict(snapshot.calls) if snapshot else {}, len(snapshot.ends) if snapshot else 0, error,
+                             tuple(self.rewinds))
 
-    def _health(self, at: int, readings: list[BrokerReading], snapshot: OffsetSnapshot | None) -> ClusterHealth:
+    def _health(self, at: int, readings: list[BrokerReading], snapshot: OffsetSnapshot | None,
+                groups: tuple[GroupReport, ...]) -> ClusterHealth:
         brokers = []
+        self._traffic.append(topic_rates((r, self._previous.get(r.node)) for r in readings))
         for reading in readings:
             brokers.append(broker_health(reading, self._previous.get(reading.node)))
             self._previous[reading.node] = reading
+            recent = self._recent.setdefault(reading.node, deque(maxlen=self.offset_policy.dirty_samples))
+            if not reading.up:
+                recent.clear()
+            recent.append(reading)
             lags = self._follower_lags.setdefault(reading.node, deque(maxlen=self.tracker.window))
             if reading.max_follower_lag is None:
                 lags.clear()  # down, or not a follower: "stays above zero" starts over
@@ -154,8 +175,14 @@ class ClusterWatch:
                 lags.append(reading.max_follower_lag)
         changes = sum(n for _, n in self._changes)
         span = (at - self._changes[0][0]) / 1000 if self._changes else 0.0
+        explained: dict[str, list[str]] = {}
+        for g in groups:
+            for found in g.findings.amplification:
+                explained.setdefault(found.topic, []).append(g.group)
+        extra = assess_offset_manager(self.cluster, self._recent, self.offset_policy)
+        extra += assess_traffic(self.cluster, self._traffic, explained, self.traffic_policy)
         return assess_cluster(self.cluster, at, brokers, self._follower_lags, changes, span,
-                              _metadata_counts(snapshot) if snapshot else None, self.health_policy)
+                              _metadata_counts(snapshot) if snapshot else None, self.health_policy, extra)
 
     def close(self) -> None:
         self.sampler.close()
@@ -165,6 +192,7 @@ class ClusterWatch:
         current = {f for g in groups for f in g.findings.offsets}
         for finding in current - self._findings:
             self.findings_total[(finding.group, finding.kind.name.lower())] += 1
+        self.rewinds.extend(e for g in groups for e in g.evidence if e.finding not in self._findings)
         self._findings = current
 
 
