@@ -3,13 +3,16 @@
 Each test gets a topic of its own on central, views over it named after the topic (so keys and job
 state in the session's one Redis never meet another test's), a checkpoint folder and a side-output
 topic of its own, all in a platform file of its own. Spark is the lake tests' session (one per process).
+``redis_cluster`` runs a Redis Cluster of three masters for the tests that ask for one.
 """
 
 from __future__ import annotations
 
 import copy
+import shutil
+import subprocess
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,8 +22,8 @@ import pytest
 import yaml
 
 from conveyor.config import Platform, load_platform
-from conveyor.pipeline.realtime.store import connect
-from tests.conftest import demo_event
+from conveyor.pipeline.realtime.store import RedisTarget, connect, connect_to
+from tests.conftest import demo_event, eventually
 from tests.lakekit import CONTRACT
 
 WINDOW_SECONDS = 60
@@ -41,6 +44,57 @@ def views_of(topic: str, ctr_lateness: str, interest_lateness: str) -> dict[str,
             "allowed_lateness": interest_lateness, "ttl": "1d", "key": "t:{view}:{user_id}:{window_start}",
         },
     }
+
+
+#: The cluster's client ports are base_port + this and the next two; its bus ports the three after.
+REDIS_CLUSTER_OFFSET = 600
+
+
+def _redis_binaries() -> tuple[str, str]:
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server is None or cli is None:
+        pytest.fail("redis-server and redis-cli are not installed: run `apt-get install -y redis-server` (make setup)")
+    return server, cli
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Three redis-server masters in cluster mode on 127.0.0.1, joined by ``redis-cli --cluster
+    create``; yields their URLs (what pipeline.realtime.redis takes) and stops them after."""
+    server, cli = _redis_binaries()
+    folder = tmp_path_factory.mktemp("redis-cluster")
+    first = platform.runtime.base_port + REDIS_CLUSTER_OFFSET
+    ports = [first, first + 1, first + 2]
+    processes = []
+    try:
+        for port in ports:
+            node = folder / str(port)
+            node.mkdir()
+            with (node / "redis.log").open("ab") as log:
+                processes.append(subprocess.Popen(
+                    [server, "--port", str(port), "--cluster-port", str(port + 3), "--bind", "127.0.0.1",
+                     "--cluster-enabled", "yes", "--cluster-config-file", str(node / "nodes.conf"),
+                     "--dir", str(node), "--save", "", "--appendonly", "no"],
+                    stdout=log, stderr=log, start_new_session=True))
+        for port in ports:
+            eventually(lambda p=port: subprocess.run([cli, "-p", str(p), "ping"], capture_output=True,
+                                                     text=True).stdout.strip() == "PONG", 30, f"redis on {port}")
+        created = subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
+                                  "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, text=True, timeout=60)
+        assert created.returncode == 0, created.stdout + created.stderr
+        urls = [f"redis://127.0.0.1:{p}" for p in ports]
+        client = connect_to(RedisTarget(tuple(urls), cluster=True))
+        eventually(lambda: client.cluster_info()["cluster_state"] == "ok", 60, "the Redis Cluster's state ok")
+        yield urls
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 from base64 import b64encode
@@ -23,7 +24,6 @@ from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import wait
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
@@ -38,7 +38,7 @@ from conveyor.pipeline.kafka_source import java_client_options, source_cluster
 from conveyor.pipeline.realtime.deltas import OUTPUT_DDL, BatchPlan, Reject, TopicPlan, latencies, merge, project
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
 from conveyor.pipeline.realtime.plan import ViewPlan, job_id
-from conveyor.pipeline.realtime.store import EventClaims, ViewStore, claims_prefix, connect, redis_url
+from conveyor.pipeline.realtime.store import EventClaims, ViewStore, claims_prefix, connect, redis_target
 from conveyor.pipeline.schema import contract_columns, read_schema
 from conveyor.positions import PositionFeed, group_name
 
@@ -50,8 +50,13 @@ log = logging.getLogger("conveyor.realtime")
 _KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "value")
 
 
-def checkpoint_dir(platform: Platform, views: Mapping[str, RealtimeView]) -> Path:
-    return platform.home / platform.pipeline.realtime.checkpoint / job_id(views)
+def checkpoint_location(platform: Platform, views: Mapping[str, RealtimeView]) -> str:
+    """The job's checkpoint: under pipeline.realtime.checkpoint, a URI of any Hadoop file system
+    (file:///, hdfs://, s3a://: Spark writes it through Hadoop), else a folder under runtime.home."""
+    checkpoint = platform.pipeline.realtime.checkpoint
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", checkpoint):
+        return f"{checkpoint.rstrip('/')}/{job_id(views)}"
+    return str(platform.home / checkpoint / job_id(views))
 
 
 class RejectsOutput:
@@ -113,7 +118,7 @@ class BatchWriter:
         self.tolerance_ms = round(settings.future_tolerance * 1000)
         self.store = ViewStore(connect(platform), job_id(views))
         window = settings.dedup_window
-        self.claims = (EventClaims(redis_url(platform), claims_prefix(job_id(views)), math.ceil(window))
+        self.claims = (EventClaims(redis_target(platform), claims_prefix(job_id(views)), math.ceil(window))
                        if window > 0 else None)
         self.rejects = RejectsOutput(platform, source_cluster(platform), settings.rejects_topic)
         self.metrics = metrics
@@ -172,7 +177,7 @@ def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeV
     )
     trigger = {"availableNow": True} if available_now else {"processingTime": f"{round(settings.trigger * 1000)} milliseconds"}
     return (stream.writeStream.queryName(f"realtime-{job_id(views)}").foreachBatch(writer)
-            .option("checkpointLocation", str(checkpoint_dir(platform, views))).trigger(**trigger).start())
+            .option("checkpointLocation", checkpoint_location(platform, views)).trigger(**trigger).start())
 
 
 def batch_positions(progress: object) -> dict[tuple[str, int], int]:

@@ -15,17 +15,30 @@ Event ids are claimed from the Spark tasks, before the deltas are summed: ``<sta
 <event_id>`` holds ``partition:offset`` of the record that claimed it, for ``dedup_window``
 seconds (SET NX EX). The claim names its record, so a replayed batch finds its own claims and
 counts the same records as its first attempt, whichever of them was applied before the crash.
+
+On Redis Cluster every script call's keys must share a hash slot. View keys are named by the
+views, so their writes are grouped per slot (the batch guard is per key, so nothing crosses a
+slot); claim keys carry a hash tag, one of :data:`CLAIM_BUCKETS` derived from the event id
+(``<state key>:id:{<bucket>}:<topic>:<event_id>``), and are claimed per bucket. redis-py's
+cluster pipeline sends the calls to their nodes together; it does not pipeline EVALSHA, so there
+the scripts travel as EVAL (Redis caches them by their digest all the same).
 """
 
 from __future__ import annotations
 
+import zlib
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.commands.core import Script
+from redis.crc import key_slot
 from redis.retry import Retry
 
 from conveyor.config import Platform
@@ -38,6 +51,12 @@ CHUNK = 500
 
 #: Event ids per claim script call (1,000 claims hold Redis for a few milliseconds).
 CLAIM_CHUNK = 1000
+
+#: Hash slots the claims of a topic spread over on Redis Cluster: enough to share them among the
+#: masters, few enough that a task's ids make calls of several ids each.
+CLAIM_BUCKETS = 64
+
+Client: TypeAlias = "redis.Redis | RedisCluster"
 
 # ARGV: batch id, then per key: ttl seconds, field count, field/delta pairs (deltas within 64 bits).
 # Returns per key: 0 (skipped: this batch or a later one wrote it), 1 (written) or 2 (written, and a
@@ -92,16 +111,17 @@ end
 return status
 """.replace("$BATCH", BATCH_FIELD)
 
-# ARGV: claim key prefix, seconds a claim lives, event ids and their records, each space-separated
-# (the contracts make every event_id a UUID). Returns one '1' per id whose record owns its claim
-# (new, or its own from an earlier attempt), else '0'. Ids travel as one string and keys are built
-# here: one argument per id costs the Spark worker about 10 times the CPU in redis-py.
+# KEYS: the claim keys' prefix (it routes the call to its slot on a cluster: every key built from it
+# shares its hash tag). ARGV: seconds a claim lives, event ids and their records, each
+# space-separated (the contracts make every event_id a UUID). Returns one '1' per id whose record
+# owns its claim (new, or its own from an earlier attempt), else '0'. Ids travel as one string and
+# keys are built here: one argument per id costs the Spark worker about 10 times the CPU in redis-py.
 _CLAIM = """
 local ids, owned, k = {}, {}, 0
-for id in string.gmatch(ARGV[3], '%S+') do ids[#ids + 1] = id end
-for owner in string.gmatch(ARGV[4], '%S+') do
+for id in string.gmatch(ARGV[2], '%S+') do ids[#ids + 1] = id end
+for owner in string.gmatch(ARGV[3], '%S+') do
   k = k + 1
-  local holder = redis.call('SET', ARGV[1] .. ids[k], owner, 'NX', 'EX', ARGV[2], 'GET')
+  local holder = redis.call('SET', KEYS[1] .. ids[k], owner, 'NX', 'EX', ARGV[1], 'GET')
   owned[k] = ((not holder) or holder == owner) and '1' or '0'
 end
 return table.concat(owned)
@@ -128,28 +148,65 @@ class CheckpointBehindError(PipelineError):
     reset or replaced. Going on would skip every key; clear the views or restore the checkpoint."""
 
 
-def redis_url(platform: Platform) -> str:
-    settings = platform.runtime.redis
-    if settings.url:
-        return settings.url
+@dataclass(frozen=True)
+class RedisTarget:
+    """The views' Redis: one server, or the nodes of a Redis Cluster to start from. Plain values:
+    it travels to Spark's workers with the claims and connects there."""
+
+    urls: tuple[str, ...]
+    cluster: bool = False
+
+
+def redis_target(platform: Platform) -> RedisTarget:
+    """pipeline.realtime.redis, else runtime.redis.url, else the local Redis of ``conveyor up``."""
+    chosen = platform.pipeline.realtime.redis
+    if isinstance(chosen, list):
+        return RedisTarget(tuple(chosen), cluster=True)
+    if chosen:
+        return RedisTarget((chosen,))
+    if platform.runtime.redis.url:
+        return RedisTarget((platform.runtime.redis.url,))
     layout = redis_layout(platform)
     if layout is None:
-        raise RealtimeConfigError("runtime.redis is disabled and names no url: the views need a Redis")
-    return layout.url
+        raise RealtimeConfigError("pipeline.realtime.redis and runtime.redis.url are unset and runtime.redis is "
+                                  "disabled: the views need a Redis")
+    return RedisTarget((layout.url,))
 
 
-def connect(platform: Platform) -> redis.Redis:
-    return connect_url(redis_url(platform))
+def connect(platform: Platform) -> Client:
+    return connect_to(redis_target(platform))
 
 
-def connect_url(url: str) -> redis.Redis:
+def connect_to(target: RedisTarget) -> Client:
     """A client that retries a lost connection for about half a minute: every write here is
-    idempotent (a claim sent again finds itself), so sending one again is safe."""
-    return redis.Redis.from_url(
-        url, socket_timeout=30, socket_connect_timeout=5, decode_responses=True,
-        retry=Retry(ExponentialBackoff(cap=5, base=0.1), 10),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-    )
+    idempotent (a claim sent again finds itself), so sending one again is safe. A cluster client
+    also follows slots that move (MOVED, ASK)."""
+    common: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "decode_responses": True,
+                              "retry": Retry(ExponentialBackoff(cap=5, base=0.1), 10)}
+    if target.cluster:
+        first, *others = target.urls
+        nodes = [ClusterNode(urlsplit(u).hostname, urlsplit(u).port or 6379) for u in others]
+        return RedisCluster.from_url(first, startup_nodes=nodes, **common)
+    return redis.Redis.from_url(target.urls[0], retry_on_error=[redis.ConnectionError, redis.TimeoutError], **common)
+
+
+def _run(pipe: Any, script: Script, keys: list[str], args: list[Any]) -> None:
+    """Queue a script call on a pipeline: EVALSHA, or on a cluster pipeline (which refuses EVALSHA)
+    EVAL with the script's text."""
+    if isinstance(pipe, RedisCluster):  # redis-py's ClusterPipeline is one
+        pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)  # its eval() means MULTI's
+    else:
+        script(keys=keys, args=args, client=pipe)
+
+
+def _by_slot(keys: Sequence[str], cluster: bool) -> list[list[int]]:
+    """Positions of ``keys`` grouped by hash slot on a cluster, in one group on a single server."""
+    if not cluster:
+        return [list(range(len(keys)))]
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, key in enumerate(keys):
+        groups[key_slot(key.encode())].append(i)
+    return list(groups.values())
 
 
 def state_key(job: str) -> str:
@@ -161,9 +218,9 @@ def claims_prefix(job: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def _claimer(url: str) -> tuple[redis.Redis, Script]:
+def _claimer(target: RedisTarget) -> tuple[Client, Script]:
     """One client per Python worker process (Spark reuses workers across tasks and batches)."""
-    client = connect_url(url)
+    client = connect_to(target)
     return client, client.register_script(_CLAIM)
 
 
@@ -172,20 +229,36 @@ class EventClaims:
     """The job's :class:`~conveyor.pipeline.realtime.deltas.Claims` in Redis. Plain values only:
     it travels to Spark's workers with the task and connects there."""
 
-    url: str
+    target: RedisTarget
     prefix: str
     ttl_seconds: int
+
+    def _groups(self, topic: str, event_ids: Sequence[str]) -> list[tuple[str, list[int]]]:
+        """(key prefix, positions of the ids claimed under it): one prefix on a single server, one
+        per hash-tag bucket on a cluster."""
+        if not self.target.cluster:
+            return [(f"{self.prefix}{topic}:", list(range(len(event_ids))))]
+        buckets: dict[int, list[int]] = defaultdict(list)
+        for i, event_id in enumerate(event_ids):
+            buckets[zlib.crc32(event_id.encode()) % CLAIM_BUCKETS].append(i)
+        return [(f"{self.prefix}{{{bucket}}}:{topic}:", at) for bucket, at in buckets.items()]
 
     def __call__(self, topic: str, event_ids: Sequence[str], owners: Sequence[str]) -> list[bool]:
         if not event_ids:
             return []
-        client, script = _claimer(self.url)
+        client, script = _claimer(self.target)
         pipe = client.pipeline(transaction=False)
-        for start in range(0, len(event_ids), CLAIM_CHUNK):
-            end = start + CLAIM_CHUNK
-            script(args=[f"{self.prefix}{topic}:", self.ttl_seconds, " ".join(event_ids[start:end]),
-                         " ".join(owners[start:end])], client=pipe)
-        return [flag == "1" for reply in pipe.execute() for flag in reply]
+        order: list[int] = []
+        for prefix, positions in self._groups(topic, event_ids):
+            for start in range(0, len(positions), CLAIM_CHUNK):
+                chunk = positions[start:start + CLAIM_CHUNK]
+                _run(pipe, script, [prefix], [self.ttl_seconds, " ".join(event_ids[i] for i in chunk),
+                                              " ".join(owners[i] for i in chunk)])
+                order += chunk
+        owned = [False] * len(event_ids)
+        for i, flag in zip(order, (flag for reply in pipe.execute() for flag in reply), strict=True):
+            owned[i] = flag == "1"
+        return owned
 
 
 @dataclass(frozen=True)
@@ -229,8 +302,9 @@ class Applied:
 
 
 class ViewStore:
-    def __init__(self, client: redis.Redis, job: str) -> None:
+    def __init__(self, client: Client, job: str) -> None:
         self.client = client
+        self.cluster = isinstance(client, RedisCluster)
         self.key = state_key(job)
         self._apply = client.register_script(_APPLY)
         self._commit = client.register_script(_COMMIT)
@@ -245,16 +319,20 @@ class ViewStore:
         if not items:
             return Applied(0, ())
         pipe = self.client.pipeline(transaction=False)
-        for start in range(0, len(items), CHUNK):
-            chunk = items[start:start + CHUNK]
-            args: list[str | int] = [batch_id]
-            for _, (ttl, fields) in chunk:
-                args += [ttl, len(fields)]
-                for name, delta in fields.items():
-                    args += [name, saturate(delta)]
-            self._apply(keys=[k for k, _ in chunk], args=args, client=pipe)
+        order: list[int] = []
+        for group in _by_slot([k for k, _ in items], self.cluster):
+            for start in range(0, len(group), CHUNK):
+                chunk = group[start:start + CHUNK]
+                args: list[str | int] = [batch_id]
+                for i in chunk:
+                    ttl, fields = items[i][1]
+                    args += [ttl, len(fields)]
+                    for name, delta in fields.items():
+                        args += [name, saturate(delta)]
+                _run(pipe, self._apply, [items[i][0] for i in chunk], args)
+                order += chunk
         statuses = [status for reply in pipe.execute() for status in reply]
-        saturated = tuple(k for (k, _), s in zip(items, statuses, strict=True) if s == 2)
+        saturated = tuple(items[i][0] for i, s in zip(order, statuses, strict=True) if s == 2)
         return Applied(sum(1 for s in statuses if s), saturated)
 
     def commit(self, batch_id: int, max_ms: int | None, counters: Mapping[str, int]) -> bool:
