@@ -50,6 +50,9 @@ def package_zip(folder: Path) -> Path:
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in modules:
             archive.write(path, f"{root.name}/{path.relative_to(root).as_posix()}")
+        # zipimport finds no namespace packages (folders without __init__.py, like conveyor/runtime).
+        for folder_ in sorted({p.parent for p in modules} - {p.parent for p in modules if p.name == "__init__.py"}):
+            archive.writestr(f"{root.name}/{folder_.relative_to(root).as_posix()}/__init__.py", "")
     os.replace(partial, target)
     return target
 
