@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -123,6 +123,21 @@ class PositionFeed:
             return None
         future.add_done_callback(self._done)
         return future
+
+    def publish_and_wait(self, positions: Positions, attempts: int = 3) -> bool:
+        """Publish now and wait for the answer, trying again after a failure (a new group's
+        coordinator answers NOT_COORDINATOR until its lookup settles); True once it is committed.
+        For readers that publish rarely (a lake run, a query's last batch), where a lost publish
+        would leave the position stale until the next one."""
+        for attempt in range(attempts):
+            failures = self.failures
+            future = self.publish(positions, force=True)
+            if future is not None:
+                wait([future], self.timeout + 1)
+                if self.failures == failures:
+                    return True
+            time.sleep(0.5 * (attempt + 1))
+        return False
 
     def _done(self, future: Future) -> None:
         error = future.exception()

@@ -57,6 +57,9 @@ def state_families() -> dict[str, GaugeMetricFamily]:
         "commits": _gauge("broker_offset_commits_per_second", "Offset commits handled by the group coordinator",
                           ["cluster", "node"]),
         "groups": _gauge("broker_groups", "Groups the broker's coordinator holds", ["cluster", "node"]),
+        "t_in": _gauge("topic_bytes_in_per_second", "Bytes in per topic, summed over the brokers", ["cluster", "topic"]),
+        "t_out": _gauge("topic_bytes_out_per_second", "Bytes out per topic, summed over the brokers",
+                        ["cluster", "topic"]),
         "p99": _gauge("broker_request_p99_seconds", "Request total time p99", ["cluster", "node", "request"]),
         "c_urp": _gauge("cluster_under_replicated_partitions", "Under-replicated partitions", ["cluster"]),
         "c_min_isr": _gauge("cluster_under_min_isr_partitions", "Partitions below min ISR", ["cluster"]),
@@ -133,6 +136,9 @@ class OpsCollector(Collector):
                         g[key].add_metric(labels, value)
                 for request, ms in sorted(r.p99_ms.items()):
                     g["p99"].add_metric([*labels, request], ms / 1000)
+            for topic, (bytes_in, bytes_out) in sorted(c.traffic.items()):
+                g["t_in"].add_metric([name, topic], bytes_in)
+                g["t_out"].add_metric([name, topic], bytes_out)
             h = c.health
             g["c_urp"].add_metric([name], h.under_replicated)
             g["c_min_isr"].add_metric([name], h.under_min_isr)

@@ -118,7 +118,43 @@ def lake_rules(ops: Ops) -> list[AlertRule]:
     ]
 
 
+def offset_manager_rules(ops: Ops) -> list[AlertRule]:
+    """The offset manager's health (docs/ops.md): the same thresholds as the watcher's rules in
+    conveyor.ops.offset_manager; the lost commit (offset_fetch_empty) needs the groups' windows and
+    goes out through the notifier."""
+    return [
+        AlertRule("OffsetsCompactionStalled", f"conveyor_ops_broker_cleaner_max_dirty_percent > {ops.offsets_dirty_warn:g}",
+                  "warning", "the log cleaner on {{ $labels.node }} leaves compacted logs {{ $value }}% dirty: "
+                  "__consumer_offsets may not be compacted", f"{ops.offsets_dirty_hold:g}s",
+                  "log-cleaner.log, min.cleanable.dirty.ratio and min.compaction.lag.ms of the compacted topics"),
+        AlertRule("LogCleanerIdle", f"conveyor_ops_broker_cleaner_idle_seconds > {ops.cleaner_idle_alarm:g}",
+                  "critical", "the log cleaner on {{ $labels.node }} has not run for {{ $value }} s", "0s",
+                  "log-cleaner.log for the exception that killed its thread; restart the broker"),
+        AlertRule("GroupCoordinatorLoadSlow",
+                  f"conveyor_ops_broker_coordinator_load_seconds > {ops.coordinator_load_warn:g}", "warning",
+                  "the group coordinator on {{ $labels.node }} took {{ $value }} s to load a __consumer_offsets "
+                  "partition", "0s", "the size of __consumer_offsets and its compaction"),
+    ]
+
+
+def traffic_rules() -> list[AlertRule]:
+    """Broker-side read amplification per topic (conveyor.ops.traffic's rule over Prometheus's
+    history): bytes out over the last 10 minutes at least twice the 10 minutes before, at least
+    1 MiB/s, while bytes in moved by at most a quarter of their level now."""
+    out = "avg_over_time(conveyor_ops_topic_bytes_out_per_second[10m])"
+    out_before = "avg_over_time(conveyor_ops_topic_bytes_out_per_second[10m] offset 10m)"
+    into = "avg_over_time(conveyor_ops_topic_bytes_in_per_second[10m])"
+    into_before = "avg_over_time(conveyor_ops_topic_bytes_in_per_second[10m] offset 10m)"
+    return [
+        AlertRule("TopicReadAmplification",
+                  f"({out} >= 2 * {out_before} and {out} >= 1048576) and abs({into} - {into_before}) <= 0.25 * {into}", "warning",
+                  "bytes out of {{ $labels.topic }} on {{ $labels.cluster }} doubled while bytes in stayed flat",
+                  "0s", "who reads the topic again: jobs that keep their offsets in their own store"),
+    ]
+
+
 def rules_document(ops: Ops) -> dict[str, object]:
-    groups = (("conveyor-brokers", broker_rules(ops)), ("conveyor-lag", lag_rules(ops)),
+    groups = (("conveyor-brokers", broker_rules(ops)), ("conveyor-offset-manager", offset_manager_rules(ops)),
+              ("conveyor-traffic", traffic_rules()), ("conveyor-lag", lag_rules(ops)),
               ("conveyor-replication", replication_rules()), ("conveyor-lake", lake_rules(ops)))
     return {"groups": [{"name": name, "rules": [r.document() for r in rules]} for name, rules in groups]}

@@ -69,6 +69,8 @@ class ClusterReport:
     error: str | None = None
     #: The committed offsets around the latest moves back (kept after they leave the windows).
     rewinds: tuple[RewindEvidence, ...] = ()
+    #: Per topic, bytes in and out per second over the brokers in this round.
+    traffic: TopicRates = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +157,7 @@ class ClusterWatch:
             alerts.append(sampling_alert(self.cluster, error))
         return ClusterReport(self.cluster, at, groups, health, sort_alerts(alerts), time.monotonic() - started,
                              dict(snapshot.calls) if snapshot else {}, len(snapshot.ends) if snapshot else 0, error,
-                             tuple(self.rewinds))
+                             tuple(self.rewinds), self._traffic[-1] if self._traffic else {})
 
     def _health(self, at: int, readings: list[BrokerReading], snapshot: OffsetSnapshot | None,
                 groups: tuple[GroupReport, ...]) -> ClusterHealth:

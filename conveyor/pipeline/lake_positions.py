@@ -10,15 +10,11 @@ table rolled back to an earlier snapshot then shows as a lower committed offset,
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import wait
 
 from conveyor.config import Platform
 from conveyor.pipeline.kafka_source import source_cluster
 from conveyor.pipeline.offsets import Positions
 from conveyor.positions import PositionFeed, group_name
-
-#: Seconds a run waits for the commit of its position (a failure is logged, never raised).
-_WAIT = 10.0
 
 
 def lowest(tables: Iterable[Positions | None]) -> dict[int, int]:
@@ -32,7 +28,6 @@ def lowest(tables: Iterable[Positions | None]) -> dict[int, int]:
 
 def publish_position(platform: Platform, topic: str, tables: Iterable[Positions | None]) -> None:
     positions = lowest(tables)
-    feed = PositionFeed(platform, source_cluster(platform), group_name("lake", topic), "iceberg")
-    future = feed.publish({(topic, partition): offset for partition, offset in positions.items()})
-    if future is not None:
-        wait([future], _WAIT)  # the admin client must outlive its request
+    if positions:
+        feed = PositionFeed(platform, source_cluster(platform), group_name("lake", topic), "iceberg")
+        feed.publish_and_wait({(topic, partition): offset for partition, offset in positions.items()})

@@ -22,7 +22,6 @@ import time
 from base64 import b64encode
 from collections import Counter
 from collections.abc import Mapping
-from concurrent.futures import wait
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -212,9 +211,9 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
         finally:
             query.stop()
             writer.rejects.close()
-            last = feed.publish(batch_positions(query.lastProgress))
-            if last is not None:
-                wait([last], 10)
+            last = batch_positions(query.lastProgress)
+            if last:
+                feed.publish_and_wait(last)
         failure = query.exception()
         if failure is not None:
             raise failure

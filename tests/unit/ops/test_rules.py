@@ -88,6 +88,31 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
                 {"series": 'conveyor_lake_complete_until_timestamp_seconds{topic="clicks"}', "values": "4200+0x200"},
             ],
             "alert_rule_test": [_expect("LakeHourLate", "3h", [(late, "10800")])],
+        }, {
+            "interval": "1m",
+            "input_series": [
+                # broker-1's cleaner leaves 95% dirty for good, broker-2's cleans; broker-1 loaded slowly once.
+                {"series": 'conveyor_ops_broker_cleaner_max_dirty_percent{cluster="central",node="broker-1"}',
+                 "values": "95+0x30"},
+                {"series": 'conveyor_ops_broker_cleaner_max_dirty_percent{cluster="central",node="broker-2"}',
+                 "values": "95 40 95 40 95 40 95 40 95 40 95 40"},
+                {"series": 'conveyor_ops_broker_coordinator_load_seconds{cluster="central",node="broker-1"}',
+                 "values": "0 0 0 0 0 0 0 0 0 0 12"},
+                # ads: bytes out triple after 10 minutes, bytes in flat; clicks: both triple.
+                {"series": 'conveyor_ops_topic_bytes_out_per_second{cluster="central",topic="ads"}',
+                 "values": "1048576+0x10 3145728+0x20"},
+                {"series": 'conveyor_ops_topic_bytes_in_per_second{cluster="central",topic="ads"}',
+                 "values": "1048576+0x30"},
+                {"series": 'conveyor_ops_topic_bytes_out_per_second{cluster="central",topic="clicks"}',
+                 "values": "1048576+0x10 3145728+0x20"},
+                {"series": 'conveyor_ops_topic_bytes_in_per_second{cluster="central",topic="clicks"}',
+                 "values": "1048576+0x10 3145728+0x20"},
+            ],
+            "alert_rule_test": [
+                _expect("OffsetsCompactionStalled", "10m", [({"cluster": "central", "node": "broker-1"}, "95")]),
+                _expect("GroupCoordinatorLoadSlow", "10m", [({"cluster": "central", "node": "broker-1"}, "12")]),
+                _expect("TopicReadAmplification", "20m", [({"cluster": "central", "topic": "ads"}, "")]),
+            ],
         }],
     }
     assert up and fine and current  # series that must raise nothing, named for the reader
