@@ -5,17 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from conveyor.cli.common import (
-    DEFAULT_PLATFORM,
-    Column,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Section,
-    err_console,
-    platform_from,
-    render,
-)
+from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section,
+                                 err_console, platform_from, render)
 from conveyor.config import parse_duration_ms
 from conveyor.ops.advise import AdvicePolicy, TopicDemand, Verdict, advise
 from conveyor.ops.advise_live import measure

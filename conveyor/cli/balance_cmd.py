@@ -12,20 +12,8 @@ import typer
 from rich.filesize import decimal
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from conveyor.cli.common import (
-    DEFAULT_PLATFORM,
-    Column,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Report,
-    Section,
-    YesOption,
-    confirm,
-    console,
-    err_console,
-    platform_from,
-)
+from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Report, Section,
+                                 YesOption, confirm, console, err_console, platform_from)
 from conveyor.config import Platform, parse_size_bytes
 from conveyor.ops.balance import Plan, plan
 from conveyor.ops.balance.errors import BalanceError

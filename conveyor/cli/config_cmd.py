@@ -6,16 +6,8 @@ from typing import Any
 
 import typer
 
-from conveyor.cli.common import (
-    DEFAULT_PLATFORM,
-    Column,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Section,
-    platform_from,
-    render,
-)
+from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section,
+                                 platform_from, render)
 from conveyor.config import Platform
 
 app = typer.Typer(rich_markup_mode="markdown", help="The platform file.", no_args_is_help=True)

@@ -7,19 +7,8 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from conveyor.cli.common import (
-    DEFAULT_PLATFORM,
-    Column,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Section,
-    console,
-    err_console,
-    platform_from,
-    render,
-    say,
-)
+from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section, console,
+                                 err_console, platform_from, render, say)
 from conveyor.config import ClusterRole, ConfigError, Platform, Problem
 from conveyor.errors import ConveyorError
 from conveyor.service import wait_healthy

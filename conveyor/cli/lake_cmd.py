@@ -9,17 +9,8 @@ from typing import Any
 import typer
 from rich.filesize import decimal
 
-from conveyor.cli.common import (
-    DEFAULT_PLATFORM,
-    Column,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Section,
-    err_console,
-    platform_from,
-    render,
-)
+from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section,
+                                 err_console, platform_from, render)
 from conveyor.cli.pipeline_cmd import TopicsOption, start_spark
 from conveyor.pipeline.completeness import floor_hour, is_complete
 

@@ -12,18 +12,8 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from conveyor.cli.common import (
-    DEFAULT_PLATFORM,
-    Column,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Section,
-    console,
-    err_console,
-    platform_from,
-    render,
-)
+from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section, console,
+                                 err_console, platform_from, render)
 from conveyor.config import Platform
 from conveyor.errors import ConveyorError
 from conveyor.ops.errors import WatchUnreachableError

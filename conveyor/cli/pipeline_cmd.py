@@ -21,26 +21,12 @@ import typer
 from rich.filesize import decimal
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from conveyor.cli.common import (
-    DEFAULT_METRICS_HOST,
-    DEFAULT_PLATFORM,
-    Column,
-    MetricsHostOption,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Section,
-    console,
-    endpoint,
-    err_console,
-    field_of,
-    platform_from,
-    render,
-    say,
-)
+from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsHostOption, OutputFormat,
+                                 OutputOption, PlatformOption, Section, console, endpoint, err_console, field_of,
+                                 platform_from, render, say)
 from conveyor.config import Platform, parse_duration_ms
 from conveyor.kafka import KafkaOperationError
-from conveyor.pipeline.errors import LakeBusyError, RunFailedError
+from conveyor.pipeline.errors import RunFailedError
 from conveyor.service import Loop, serve
 
 if TYPE_CHECKING:
@@ -179,7 +165,7 @@ def lake(
             started = time.monotonic()
             try:
                 lost = bool(run().lost) or lost
-            except (RunFailedError, LakeBusyError, KafkaOperationError) as err:
+            except (RunFailedError, KafkaOperationError) as err:
                 # The next run redoes this one's range; a scheduler keeps going.
                 metrics.failed()
                 err_console.print(f"[bold red]run failed:[/] {err}", highlight=False)

@@ -11,21 +11,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from conveyor.cli.common import (
-    DEFAULT_METRICS_HOST,
-    DEFAULT_PLATFORM,
-    Column,
-    MetricsHostOption,
-    MetricsPortOption,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Section,
-    console,
-    endpoint,
-    platform_from,
-    render,
-)
+from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsHostOption, MetricsPortOption,
+                                 OutputFormat, OutputOption, PlatformOption, Section, console, endpoint, platform_from,
+                                 render)
 from conveyor.config import ConfigError, Platform, Problem
 
 app = typer.Typer(rich_markup_mode="markdown", help="The federation replicator: routes of platform.yaml, exactly once.", no_args_is_help=True)

@@ -8,19 +8,8 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from conveyor.cli.common import (
-    DEFAULT_PLATFORM,
-    Column,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Section,
-    console,
-    err_console,
-    platform_from,
-    render,
-    say,
-)
+from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section, console,
+                                 err_console, platform_from, render, say)
 from conveyor.kafka import bootstrap_servers
 from conveyor.runtime import processes
 from conveyor.runtime.local import LocalPlatform, PlatformState
@@ -72,6 +61,8 @@ def _processes(local: LocalPlatform, state: PlatformState) -> list[dict[str, Any
                          "metrics_port": node.metrics_port})
     if state.redis is not None:
         rows.append(_process("redis", None, state.redis.pid, client_port=state.redis.layout.port))
+    if state.postgres is not None:
+        rows.append(_process("postgres", None, state.postgres.pid, client_port=state.postgres.layout.port))
     for daemon in service_daemons(local.platform):
         rows.append(_process(daemon.name, "service", processes.running_pid(daemon)))
     return rows
@@ -128,6 +119,9 @@ def _print_clusters(local: LocalPlatform, state: PlatformState, output: OutputFo
     if state.redis is not None:
         rows.append({"cluster": "redis", "role": "serving", "brokers_running": None, "brokers": None,
                      "bootstrap": state.redis.layout.url, "metrics": []})
+    if state.postgres is not None:
+        rows.append({"cluster": "postgres", "role": "lake catalog", "brokers_running": None, "brokers": None,
+                     "bootstrap": state.postgres.layout.url, "metrics": []})
     columns = (Column("cluster"), Column("role"),
                Column("brokers", cell=lambda r: "" if r["brokers"] is None else f"{r['brokers_running']}/{r['brokers']}"),
                Column("bootstrap"), Column("metrics", cell=lambda r: "\n".join(r["metrics"])))

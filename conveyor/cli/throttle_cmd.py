@@ -10,17 +10,8 @@ from typing import Annotated
 
 import typer
 
-from conveyor.cli.common import (
-    DEFAULT_METRICS_HOST,
-    DEFAULT_PLATFORM,
-    MetricsHostOption,
-    PlatformOption,
-    YesOption,
-    confirm,
-    console,
-    endpoint,
-    platform_from,
-)
+from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, MetricsHostOption, PlatformOption, YesOption,
+                                 confirm, console, endpoint, platform_from)
 from conveyor.config import parse_size_bytes
 from conveyor.ops.throttle.controller import ThrottleController
 from conveyor.ops.throttle.policy import Action, Decision, Round, ThrottlePolicy

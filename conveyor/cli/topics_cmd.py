@@ -5,19 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from conveyor.cli.common import (
-    DEFAULT_PLATFORM,
-    Column,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Report,
-    Section,
-    YesOption,
-    confirm,
-    platform_from,
-    render,
-)
+from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Report, Section,
+                                 YesOption, confirm, platform_from, render)
 from conveyor.topics import provisioner
 from conveyor.topics.plan import ChangeKind, ClusterPlan
 

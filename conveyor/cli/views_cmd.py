@@ -7,16 +7,8 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
-from conveyor.cli.common import (
-    DEFAULT_PLATFORM,
-    Column,
-    OutputFormat,
-    OutputOption,
-    PlatformOption,
-    Section,
-    render,
-    say,
-)
+from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section, render,
+                                 say)
 
 app = typer.Typer(help="Read the real-time views that `conveyor pipeline realtime` keeps in Redis.",
                   no_args_is_help=True)
