@@ -143,7 +143,7 @@ class BucketCopier(threading.Thread):
                 if out_of_range:
                     self._past_deleted(out_of_range)
                 self._measure_lag()
-                self.feed.publish({(s.topic, s.partition): offset for s, offset in self.next.items()})
+                self.feed.publish(self._positions())
         except Fenced as fence:
             if not fence.by_newer_owner:
                 log.warning("bucket %d of %s: producer failed (%s); taking the bucket over again", self.bucket,
@@ -156,6 +156,7 @@ class BucketCopier(threading.Thread):
         finally:
             if owned:
                 self.state.metrics.buckets_owned.labels(name, self.state.worker_id).dec()
+                self.feed.publish_and_wait(self._positions(), attempts=1)  # the last one, not throttled
             if self.consumer is not None:
                 self.consumer.close()
                 self.consumer = None
@@ -164,6 +165,9 @@ class BucketCopier(threading.Thread):
             except KafkaException:  # a fatal producer has nothing left to deliver
                 pass
         return False
+
+    def _positions(self) -> dict[tuple[str, int], int]:
+        return {(source.topic, source.partition): offset for source, offset in self.next.items()}
 
     def _take_over(self, exactly_once: bool) -> bool:
         """Fence the previous owner and read the bucket's offsets, retrying while the destination

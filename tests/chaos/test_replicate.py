@@ -22,8 +22,11 @@ import yaml
 
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
+from conveyor.positions import group_name
+from tests.positionkit import end_offsets, monitored
 from tests.replicatekit import (
     BASE,
+    ROUTES,
     Traffic,
     Workers,
     copies_of,
@@ -99,6 +102,10 @@ def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, plat
     finally:
         traffic.stop()
     wait_until_copied(platform, traffic, [base], workers)
+    # The position feed: each route's copiers left their route topic's position on its source.
+    for route, dc in zip(ROUTES, ("dc1", "dc2")):
+        assert monitored(platform, dc, group_name("replicate", route)) == (end_offsets(platform, dc, base),
+                                                                           {"route topic"})
 
     records = read_records(platform, [base])
     landed = copies_of(records)

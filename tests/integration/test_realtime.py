@@ -24,8 +24,10 @@ from conveyor.pipeline.realtime.plan import job_id, job_views
 from conveyor.pipeline.realtime.store import (Applied, CheckpointBehindError, EventClaims, RedisTarget, ViewStore,
                                               connect, connect_to, redis_target)
 from conveyor.pipeline.realtime.views import read_view
+from conveyor.positions import group_name
 from tests.conftest import read_topic
 from tests.lakekit import lake_folder, lake_spark, produce  # noqa: F401
+from tests.positionkit import end_offsets, monitored
 from tests.realtimekit import (counters_in_redis, event_at, expected_counters, iso, minute_label,  # noqa: F401
                                realtime_case, redis_cluster)
 
@@ -79,6 +81,11 @@ def test_counters_are_exact_and_late_and_malformed_events_go_to_the_side_output(
     assert {r["value"] for r in by_kind[("malformed", None)]} == {"{not json", '{"event_id":"x","type":"click"}'}
     assert all("before the view's watermark" in r["reason"] for r in by_kind[("late", case.ctr)])
     assert all(r["topic"] == case.topic and r["offset"] >= 0 for r in rejects)
+
+    # The position feed: the checkpoint's position after the last batch, on conveyor.realtime.<job>.
+    group = group_name("realtime", job_id(job_views(case.platform)))
+    assert monitored(case.platform, "central", group) == (end_offsets(case.platform, "central", case.topic),
+                                                          {"spark checkpoint"})
 
     # Reading back: the Python API with CTR on read, and the CLI.
     [window] = read_view(case.platform, case.ctr, ["b1"], [datetime.fromtimestamp(base, timezone.utc)])

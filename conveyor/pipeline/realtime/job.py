@@ -199,7 +199,7 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
         writer = BatchWriter(platform, views, metrics)
         # The checkpoint is the position; the monitoring group shows it to ops after every batch.
         feed = PositionFeed(platform, source_cluster(platform), group_name("realtime", job_id(views)),
-                            "spark checkpoint")
+                            "spark checkpoint", registry=metrics.registry)
         query = start(spark, platform, views, writer, available_now)
         deadline = None if seconds is None else time.monotonic() + seconds
         try:

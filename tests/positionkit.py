@@ -1,0 +1,27 @@
+"""What a reader's monitoring-only group (conveyor.positions) holds, against what the topic holds."""
+
+from __future__ import annotations
+
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from conveyor import kafka
+from conveyor.config import Platform
+from conveyor.positions import kept_in
+
+Offsets = dict[tuple[str, int], int]
+
+
+def monitored(platform: Platform, cluster: str, group: str) -> tuple[Offsets, set[str | None]]:
+    """The group's committed offsets, and where their metadata says the real position lives."""
+    admin = kafka.admin(platform, cluster)  # kept referenced until the future resolves
+    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
+    committed = [tp for tp in answer.topic_partitions if tp.offset >= 0]
+    return {(tp.topic, tp.partition): tp.offset for tp in committed}, {kept_in(tp.metadata) for tp in committed}
+
+
+def end_offsets(platform: Platform, cluster: str, topic: str) -> Offsets:
+    admin = kafka.admin(platform, cluster)
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
+    return {(tp.topic, tp.partition): f.result().offset for tp, f in admin.list_offsets(asked).items()}
