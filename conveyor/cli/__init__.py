@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from conveyor.cli import config_cmd, dispatch_cmd, gateway_cmd, ops_cmd, replicate_cmd, runtime_cmd, topics_cmd
+from conveyor.cli import acl_cmd, config_cmd, dispatch_cmd, gateway_cmd, ops_cmd, replicate_cmd, runtime_cmd, topics_cmd
 from conveyor.cli import lake_cmd, pipeline_cmd
 from conveyor.cli import advise_cmd, balance_cmd, ops_files_cmd, throttle_cmd
 from conveyor.cli import views_cmd
@@ -61,6 +61,7 @@ def _logging(
 
 runtime_cmd.register(app)
 app.add_typer(topics_cmd.app, name="topics")
+app.add_typer(acl_cmd.app, name="acl")
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(gateway_cmd.app, name="gateway")
 app.add_typer(dispatch_cmd.app, name="dispatch")

@@ -67,6 +67,19 @@ class LocalSecurity:
     def keystore_password(self) -> str:
         return self.secrets()["keystore_password"]
 
+    @property
+    def principals_file(self) -> Path:
+        return self.dir / "principals.json"
+
+    def service_password(self, service: str) -> str:
+        """The SCRAM password of a service's principal on the local secured clusters, made the
+        first time it is asked for."""
+        known = json.loads(self.principals_file.read_text()) if self.principals_file.exists() else {}
+        if service not in known:
+            known[service] = secrets.token_urlsafe(24)
+            _write_private(self.principals_file, json.dumps(known).encode())
+        return known[service]
+
     def ensure(self) -> None:
         """Make the CA, the nodes' key store and the passwords unless they exist already."""
         if self.secrets_file.exists() and self.node_keystore.exists() and self.ca_cert.exists():

@@ -1,10 +1,14 @@
 """A local cluster with ``security: sasl_ssl``: SCRAM over TLS, Kafka's authorizer, nothing allowed
-without an ACL. The refusals are checked with plain confluent-kafka clients built here, not with
-Conveyor's factories, so that what is proved is that the broker refuses."""
+without an ACL, and the principals and ACLs that `conveyor acl apply` derives from platform.yaml.
+The refusals are checked with plain confluent-kafka clients built here, not with Conveyor's
+factories, so that what is proved is that the broker refuses."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +18,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic, UserScramCredentialUpsertion, ScramCredentialInfo, ScramMechanism
 
 from conveyor import kafka
-from conveyor.config import Platform, parse_platform
+import yaml
+
+from conveyor.config import Platform, load_platform
 from conveyor.runtime.local import LocalPlatform
 from conveyor.runtime.security import local_security
 
@@ -23,20 +29,40 @@ pytestmark = pytest.mark.integration
 PORT = int(os.environ.get("CONVEYOR_TEST_SECURE_PORT", "28500"))
 
 
+_TOKEN = "0" * 64  # services need a token digest; the gateway is not part of these tests
+
+
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    home = tmp_path_factory.mktemp("secured")
-    platform = parse_platform({
+def platform_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two services: shop writes orders, billing reads them and writes invoices."""
+    folder = tmp_path_factory.mktemp("secured")
+    path = folder / "platform.yaml"
+    path.write_text(yaml.safe_dump({
         "name": "secured-test",
-        "runtime": {"home": str(home), "base_port": PORT, "start_timeout": 300, "redis": {"enabled": False}},
+        "runtime": {"home": str(folder / "home"), "base_port": PORT, "start_timeout": 300,
+                    "redis": {"enabled": False}},
         "clusters": {"vault": {"role": "read", "brokers": 2, "security": "sasl_ssl"}},
-    })
+        "topics": {"orders": {"partitions": 2, "producers": ["shop"], "consumers": ["billing"]},
+                   "invoices": {"partitions": 1, "producers": ["billing"]}},
+        "services": {"shop": {"token_sha256": _TOKEN}, "billing": {"token_sha256": _TOKEN}},
+    }))
+    return path
+
+
+@pytest.fixture(scope="module")
+def secured(platform_path: Path) -> Iterator[Platform]:
+    platform = load_platform(platform_path)
     local = LocalPlatform(platform)
     try:
         local.up()
         yield platform
     finally:
         local.down()
+
+
+def _conveyor(platform_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "conveyor", *args, "--platform", str(platform_path)],
+                          capture_output=True, text=True, timeout=120)
 
 
 def _plain(platform: Platform, **settings: str) -> dict[str, str]:
@@ -97,7 +123,7 @@ def test_a_client_without_credentials_cannot_even_list_topics(secured: Platform,
     for settings in (_plain(secured), _plain(secured, **{"security.protocol": "SSL",
                                                            "ssl.ca.location": str(local_security(secured.home).ca_cert)})):
         with pytest.raises(KafkaException) as failure:
-            AdminClient(settings).list_topics(timeout=8)
+            AdminClient(settings).list_topics(timeout=5)
         assert failure.value.args[0].code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
 
 
@@ -106,7 +132,7 @@ def test_a_wrong_password_is_refused(secured: Platform, topic: str):
     settings = _scram(secured, "admin", "not-the-password")
     admin = AdminClient({**settings, "error_cb": errors.append})
     with pytest.raises(KafkaException) as failure:
-        admin.list_topics(timeout=8)
+        admin.list_topics(timeout=5)
     admin.poll(1)  # serves the error callback
     codes = {failure.value.args[0].code(), *(e.code() for e in errors)}
     assert KafkaError._AUTHENTICATION in codes, (failure.value, errors)
@@ -136,3 +162,62 @@ def test_secrets_are_files_only_their_owner_reads(secured: Platform):
     material = local_security(secured.home)
     for path in (material.ca_key, material.node_keystore, material.secrets_file):
         assert Path(path).stat().st_mode & 0o077 == 0, path
+
+
+@pytest.fixture(scope="module")
+def provisioned(secured: Platform, platform_path: Path) -> Platform:
+    """`topics apply` creates the topics and, on a secured cluster, the users and ACLs too."""
+    run = _conveyor(platform_path, "topics", "apply")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ACL and user change(s) on vault" in run.stdout
+    return secured
+
+
+def _service(platform: Platform, service: str) -> dict[str, str]:
+    return _scram(platform, service, local_security(platform.home).service_password(service))
+
+
+def _plan(platform_path: Path) -> tuple[int, list[dict]]:
+    run = _conveyor(platform_path, "acl", "plan", "-o", "json")
+    assert run.returncode in (0, 2), run.stdout + run.stderr
+    return run.returncode, json.loads(run.stdout)["changes"]
+
+
+def test_acl_apply_gives_each_service_exactly_its_topics(provisioned: Platform):
+    reports: list[tuple[str, KafkaError | None]] = []
+    producer = Producer({**_service(provisioned, "shop"), "message.timeout.ms": "10000"})
+    for topic in ("orders", "invoices"):
+        producer.produce(topic, b"x", partition=0, on_delivery=lambda err, msg: reports.append((msg.topic(), err)))
+    producer.flush(20)
+    codes = {topic: err.code() if err else None for topic, err in reports}
+    assert codes == {"orders": None, "invoices": KafkaError.TOPIC_AUTHORIZATION_FAILED}
+
+    # billing reads orders in a group of its own prefix, and cannot use another service's group.
+    for group, expected in (("billing.invoicer", None), ("shop.spy", KafkaError.GROUP_AUTHORIZATION_FAILED)):
+        consumer = Consumer({**_service(provisioned, "billing"), "group.id": group, "enable.auto.commit": "false",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe(["orders"])
+        try:
+            message = consumer.poll(20)
+            while message is not None and message.error() is None and expected is not None:
+                message = consumer.poll(5)
+            assert message is not None
+            assert (message.error().code() if message.error() else None) == expected, message.error()
+        finally:
+            consumer.close()
+
+
+def test_acl_plan_shows_an_acl_removed_by_hand_and_apply_restores_it(provisioned: Platform, platform_path: Path):
+    assert _plan(platform_path) == (0, [{"cluster": "vault", "principal": None, "change": "in sync", "detail": None}])
+    from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    admin = kafka.admin(provisioned, "vault")
+    removed = AclBindingFilter(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:shop", "*",
+                               AclOperation.WRITE, AclPermissionType.ALLOW)
+    for future in admin.delete_acls([removed]).values():
+        future.result(15)
+    code, changes = _plan(platform_path)
+    assert code == 2
+    assert changes == [{"cluster": "vault", "principal": "User:shop", "change": "add", "detail": "WRITE on topic orders"}]
+    assert _conveyor(platform_path, "acl", "apply").returncode == 0
+    assert _plan(platform_path)[0] == 0
