@@ -21,21 +21,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
-import os
-import platform as host
 import random
 import time
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from bench.common import host, write_results
 from conveyor.ops.balance import Broker, ClusterModel, Partition, plan
 from conveyor.ops.balance.planner import LOADS
 
-RESULTS = Path(__file__).parent / "results" / "balance_plan.json"
 RETENTION_S = (6 * 3600, 86_400, 3 * 86_400, 7 * 86_400)
 
 
@@ -183,20 +179,27 @@ def run(name: str, model: ClusterModel, console: Console) -> dict:
         "actions_per_goal": dict(result.actions_per_goal),
         "kafka_generate": peer_figures(model, kafka_generate(model, random.Random(1))),
     }
-    table = Table(title=f"{name}: {figures['partitions']:,} partitions on {figures['brokers']:,} brokers, "
-                        f"planned in {seconds:.2f} s ({cpu_seconds:.2f} s CPU)")
-    for column in ("max/mean", "before", "after (conveyor)", "after (kafka --generate)"):
-        table.add_column(column, justify="right")
-    for load in LOADS:
-        table.add_row(load, f"{figures['before'][load]:.3f}", f"{figures['after'][load]:.3f}",
-                      f"{figures['kafka_generate']['after'][load]:.3f}")
     peer = figures["kafka_generate"]
+    table = load_table(f"{name}: {figures['partitions']:,} partitions on {figures['brokers']:,} brokers, "
+                       f"planned in {seconds:.2f} s ({cpu_seconds:.2f} s CPU)", figures["before"], figures["after"],
+                       peer["after"])
     table.add_row("bytes moved", "", f"{result.bytes_to_move / 1e12:.2f} TB ({figures['moved_share']:.1%})",
                   f"{peer['bytes_moved'] / 1e12:.2f} TB ({peer['bytes_moved'] / total:.1%})")
     table.add_row("replica moves / elections", "", f"{len(result.moves):,} / {len(result.elections):,}", "")
     table.add_row("isolation breaches", "", "0", f"{peer['isolation_breaches']:,}")
     console.print(table)
     return figures
+
+
+def load_table(title: str, before: dict[str, float], ours: dict[str, float], peer: dict[str, float]) -> Table:
+    """Max/mean per broker of each load before, after Conveyor's plan and after Kafka's --generate;
+    the caller adds its own rows."""
+    table = Table(title=title)
+    for column in ("max/mean", "before", "after (conveyor)", "after (kafka --generate)"):
+        table.add_column(column, justify="right")
+    for load in LOADS:
+        table.add_row(load, f"{before[load]:.3f}", f"{ours[load]:.3f}", f"{peer[load]:.3f}")
+    return table
 
 
 def main() -> None:
@@ -211,15 +214,8 @@ def main() -> None:
             model = build()
         with console.status(f"planning {name}"):
             results.append(run(name, model, console))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "balance_plan",
-        "python": host.python_version(),
-        "machine": host.machine(),
-        "cpus": os.cpu_count(),
-        "results": results,
-    }, indent=2))
-    console.print(f"wrote {RESULTS}")
+    path = write_results("balance_plan", {"benchmark": "balance_plan", **host(), "results": results})
+    console.print(f"wrote {path}")
 
 
 if __name__ == "__main__":

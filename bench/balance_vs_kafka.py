@@ -22,7 +22,6 @@ Writes ``bench/results/balance_vs_kafka.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import tempfile
@@ -36,20 +35,19 @@ from confluent_kafka.admin import NewTopic
 from rich.console import Console
 from rich.table import Table
 
-from bench.balance_plan import peer_figures
+from bench.common import host, write_results
+from bench.balance_plan import load_table, peer_figures
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.ops.balance import plan
 from conveyor.ops.balance.execution import Execution, new_execution
 from conveyor.ops.balance.executor import Executor
 from conveyor.ops.balance.live import live_cluster
-from conveyor.ops.balance.planner import LOADS
 from conveyor.ops.kafka_tools import KafkaTools
 from conveyor.runtime.local import LocalPlatform
 from tests.balancekit import preload, reassign_and_wait, wait_ports_free
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "balance_vs_kafka.json"
 CLUSTER = "central"
 RACKS = ["r1", "r2", "r3", "r4", "r5", "r6"]
 #: topic -> (partitions, produce bytes/s, consumer groups, preloaded MB)
@@ -208,13 +206,8 @@ def compare(platform: Platform, console: Console, seconds: float) -> dict:
                      "replica_moves": len(ours.moves), "elections": len(ours.elections)},
         "kafka_generate": {**peer, "generate_seconds": round(kafka_seconds, 2)},
     }
-    table = Table(title=f"same cluster state: {figures['partitions']} partitions on {len(live.model.brokers)} brokers, "
-                        f"{total / 1e6:.0f} MB stored")
-    for column in ("max/mean", "before", "conveyor", "kafka --generate"):
-        table.add_column(column, justify="right")
-    for load in LOADS:
-        table.add_row(load, f"{figures['before'][load]:.3f}", f"{figures['conveyor']['after'][load]:.3f}",
-                      f"{peer['after'][load]:.3f}")
+    table = load_table(f"same cluster state: {figures['partitions']} partitions on {len(live.model.brokers)} brokers, "
+                       f"{total / 1e6:.0f} MB stored", figures["before"], figures["conveyor"]["after"], peer["after"])
     table.add_row("bytes moved", "", f"{ours.bytes_to_move / 1e6:.1f} MB", f"{peer['bytes_moved'] / 1e6:.1f} MB")
     table.add_row("isolation breaches", "", "0", str(peer["isolation_breaches"]))
     console.print(table)
@@ -288,10 +281,9 @@ def main() -> None:
         table.add_row(name, str(run.get("seconds", "")), *(str(run.get(k)) for k in ("p50_ms", "p99_ms", "p999_ms",
                                                                                      "max_ms")), str(run["count"]))
     console.print(table)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"benchmark": "balance_vs_kafka", "cpus": os.cpu_count(),
-                                   "comparison": comparison, "add_broker": moves}, indent=2))
-    console.print(f"wrote {RESULTS}")
+    path = write_results("balance_vs_kafka", {"benchmark": "balance_vs_kafka", **host(), "comparison": comparison,
+                                              "add_broker": moves})
+    console.print(f"wrote {path}")
 
 
 if __name__ == "__main__":

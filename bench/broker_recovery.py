@@ -18,8 +18,6 @@ Writes bench/results/broker_recovery.json.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import tempfile
 import threading
@@ -32,6 +30,7 @@ from confluent_kafka.admin import NewTopic
 from rich.console import Console
 from rich.table import Table
 
+from bench.common import arguments, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.ops.scrape import Scraper
@@ -39,7 +38,6 @@ from conveyor.ops.watch import ClusterWatch
 from conveyor.runtime.local import LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "broker_recovery.json"
 TOPIC = "recovery-bench"
 PARTITIONS = 6
 TIMEOUT = 120.0
@@ -191,14 +189,12 @@ def run(runs: int, rate: int, base_port: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, 31800)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rate", type=int, default=2000, help="records per second, acks=all")
-    parser.add_argument("--base-port", type=int, default=31800)
     args = parser.parse_args()
     result = run(args.runs, args.rate, args.base_port)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_results("broker_recovery", result)
     table = Table(title=f"broker recovery under {args.rate:,} records/s acks=all (seconds after the SIGKILL)")
     for column in ("run", "broker", "led", "alarm", "leaders moved", "writes resumed", "ISR full after restart"):
         table.add_column(column, justify="right")

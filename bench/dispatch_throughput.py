@@ -22,7 +22,6 @@ Writes bench/results/dispatch_throughput.json. Run ``python -m bench.dispatch_th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -42,6 +41,7 @@ import yaml
 from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
+from bench.common import write_results
 from conveyor import kafka
 from conveyor.config import Platform, load_platform
 from conveyor.dispatch.client import Message, Subscriber
@@ -50,7 +50,6 @@ from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.runtime.local import LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "dispatch_throughput.json"
 TOKEN = "demo-mailer-token"
 SLOW = 0.020
 #: Messages read before the latency is measured.
@@ -379,9 +378,7 @@ def main() -> None:
             finally:
                 local.down()
     result["host"] = {"cpus": os.cpu_count()}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    write_results("dispatch_throughput", result, show=True)
 
 
 if __name__ == "__main__":

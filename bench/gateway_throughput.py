@@ -16,7 +16,6 @@ gateway for ``--warmup`` seconds (not counted), then measures ``--runs`` rounds 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import re
@@ -30,6 +29,7 @@ from pathlib import Path
 import orjson
 import yaml
 
+from bench.common import arguments, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.gateway.generate import AdTraffic
@@ -38,7 +38,6 @@ from conveyor.runtime.local import LocalPlatform
 from conveyor.topics import provisioner
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 TOPIC = "ad-events"
 TOKEN = "demo-adserver-token"
 
@@ -208,16 +207,13 @@ def run(seconds: int, base_port: int, runs: int = 3, warmup: int = 60) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, 28092)
     parser.add_argument("--seconds", type=int, default=15, help="duration of each measurement")
     parser.add_argument("--runs", type=int, default=3, help="measured rounds; figures are their medians")
     parser.add_argument("--warmup", type=int, default=60, help="seconds of load before the first round")
-    parser.add_argument("--base-port", type=int, default=28092)
     args = parser.parse_args()
     result = run(args.seconds, args.base_port, args.runs, args.warmup)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "gateway_throughput.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    write_results("gateway_throughput", result, show=True)
 
 
 if __name__ == "__main__":

@@ -20,24 +20,20 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
-import platform as host
 import random
 import time
 import tracemalloc
 from collections import Counter, deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 from rich.console import Console
 from rich.table import Table
 
+from bench.common import host, write_results
 from conveyor.ops.lag import WINDOW_SIZE, PartitionWindow, Sample, evaluate_group
 from conveyor.ops.rewind import scan_group
 
-RESULTS = Path(__file__).parent / "results" / "lag_eval.json"
 SIZES = (20_000, 200_000)
 GROUP_SIZE = 100
 PARTITIONS_PER_TOPIC = 10
@@ -190,16 +186,8 @@ def main() -> None:
     for n in SIZES[:1] if args.quick else SIZES:
         with console.status(f"{n:,} partitions"):
             results.append(run(n, console))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "lag_eval",
-        "python": host.python_version(),
-        "machine": host.machine(),
-        "cpus": os.cpu_count(),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "results": results,
-    }, indent=2))
-    console.print(f"wrote {RESULTS}")
+    path = write_results("lag_eval", {"benchmark": "lag_eval", **host(), "results": results})
+    console.print(f"wrote {path}")
 
 
 if __name__ == "__main__":

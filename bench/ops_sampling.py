@@ -20,9 +20,6 @@ Writes ``bench/results/ops_sampling.json``. Run: ``python -m bench.ops_sampling 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform as host
 import tempfile
 import time
 from collections import Counter
@@ -35,6 +32,7 @@ from confluent_kafka.admin import NewTopic
 from rich.console import Console
 from rich.table import Table
 
+from bench.common import host, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.ops.health import reading_from_samples
@@ -44,7 +42,6 @@ from conveyor.runtime.layout import plan_layout
 from conveyor.runtime.local import LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "ops_sampling.json"
 CLUSTER = "bench"
 GROUPS = 50
 COUNTED = ("Metadata", "ListGroups", "OffsetFetch", "ListOffsets", "FindCoordinator", "DescribeCluster")
@@ -147,11 +144,8 @@ def main() -> None:
     args = parser.parse_args()
     console = Console()
     result = run(args.topics, args.base_port, console)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"benchmark": "ops_sampling", "python": host.python_version(),
-                                   "cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2),
-                                   **result}, indent=2))
-    console.print(f"wrote {RESULTS}")
+    path = write_results("ops_sampling", {"benchmark": "ops_sampling", **host(), **result})
+    console.print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +25,7 @@ import yaml
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+from bench.common import arguments, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.replicate.copier import RouteState, read_bucket_offsets
@@ -37,7 +36,6 @@ from conveyor.runtime.jars import java_binary
 from conveyor.runtime.local import LOG4J_CONFIG, LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 ROUTE = "dc1-central"
 PAYLOAD = b"x" * 1000
 
@@ -244,16 +242,13 @@ def run(records: int, rate: int, seconds: int, base_port: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, 30092)
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=30)
-    parser.add_argument("--base-port", type=int, default=30092)
     args = parser.parse_args()
     result = run(args.records, args.rate, args.seconds, args.base_port)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "replicate_vs_mm2.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    write_results("replicate_vs_mm2", result, show=True)
 
 
 if __name__ == "__main__":

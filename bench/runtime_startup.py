@@ -9,8 +9,6 @@ Warm: jars cached, fresh storage (format + start). Restart: jars cached, storage
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -18,12 +16,12 @@ from pathlib import Path
 
 import yaml
 
+from bench.common import arguments, write_results
 from conveyor.config import parse_platform
 from conveyor.runtime.local import LocalPlatform
 from conveyor.runtime.smoke import smoke
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 
 
 def _platform(home: Path, base_port: int):
@@ -84,15 +82,12 @@ def run(warm_runs: int, skip_cold: bool, base_port: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, 39092)
     parser.add_argument("--warm-runs", type=int, default=3)
     parser.add_argument("--skip-cold", action="store_true", help="skip the run with an empty Maven repository")
-    parser.add_argument("--base-port", type=int, default=39092)
     args = parser.parse_args()
     result = run(args.warm_runs, args.skip_cold, args.base_port)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "runtime_startup.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    write_results("runtime_startup", result, show=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,39 @@
+"""What every benchmark shares: where its figures go, and the host they were measured on."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def arguments(doc: str, base_port: int) -> argparse.ArgumentParser:
+    """A benchmark's command line: its module's docstring as the help, and the first port of the
+    platform it starts (each benchmark has its own, so that two never collide)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base-port", type=int, default=base_port, help="first port of the platform this run starts")
+    return parser
+
+
+def host() -> dict[str, Any]:
+    """The machine a figure was measured on, and how busy it was."""
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "load_average_1m": round(os.getloadavg()[0], 2)}
+
+
+def write_results(name: str, document: Mapping[str, Any], show: bool = False) -> Path:
+    """Write a benchmark's figures to ``bench/results/<name>.json`` (and, with ``show``, to stdout);
+    that path."""
+    text = json.dumps(document, indent=2)
+    path = RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    if show:
+        print(text)
+    return path
