@@ -6,7 +6,12 @@ fifth of the events twice (a failover's second copy, on another partition, at on
 later: often in another batch, sometimes across a kill), and every counter must equal the count
 over distinct events.
 
-CONVEYOR_REALTIME_CHAOS_KILLS sets the number of kills (default 3; the issue's full count is 10).
+The first test keeps the views in the session's Redis server; the duplicates test in a Redis
+Cluster of three masters (tests/realtimekit.py), where the views' writes go per hash slot and the
+claims per hash-tag bucket (the integration tests run the Lua scripts on both kinds).
+
+CONVEYOR_REALTIME_CHAOS_KILLS sets the number of kills of the first test (default 3; the issue's
+full count is 10), CONVEYOR_REALTIME_CLUSTER_KILLS those of the Redis Cluster test (default 3).
 CONVEYOR_CHAOS_SEED replays a run's kill points and traffic.
 """
 
@@ -31,11 +36,12 @@ from conveyor import kafka
 from conveyor.pipeline.realtime.plan import job_id, job_views
 from conveyor.pipeline.realtime.store import ViewStore, connect
 from tests.lakekit import lake_folder  # noqa: F401
-from tests.realtimekit import counters_in_redis, event_at, expected_counters, realtime_case  # noqa: F401
+from tests.realtimekit import counters_in_redis, event_at, expected_counters, realtime_case, redis_cluster  # noqa: F401
 
 pytestmark = pytest.mark.chaos
 
 KILLS = int(os.environ.get("CONVEYOR_REALTIME_CHAOS_KILLS", "3"))
+CLUSTER_KILLS = int(os.environ.get("CONVEYOR_REALTIME_CLUSTER_KILLS", "3"))
 #: Every this many events, one record that is not JSON.
 BAD_EVERY = 40
 #: The share of events sent a second time in the duplicates test.
@@ -114,15 +120,15 @@ def _batches_logged(log: Path) -> int:
     return log.read_text(errors="replace").count(" conveyor.realtime batch ")
 
 
-def _killed_and_drained(case, tmp_path: Path, duplicates: bool) -> tuple[Sent, str]:
-    """Traffic while the job is killed KILLS times, then a final run through everything: what was
-    acknowledged, and the seed and kill points to print on a failure."""
+def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: int = KILLS) -> tuple[Sent, str]:
+    """Traffic while the job is killed ``kills_wanted`` times, then a final run through everything:
+    what was acknowledged, and the seed and kill points to print on a failure."""
     seed = int(os.environ.get("CONVEYOR_CHAOS_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     log = tmp_path / "realtime-runs.log"
     kills = []
     with traffic_to(case, seed, duplicates) as traffic:
-        for _ in range(KILLS):
+        for _ in range(kills_wanted):
             process = _job(case.path, log)
             if rng.random() < 0.25:  # now and then during start-up or the first batch
                 delay = rng.uniform(2, 15)
@@ -158,9 +164,9 @@ def test_killed_jobs_leave_every_counter_exact(realtime_case, tmp_path):
     assert set(counters) == {"records", "applied", "malformed"}, (counters, context)  # nothing late
 
 
-def test_killed_jobs_count_each_event_once(realtime_case, tmp_path):
-    case = realtime_case(partitions=PARTITIONS, ctr_lateness="10m", interest_lateness="10m")
-    traffic, context = _killed_and_drained(case, tmp_path, duplicates=True)
+def test_killed_jobs_count_each_event_once_in_a_redis_cluster(realtime_case, redis_cluster, tmp_path):
+    case = realtime_case(partitions=PARTITIONS, ctr_lateness="10m", interest_lateness="10m", redis=redis_cluster)
+    traffic, context = _killed_and_drained(case, tmp_path, duplicates=True, kills_wanted=CLUSTER_KILLS)
 
     distinct = list({e["event_id"]: e for e in traffic.good}.values())
     copies = len(traffic.good) - len(distinct)

@@ -1,0 +1,137 @@
+"""A Spark standalone cluster for the tests: a master and one worker, each its own JVM from the
+installed PySpark, on 127.0.0.1; the worker starts the executor, and the executor its Python workers.
+
+Those Python workers must not reach this checkout, so that the jobs prove they ship ``conveyor``:
+
+- Their interpreter is a virtual environment made here (``python -m venv --without-pip``, about a
+  second) whose site-packages holds symbolic links to exactly the distributions of
+  ``EXECUTOR_REQUIREMENTS`` and what those require, taken from the test's own environment. The
+  test environment has ``conveyor`` installed editable, through a finder that only its own
+  site-packages' ``.pth`` files start; none of that is linked. PySpark is not linked either: the
+  worker puts the Spark installation's ``pyspark.zip`` on its Python workers' path, as on a real
+  cluster. The fixture checks that this interpreter cannot import ``conveyor``.
+- The worker runs in a folder of the test's temporary directory, without PYTHONPATH.
+
+Ports: base_port + 470 (master), + 471 (its UI), + 472 (worker), + 473 (its UI); daemons with
+256 MiB heaps (SPARK_DAEMON_MEMORY), a worker of one core and 1 GiB for its executor.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.requirements import Requirement
+
+from conveyor.config import Platform
+from conveyor.pipeline.shipping import EXECUTOR_REQUIREMENTS
+from tests.conftest import eventually
+
+#: Master, master UI, worker, worker UI: base_port + this and the next three.
+SPARK_OFFSET = 470
+
+
+def _closure(names: tuple[str, ...]) -> list[metadata.Distribution]:
+    """The distributions ``names`` need, with their requirements (extras' left out), recursively."""
+    found: dict[str, metadata.Distribution] = {}
+    todo = list(names)
+    while todo:
+        dist = metadata.distribution(todo.pop())
+        key = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
+        if key in found:
+            continue
+        found[key] = dist
+        for line in dist.requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return list(found.values())
+
+
+def executor_python(folder: Path) -> Path:
+    """A Python with EXECUTOR_REQUIREMENTS and nothing else installed (see the module's doc)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = folder / "lib" / version / "site-packages"
+    for dist in _closure(EXECUTOR_REQUIREMENTS):
+        tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+        for top in tops - {"__pycache__"}:
+            source = Path(str(dist.locate_file(top)))
+            if source.exists() and not (site / top).exists():
+                (site / top).symlink_to(source)
+    python = folder / "bin" / "python"
+    alone = subprocess.run([str(python), "-c", "import conveyor"], capture_output=True, text=True,
+                           cwd=folder, env=_without_pythonpath())
+    assert "No module named 'conveyor'" in alone.stderr, "the executors' Python must not find conveyor by itself"
+    return python
+
+
+def _without_pythonpath() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+@dataclass(frozen=True)
+class SparkCluster:
+    master: str
+    #: What a platform file's pipeline.spark needs to run its jobs there.
+    settings: dict[str, Any]
+    #: The worker's folder: one app-<id> folder per application that ran executors here.
+    work_dir: Path
+
+    def applications(self) -> list[Path]:
+        return sorted(self.work_dir.glob("app-*"))
+
+
+def _daemon(argv: list[str], log: Path, env: dict[str, str], cwd: Path) -> subprocess.Popen:
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=out, env=env, cwd=cwd, start_new_session=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM the daemon's process group (the worker's executors with it), SIGKILL after 30 s."""
+    try:
+        os.killpg(process.pid, 15)
+        process.wait(30)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    import pyspark
+
+    folder = tmp_path_factory.mktemp("spark-cluster")
+    python = executor_python(folder / "executor-python")
+    home = Path(pyspark.__file__).parent
+    spark_class = str(home / "bin" / "spark-class")
+    port = platform.runtime.base_port + SPARK_OFFSET
+    env = {**_without_pythonpath(), "SPARK_HOME": str(home), "SPARK_DAEMON_MEMORY": "256m",
+           "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
+    master = f"spark://127.0.0.1:{port}"
+    work = folder / "work"
+    daemons = [_daemon([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                        str(port), "--webui-port", str(port + 1)], folder / "master.log", env, folder)]
+    try:
+        eventually(lambda: "I have been elected leader" in (folder / "master.log").read_text(errors="replace"),
+                   120, f"the Spark master on {master}")
+        daemons.append(_daemon([spark_class, "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1",
+                                "--port", str(port + 2), "--webui-port", str(port + 3), "--cores", "1",
+                                "--memory", "1g", "--work-dir", str(work)], folder / "worker.log", env, folder))
+        eventually(lambda: "Successfully registered with master" in (folder / "worker.log").read_text(errors="replace"),
+                   120, "the Spark worker's registration")
+        yield SparkCluster(master, {"master": master, "driver_host": "127.0.0.1", "driver_bind_address": "127.0.0.1",
+                                    "executor_python": str(python)}, work)
+    finally:
+        for daemon in reversed(daemons):
+            _stop(daemon)
