@@ -8,12 +8,19 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from conveyor.ops.lag import Status
+from conveyor.ops.rewind import MOVED_BACK
+from conveyor.pipeline.catalog import CATALOG
 from conveyor.pipeline.completeness import floor_hour
 from conveyor.pipeline.lake import run_once
+from conveyor.pipeline.lake_positions import publish_position
 from conveyor.pipeline.status import topic_status
 from conveyor.pipeline.tables import OFFSETS_PROPERTY, as_utc, current_commit, data_table, quarantine_table
+from conveyor.positions import group_name
 from tests.conftest import demo_event
 from tests.lakekit import lake_case, lake_folder, lake_spark, produce, quarantine_of, rows_of  # noqa: F401
+from tests.opskit import cluster_watch
+from tests.positionkit import monitored
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +69,29 @@ def test_each_run_lands_the_new_range_with_its_end_offsets_in_the_same_commit(la
     assert (third.records_read, third.landed) == (12, 12)
     landed = [r.event_id for r in rows_of(lake_spark, case.topic)]
     assert sorted(landed) == sorted(e["event_id"] for e in first + second)
+    _the_position_feed_shows_the_table_and_its_rollback(lake_spark, case, watched=len(second))
+
+
+def _the_position_feed_shows_the_table_and_its_rollback(spark, case, watched: int) -> None:
+    """conveyor.lake.<topic> holds the tables' position for monitoring; rolling the data table back one
+    snapshot and publishing shows REWIND in ops with exactly the records of the undone commit."""
+    group = group_name("lake", case.topic)
+    stored = current_commit(spark, data_table(case.topic)).positions
+    assert monitored(case.platform, "central", group) == ({(case.topic, p): o for p, o in stored.items()}, {"iceberg"})
+
+    with cluster_watch(case.platform) as watch:
+        before = next(g for g in watch.cycle().groups if g.group == group)
+        assert before.kept_in == "iceberg" and before.status.total_lag == 0
+        table = data_table(case.topic).split(".", 1)[1]
+        previous = _snapshots(spark, data_table(case.topic))[-2].snapshot_id
+        spark.sql(f"CALL {CATALOG}.system.rollback_to_snapshot('{table}', {previous})")
+        publish_position(case.platform, case.topic,
+                         [current_commit(spark, t).positions for t in (data_table(case.topic), quarantine_table(case.topic))])
+        after = next(g for g in watch.cycle().groups if g.group == group)
+    assert after.status.status is Status.REWIND
+    moved = [f for f in after.findings.offsets if f.kind in MOVED_BACK]
+    assert sum(f.records for f in moved) == watched == after.status.total_lag
+    assert {e.finding for e in after.evidence} == set(moved)
 
 
 def test_a_first_run_over_an_empty_topic_commits_its_positions_and_lands_nothing(lake_spark, lake_case):

@@ -7,7 +7,6 @@ committing between rounds, so what each window holds is decided by the test, not
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,31 +17,26 @@ from typer.testing import CliRunner
 
 from conveyor import kafka
 from conveyor.cli import app
-from conveyor.config import Platform, parse_platform
+from conveyor.config import Platform
 from conveyor.ops.health import Severity
 from conveyor.ops.lag import Status
 from conveyor.ops.rewind import FindingKind
-from conveyor.ops.scrape import Scraper
 from conveyor.ops.tracker import GroupReport
 from conveyor.ops.watch import ClusterReport, ClusterWatch
+from tests.opskit import cluster_watch, ops_platform_with
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def ops_platform(platform_data, platform_file: Path, local_platform) -> Platform:
-    data = copy.deepcopy(platform_data)
-    data["ops"] = {"interval": "1s", "window": 6}
-    return parse_platform(data, root=platform_file.parent)
+    return ops_platform_with(platform_data, platform_file, interval="1s", window=6)
 
 
 @pytest.fixture
-def watch(ops_platform: Platform):
-    scraper = Scraper()
-    watch = ClusterWatch(ops_platform, "central", scraper)
-    yield watch
-    watch.close()
-    scraper.close()
+def watch(ops_platform: Platform) -> Iterator[ClusterWatch]:
+    with cluster_watch(ops_platform) as watch:
+        yield watch
 
 
 def produce(producer: Producer, topic: str, count: int, partitions: int = 1) -> None:

@@ -11,40 +11,36 @@
 
 from __future__ import annotations
 
-import copy
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from conveyor import kafka
-from conveyor.config import Platform, parse_platform
+from conveyor.config import Platform
 from conveyor.ops.health import Rule
 from conveyor.ops.lag import Status
 from conveyor.ops.report import cluster_json
 from conveyor.ops.rewind import FindingKind
-from conveyor.ops.scrape import Scraper
 from conveyor.ops.watch import ClusterWatch
 from conveyor.positions import PositionFeed, group_name
+from tests.opskit import cluster_watch, ops_platform_with
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def ops_platform(platform_data, platform_file: Path, local_platform) -> Platform:
-    data = copy.deepcopy(platform_data)
-    data["ops"] = {"interval": "1s", "window": 6, "offsets_dirty_warn": 90, "offsets_dirty_hold": "3s"}
-    return parse_platform(data, root=platform_file.parent)
+    return ops_platform_with(platform_data, platform_file, interval="1s", window=6, offsets_dirty_warn=90,
+                             offsets_dirty_hold="3s")
 
 
 @pytest.fixture
-def watch(ops_platform: Platform):
-    scraper = Scraper()
-    watch = ClusterWatch(ops_platform, "central", scraper)
-    yield watch
-    watch.close()
-    scraper.close()
+def watch(ops_platform: Platform) -> Iterator[ClusterWatch]:
+    with cluster_watch(ops_platform) as watch:
+        yield watch
 
 
 def _stalled(watch: ClusterWatch) -> list:
@@ -65,8 +61,10 @@ def _until(check, timeout: float, what: str):
 def test_held_back_compaction_of_dirty_records_raises_the_stall_alert(ops_platform, watch, topic_factory):
     baseline = [_stalled(watch) for _ in range(3)][-1]
     assert baseline == [], f"the cluster was already stalled before the test: {baseline}"
-    assert any(b.reading.cleaner_dirty_percent is not None for b in watch.cycle().health.brokers), \
-        "the exporters do not show LogCleanerManager max-dirty-percent"
+    readings = [b.reading for b in watch.cycle().health.brokers if b.reading.up]
+    # The exporter rules for the cleaner and the group coordinator match Kafka 4's MBeans.
+    assert any(r.cleaner_dirty_percent is not None and r.cleaner_idle_ms is not None for r in readings)
+    assert any(r.offset_commit_rate is not None and r.groups is not None for r in readings)
 
     # Compaction held back on a compacted topic, as a stopped cleaner leaves __consumer_offsets.
     topic = topic_factory("central", partitions=1, config={
