@@ -37,8 +37,10 @@ def lake_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _lake_data(platform_data: dict[str, Any], platform_file: Path, folder: Path, topic: str | None,
-               partitions: int, lake: dict[str, Any]) -> dict[str, Any]:
+def lake_data(platform_data: dict[str, Any], platform_file: Path, folder: Path, topic: str | None,
+              partitions: int, lake: dict[str, Any]) -> dict[str, Any]:
+    """The session's platform with its lake in ``folder`` (a Hadoop catalog) and ``topic``, if
+    given, on central as the lake's only topic."""
     data = copy.deepcopy(platform_data)
     for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
         if spec.get("contract"):
@@ -60,7 +62,7 @@ def _spark(platform_file: Path) -> Any:
 def lake_spark(platform_data: dict[str, Any], platform_file: Path, lake_folder: Path, local_platform: Any) -> Any:
     """One Spark session on the session's warehouse, whichever module asks first."""
     path = lake_folder / "platform.yaml"
-    path.write_text(yaml.safe_dump(_lake_data(platform_data, platform_file, lake_folder, None, 0, {}), sort_keys=False))
+    path.write_text(yaml.safe_dump(lake_data(platform_data, platform_file, lake_folder, None, 0, {}), sort_keys=False))
     return _spark(path)
 
 
@@ -81,7 +83,7 @@ def lake_case(platform_data: dict[str, Any], platform_file: Path, lake_folder: P
     def make(partitions: int = 3, config: dict[str, str] | None = None, **lake: Any) -> LakeCase:
         topic = topic_factory("central", partitions, config)
         path = lake_folder / f"platform-{topic}.yaml"
-        data = _lake_data(platform_data, platform_file, lake_folder, topic, partitions, lake)
+        data = lake_data(platform_data, platform_file, lake_folder, topic, partitions, lake)
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return LakeCase(load_platform(path), path, topic)
 
@@ -140,7 +142,7 @@ def gateway_lake_case(platform_data: dict[str, Any], folder: Path, contracts: It
                       **lake: Any) -> GatewayLakeCase:
     """Declares and creates one new dc1 topic per contract; delete them with :func:`drop_topics`.
     ``realtime``: the pipeline's real-time settings, built from the topics (contract -> topic)."""
-    data = _lake_data(platform_data, ROOT / "platform.yaml", folder, None, 0, {})
+    data = lake_data(platform_data, ROOT / "platform.yaml", folder, None, 0, {})
     topics = {contract: f"gw-{contract}-{uuid.uuid4().hex[:8]}" for contract in contracts}
     for contract, topic in topics.items():
         data["topics"][topic] = {"partitions": 3, "contract": str(ROOT / "contracts" / f"{contract}.schema.json"),

@@ -20,10 +20,6 @@ class LakeConfigError(PipelineError):
     """platform.yaml does not say enough to land a topic (no source cluster, no contract)."""
 
 
-class LakeBusyError(PipelineError):
-    """Another lake run holds the warehouse lock; two writers would land a range twice."""
-
-
 class OffsetsAheadError(PipelineError):
     """The lake has landed offsets a partition no longer has: the topic was deleted and re-created,
     or the log was truncated. Landing on would mix two histories, so the run refuses."""
@@ -41,6 +37,11 @@ class OffsetsAheadError(PipelineError):
 
 class RunFailedError(PipelineError):
     """Spark failed during a run; the run's commit did not happen, the next run redoes its range."""
+
+
+class LakeConflictError(RunFailedError):
+    """Another run committed to the table after this run read its positions: this run's commit did
+    not happen. The run reads the positions again and retries (pipeline.lake.commit_attempts)."""
 
 
 @contextmanager

@@ -1,27 +1,46 @@
-"""One writer at a time, and the clean-up after a writer that was killed.
+"""Many lake runs, on any hosts, against one catalog: a commit lands only on the table state its run
+started from, and the clean-up after a run that was killed.
 
-The lock is taken by the Spark driver's JVM, not by Python: the JVM is what commits, and a JVM can
-outlive its Python process for a moment (it exits when its stdin closes). While it lives it holds
-the lock, so the next run can never commit beside a dying one. Java's file locks are POSIX record
-locks, released by the kernel when the process dies, however it dies.
+Every commit of a lake table goes through a branch of its own. The branch is created at the
+snapshot the run read its positions from; Spark appends the rows (and the offsets, in the snapshot
+summary) to the branch; then one catalog commit fast-forwards ``main`` to the branch and drops it
+(Iceberg's ``ManageSnapshots.fastForwardBranch``). Iceberg allows the fast-forward only while
+``main`` is an ancestor of the branch, that is while nothing was committed to ``main`` since the run
+read its positions, and the catalog swaps table metadata atomically (a row update in the JDBC
+catalog, a conditional call in REST or Hive), so the check holds between hosts. A run whose
+fast-forward is refused lost to a concurrent run: :class:`LakeConflictError`, after which the run
+re-reads the table's positions and lands what is still missing.
 
-A run marks each topic it works on and clears the mark after the topic's last commit. A mark found
-at the start of a run means a run died there: its data files, written but never committed, are
-deleted (Iceberg's orphan-file action; safe with no other writer, which the lock guarantees).
+A run marks each topic it works on in a local folder and clears the mark after the topic's last
+commit. A mark found at the start of a run means a run died there: files under the table that no
+snapshot references and that are older than ``lake.orphan_age`` are deleted, and so are branches of
+dead runs. The marks only decide when to look: another host's run never sees them, and that costs
+disk space, never a row. The age keeps the files of runs still in progress (on any host) safe.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conveyor.config import Platform
-from conveyor.pipeline.errors import LakeBusyError
 from conveyor.pipeline.catalog import local_warehouse
+from conveyor.pipeline.errors import LakeConflictError
+from conveyor.pipeline.tables import append
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Branches of lake runs: ``conveyor_run_<run id>_<attempt>``.
+BRANCH_PREFIX = "conveyor_run_"
+#: Iceberg's exceptions that say another commit came first.
+_CONFLICTS = ("org.apache.iceberg.exceptions.CommitFailedException",
+              "org.apache.iceberg.exceptions.ValidationException")
+#: Commits of branch references retried when another commit (of any reference) came between.
+_REF_ATTEMPTS = 20
 
 
 def state_dir(platform: Platform) -> Path:
@@ -32,39 +51,89 @@ def state_dir(platform: Platform) -> Path:
     return folder
 
 
-class WarehouseLock:
-    """An exclusive lock on the warehouse, held by the JVM of ``spark``."""
+def java_classes(err: BaseException) -> list[str]:
+    """The Java exception classes behind ``err`` (a Py4J or PySpark error), causes included."""
+    origin: Any = getattr(err, "java_exception", None) or getattr(err, "_origin", None)
+    names = []
+    while origin is not None and len(names) < 20:
+        names.append(origin.getClass().getName())
+        origin = origin.getCause()
+    return names
 
-    def __init__(self, spark: SparkSession, path: Path) -> None:
-        self._spark = spark
-        self._path = path
-        self._file: Any = None
-        self._lock: Any = None
 
-    def acquire(self, timeout: float) -> None:
-        jvm = self._spark.sparkContext._jvm
-        self._file = jvm.java.io.RandomAccessFile(str(self._path), "rw")
-        deadline = time.monotonic() + timeout
-        while True:
-            self._lock = self._file.getChannel().tryLock()
-            if self._lock is not None:
-                return
-            if time.monotonic() >= deadline:
-                self._file.close()
-                raise LakeBusyError(f"another lake run holds {self._path} (waited {timeout:.0f}s)")
-            time.sleep(1.0)
+@contextmanager
+def conflicts(table: str) -> Iterator[None]:
+    """Turn Iceberg's "another commit came first" into :class:`LakeConflictError`."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
 
-    def release(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
-            self._file.close()
-            self._lock = self._file = None
+    try:
+        yield
+    except (PySparkException, Py4JError) as err:
+        if any(name in _CONFLICTS for name in java_classes(err)):
+            raise LakeConflictError(f"{table}: another run committed first") from err
+        raise
 
-    def __enter__(self) -> WarehouseLock:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+def iceberg_table(spark: SparkSession, table: str) -> Any:
+    """The table's Iceberg ``Table`` (Java), loaded now from the catalog."""
+    jvm = spark.sparkContext._jvm
+    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+
+
+def _ref_commit(spark: SparkSession, table: str, change: Any) -> None:
+    """Commit ``change(manage_snapshots)``, again when another commit came between: reference
+    updates are not re-applied by Iceberg itself. A refused precondition (IllegalArgumentException)
+    is a conflict."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    for attempt in range(_REF_ATTEMPTS):
+        try:
+            change(iceberg_table(spark, table).manageSnapshots()).commit()
+            return
+        except (PySparkException, Py4JError) as err:  # PySpark converts some Java exceptions itself
+            names = java_classes(err)
+            if "java.lang.IllegalArgumentException" in names[:1]:
+                raise LakeConflictError(f"{table}: {str(err).strip().splitlines()[0]}") from err
+            if names[:1] != [_CONFLICTS[0]] or attempt == _REF_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
+def conditional_append(
+    spark: SparkSession, rows: DataFrame, table: str, properties: dict[str, str], base: int, branch: str
+) -> int:
+    """Append ``rows`` with the snapshot ``properties`` as the next commit after snapshot ``base``;
+    :class:`LakeConflictError` when ``main`` moved past ``base`` first. Returns the rows added."""
+    _ref_commit(spark, table, lambda manage: manage.createBranch(branch, base))
+    try:
+        with conflicts(table):
+            append(rows, table, properties, branch)
+        head = iceberg_table(spark, table).snapshot(branch)
+        added = int(head.summary().getOrDefault("added-records", "0"))
+        _ref_commit(spark, table, lambda manage: manage.fastForwardBranch("main", branch).removeBranch(branch))
+        return added
+    except BaseException:
+        _drop_branch(spark, table, branch)
+        raise
+
+
+def _drop_branch(spark: SparkSession, table: str, branch: str) -> None:
+    if iceberg_table(spark, table).refs().containsKey(branch):
+        try:
+            _ref_commit(spark, table, lambda manage: manage.removeBranch(branch))
+        except LakeConflictError:
+            pass  # dropped meanwhile by another run's clean-up
+
+
+def ensure_snapshot(spark: SparkSession, table: str) -> None:
+    """Give a new table an empty first snapshot: every commit then has a snapshot to start from
+    (two runs that both found no snapshot could otherwise both land the same rows)."""
+    iceberg = iceberg_table(spark, table)
+    if iceberg.currentSnapshot() is None:
+        with conflicts(table):
+            iceberg.newAppend().commit()
 
 
 def _marker(platform: Platform, topic: str) -> Path:
@@ -72,7 +141,7 @@ def _marker(platform: Platform, topic: str) -> Path:
 
 
 def interrupted(platform: Platform, topic: str) -> bool:
-    """True when a run died while landing ``topic``."""
+    """True when a run died while landing ``topic`` (on this host, with this state folder)."""
     return _marker(platform, topic).exists()
 
 
@@ -86,12 +155,19 @@ def clear_running(platform: Platform, topic: str) -> None:
     _marker(platform, topic).unlink(missing_ok=True)
 
 
-def delete_orphans(spark: SparkSession, table: str) -> int:
-    """Delete the files under ``table`` that no snapshot references; returns how many."""
+def clean_up(spark: SparkSession, table: str, orphan_age: float) -> int:
+    """Drop branches of runs that died and delete the files under ``table`` that no snapshot
+    references, both when older than ``orphan_age`` seconds; returns the files deleted."""
+    cutoff = int((time.time() - orphan_age) * 1000) + 1
+    iceberg = iceberg_table(spark, table)
+    refs = iceberg.refs()
+    for name in list(refs.keySet()):
+        snapshot = iceberg.snapshot(refs.get(name).snapshotId())
+        if name.startswith(BRANCH_PREFIX) and (snapshot is None or snapshot.timestampMillis() < cutoff):
+            _drop_branch(spark, table, name)
     jvm = spark.sparkContext._jvm
-    session = spark._jsparkSession
-    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, table)
-    action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(session).deleteOrphanFiles(iceberg_table)
-    # Every file older than now: no other writer exists while the lock is held.
-    result = action.olderThan(int(time.time() * 1000) + 1).execute()
+    action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).deleteOrphanFiles(
+        iceberg_table(spark, table)
+    )
+    result = action.olderThan(cutoff).execute()
     return sum(1 for _ in result.orphanFileLocations())

@@ -10,17 +10,18 @@ visible; the next run starts from what was committed and deletes the files the d
 from __future__ import annotations
 
 import json
+import random
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial, reduce
 from typing import TYPE_CHECKING
 
 from conveyor.config import Platform
 from conveyor.pipeline import guard
-from conveyor.pipeline.errors import LakeConfigError, RunFailedError, spark_failures
+from conveyor.pipeline.errors import LakeConfigError, LakeConflictError, spark_failures
 from conveyor.pipeline.kafka_source import list_watermarks, read_range
 from conveyor.pipeline.lake_positions import publish_position
 from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
@@ -29,7 +30,6 @@ from conveyor.pipeline.schema import COORDINATES, REASON, Column, contract_colum
 from conveyor.pipeline.catalog import require_catalog
 from conveyor.pipeline.tables import (
     GAPS_TABLE,
-    append,
     commit_properties,
     current_commit,
     data_table,
@@ -150,6 +150,17 @@ def parsed_range(
     return records.select(*PASSED_THROUGH, verdict("raw_value").alias("parsed")).select(*PASSED_THROUGH, "parsed.*")
 
 
+@dataclass(frozen=True)
+class _CommitPlan:
+    """What every commit of one attempt carries, and where it must land."""
+
+    properties: dict[str, str]
+    #: Per table: the snapshot the attempt read its positions from; a commit lands right after it or not at all.
+    bases: dict[str, int]
+    #: The branch each commit goes through (one per attempt; refs are per table).
+    branch: str
+
+
 class _TopicLanding:
     """One topic's part of a run."""
 
@@ -162,19 +173,49 @@ class _TopicLanding:
         self.data, self.quarantine = data_table(topic), quarantine_table(topic)
 
     def run(self) -> TopicRun:
-        with spark_failures(f"{self.topic} (what is committed stands; the next run redoes the rest)"):
-            return self._run()
+        """Land the topic; a commit lost to a concurrent run is retried from the table's new positions."""
+        attempts = self.platform.pipeline.lake.commit_attempts
+        started, orphans, prepared = time.monotonic(), 0, False
+        self._counts = LandingCounts()
+        for attempt in range(1, attempts + 1):
+            with spark_failures(f"{self.topic} (what is committed stands; the next run redoes the rest)"):
+                try:
+                    if not prepared:
+                        orphans, prepared = self._prepare(), True
+                    plan, listed_at, committed = self._attempt(f"{guard.BRANCH_PREFIX}{self.run_id}_{attempt}")
+                except LakeConflictError as conflict:
+                    if attempt == attempts:
+                        raise LakeConflictError(
+                            f"{self.topic}: lost {attempts} commits in a row to concurrent runs"
+                        ) from conflict
+                    self.step(f"another run committed first; again from the new positions ({attempt}/{attempts})")
+                    time.sleep(random.uniform(0.2, 1.0) * attempt)  # runs that collided do not meet again
+                    continue
+            guard.clear_running(self.platform, self.topic)
+            return TopicRun(topic=self.topic, ranges=plan.ranges, gaps=plan.gaps, **asdict(self._counts),
+                            orphans_deleted=orphans, committed=committed,
+                            seconds=time.monotonic() - started, listed_at=listed_at)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _run(self) -> TopicRun:
-        started = time.monotonic()
+    def _prepare(self) -> int:
+        """Tables ready, and what a killed run left deleted; the files deleted."""
         self.step("preparing tables")
-        ensure_tables(self.spark, self.topic, self.columns)
+        tables = (self.data, self.quarantine, GAPS_TABLE)
+        with guard.conflicts(self.data):
+            ensure_tables(self.spark, self.topic, self.columns)
+            for table in tables:
+                guard.ensure_snapshot(self.spark, table)
         orphans = 0
         if guard.interrupted(self.platform, self.topic):
             self.step("deleting files of an interrupted run")
-            orphans = sum(guard.delete_orphans(self.spark, t) for t in (self.data, self.quarantine, GAPS_TABLE))
+            age = self.platform.pipeline.lake.orphan_age
+            orphans = sum(guard.clean_up(self.spark, t, age) for t in tables)
         guard.mark_running(self.platform, self.topic, self.run_id)
+        return orphans
 
+    def _attempt(self, branch: str) -> tuple[RangePlan, datetime, bool]:
+        """Read the positions, land what is missing from them; the plan, when it was listed, and
+        whether it committed. Counts go to ``self._counts`` commit by commit."""
         commits = {t: current_commit(self.spark, t) for t in (self.quarantine, self.data)}
         self.step("listing offsets")
         listed_at, marks = list_watermarks(self.platform, self.topic)
@@ -182,24 +223,23 @@ class _TopicLanding:
         publish_position(self.platform, self.topic, [c.positions for c in commits.values() if c])
         if plan.gaps:
             self.step(f"recording {len(plan.gaps)} gap(s)")
-            record_gaps(self.spark, plan.gaps, listed_at)
+            with guard.conflicts(GAPS_TABLE):
+                record_gaps(self.spark, plan.gaps, listed_at)
         stale = [t for t, c in commits.items() if c is None or c.positions != plan.end_positions]
-        counts = LandingCounts()
         if stale:
             self.step(f"reading {plan.records:,} offsets")
             properties = commit_properties(plan.end_positions, listed_at, self.run_id)
+            bases = {t: c.snapshot_id for t, c in commits.items() if c is not None}
             last = commits[self.quarantine]
-            counts = self._land(plan, stale, properties, listed_at, bad_before=bool(last and last.added_records))
-        guard.clear_running(self.platform, self.topic)
+            self._land(plan, stale, _CommitPlan(properties, bases, branch), listed_at,
+                       bad_before=bool(last and last.added_records))
         publish_position(self.platform, self.topic, [plan.end_positions])
-        return TopicRun(topic=self.topic, ranges=plan.ranges, gaps=plan.gaps, **asdict(counts),
-                        orphans_deleted=orphans,
-                        committed=bool(stale), seconds=time.monotonic() - started, listed_at=listed_at)
+        return plan, listed_at, bool(stale)
 
     def _land(
-        self, plan: RangePlan, stale: list[str], properties: dict[str, str], listed_at: datetime, bad_before: bool
-    ) -> LandingCounts:
-        """Commit the stale tables, the rows first; the run's counts.
+        self, plan: RangePlan, stale: list[str], commit: _CommitPlan, listed_at: datetime, bad_before: bool
+    ) -> None:
+        """Commit the stale tables, the rows first, adding each commit's counts to ``self._counts``.
 
         The rows' commit reads and parses the range once, counting it on the way (an observation,
         not another pass). The quarantine's commit reads it again only when that count found bad
@@ -234,15 +274,16 @@ class _TopicLanding:
             count(when(eligible, 1)).alias("good"),
             count(when(rejected, 1)).alias("bad"),
         )
-        landed = quarantined = dropped = 0
         try:
             if self.data in stale:
                 self.step("reading, parsing and committing rows")
                 rows = counted.where(eligible)
                 if deduplicating:
                     rows = self._without_duplicates(rows, parsed.where(eligible), listed_at, cached)
-                landed = self._commit(rows.select(*self._table_columns()), self.data, properties)
-                dropped = observation.get["good"] - landed
+                landed = self._commit(rows.select(*self._table_columns()), self.data, commit)
+                stats = observation.get  # only once the observed pass succeeded: it waits for one
+                self._add(LandingCounts(records_read=stats["read"], bytes_read=stats["bytes"], landed=landed,
+                                        duplicates_dropped=stats["good"] - landed))
             if self.quarantine in stale:
                 self.step("committing quarantine")
                 if self.data not in stale:  # this is the pass that counts
@@ -252,13 +293,15 @@ class _TopicLanding:
                 else:  # nothing bad: an empty commit (it still moves the offsets), without reading again
                     bad = parsed.where(lit(False))
                 bad = bad.select(*PASSED_THROUGH, col(REASON).alias("reason"), lit(listed_at).alias("quarantined_at"))
-                quarantined = self._commit(bad, self.quarantine, properties)
+                quarantined = self._commit(bad, self.quarantine, commit)
+                read = observation.get if self.data not in stale else {"read": 0, "bytes": 0}
+                self._add(LandingCounts(records_read=read["read"], bytes_read=read["bytes"], quarantined=quarantined))
         finally:
             for frame in cached:
                 frame.unpersist()
-        stats = observation.get
-        return LandingCounts(records_read=stats["read"], bytes_read=stats["bytes"], landed=landed,
-                             quarantined=quarantined, duplicates_dropped=dropped)
+
+    def _add(self, counts: LandingCounts) -> None:
+        self._counts = LandingCounts(*(a + b for a, b in zip(astuple(self._counts), astuple(counts), strict=True)))
 
     def _table_columns(self) -> list[str]:
         return [c.name for c in self.columns] + [name for name, _ in COORDINATES]
@@ -288,13 +331,9 @@ class _TopicLanding:
             return rows
         return rows.join(broadcast(drop) if dropping <= _BROADCAST_DROPS else drop, coordinates, "left_anti")
 
-    def _commit(self, rows: DataFrame, table: str, properties: dict[str, str]) -> int:
-        """Append ``rows`` with ``properties``; the number of rows the commit added."""
-        append(rows, table, properties)
-        commit = current_commit(self.spark, table)
-        if commit is None or commit.run_id != self.run_id:  # only another writer could cause this
-            raise RunFailedError(f"{table}: the current snapshot is not this run's commit")
-        return commit.added_records
+    def _commit(self, rows: DataFrame, table: str, commit: _CommitPlan) -> int:
+        """Append ``rows`` right after the snapshot the run started from; the rows it added."""
+        return guard.conditional_append(self.spark, rows, table, commit.properties, commit.bases[table], commit.branch)
 
 
 def _noop(topic: str, step: str) -> None:
@@ -304,16 +343,14 @@ def _noop(topic: str, step: str) -> None:
 def run_once(
     spark: SparkSession, platform: Platform, topics: list[str] | None = None, step: StepCallback = _noop
 ) -> RunSummary:
-    """One bounded run over ``topics`` (default: the lake's topics) under the warehouse lock."""
+    """One bounded run over ``topics`` (default: the lake's topics); other runs may work beside it
+    (see conveyor.pipeline.guard)."""
     require_catalog(spark, platform)
     chosen = lake_topics(platform, topics)
     run_id = uuid.uuid4().hex
     started_at = datetime.now(timezone.utc)
     started = time.monotonic()
     results = []
-    with guard.WarehouseLock(spark, guard.state_dir(platform) / "lake.lock") as lock:
-        step(chosen[0], "waiting for the warehouse lock")
-        lock.acquire(platform.pipeline.lake.lock_timeout)
-        for topic in chosen:
-            results.append(_TopicLanding(spark, platform, topic, run_id, step).run())
+    for topic in chosen:
+        results.append(_TopicLanding(spark, platform, topic, run_id, step).run())
     return RunSummary(run_id, started_at, tuple(results), time.monotonic() - started)

@@ -65,7 +65,7 @@ def topic_status(spark: SparkSession, platform: Platform, topic: str) -> TopicSt
         quarantined=quarantine.records if quarantine else 0,
         lost=sum(g.count for g in gaps),
         gaps=len(gaps),
-        last_run=data.committed_at if data else None,
+        last_run=data.committed_at if data and data.positions is not None else None,
         last_complete_hour=last_complete_hour(until, partitions, lateness),
         pending=plan_ranges(topic, {"data": positions}, marks).records if marks is not None else None,
     )

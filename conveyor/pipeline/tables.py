@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 GAPS_TABLE = f"{CATALOG}.ops.gaps"
+NAMESPACES = ("events", "quarantine", "ops")
 #: Snapshot summary properties written in the same commit as the data.
 OFFSETS_PROPERTY = "conveyor.offsets"
 LISTED_AT_PROPERTY = "conveyor.listed-at"
@@ -64,6 +65,8 @@ def _properties_sql() -> str:
 class Commit:
     """What a table's current state says: totals now, and the latest offsets committed with data."""
 
+    #: The current snapshot: a commit that starts from this state lands right after it.
+    snapshot_id: int
     committed_at: datetime
     records: int
     files: int
@@ -80,6 +83,8 @@ class Commit:
 def ensure_tables(spark: SparkSession, topic: str, columns: tuple[Column, ...]) -> None:
     """Create the topic's tables and the gaps table if missing; add columns a contract gained."""
     table = data_table(topic)
+    for namespace in NAMESPACES:  # a Hadoop catalog makes folders; JDBC, REST and Hive need them declared
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.{namespace}")
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table} ({table_columns_ddl(columns)}) USING iceberg "
         f"PARTITIONED BY (hours(event_time)) TBLPROPERTIES ({_properties_sql()})"
@@ -133,6 +138,7 @@ def current_commit(spark: SparkSession, table: str) -> Commit | None:
         listed_at = datetime.fromisoformat(with_offsets[LISTED_AT_PROPERTY])
         run_id = with_offsets.get(RUN_PROPERTY)
     return Commit(
+        snapshot_id=int(rows[0].snapshot_id),
         committed_at=as_utc(rows[0].committed_at),
         records=int(current.get("total-records", 0)),
         files=int(current.get("total-data-files", 0)),
@@ -152,9 +158,11 @@ def commit_properties(positions: Positions, listed_at: datetime, run_id: str) ->
     }
 
 
-def append(rows: DataFrame, table: str, properties: Mapping[str, str]) -> None:
-    """One Iceberg commit: the rows and the properties land together or not at all."""
-    writer = rows.writeTo(table)
+def append(rows: DataFrame, table: str, properties: Mapping[str, str], branch: str | None = None) -> None:
+    """One Iceberg commit (to ``branch``, else to main): the rows and the properties land together
+    or not at all."""
+    # Iceberg 1.11 names a branch in the table's identifier (its "branch" write option came later).
+    writer = rows.writeTo(table if branch is None else f"{table}.`branch_{branch}`")
     for key, value in properties.items():
         writer = writer.option(f"snapshot-property.{key}", value)
     writer.append()

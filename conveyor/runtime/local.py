@@ -1,4 +1,5 @@
-"""The local platform: every cluster of platform.yaml as real KRaft brokers, plus Redis.
+"""The local platform: every cluster of platform.yaml as real KRaft brokers, plus Redis, and
+PostgreSQL when ``runtime.postgres`` asks for it.
 
 ``LocalPlatform`` is what ``conveyor up``, ``down`` and ``status`` drive, and what the test
 fixtures and chaos tests use to kill and restart single brokers. Constructing it does no I/O.
@@ -21,10 +22,11 @@ from confluent_kafka import KafkaException
 
 from conveyor import kafka
 from conveyor.config import Platform, Security
-from conveyor.runtime import processes
+from conveyor.runtime import postgres, processes
 from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
 from conveyor.runtime.jars import Jars, java_binary, resolve_jars
 from conveyor.runtime.layout import ClusterLayout, Node, RedisLayout, plan_layout, redis_layout
+from conveyor.runtime.postgres import PostgresLayout, postgres_layout
 from conveyor.runtime.processes import Daemon
 from conveyor.runtime.properties import render, server_properties
 from conveyor.runtime.security import ADMIN_USER, SCRAM_MECHANISM, LocalSecurity, local_security
@@ -69,16 +71,23 @@ class RedisState:
 
 
 @dataclass(frozen=True)
+class PostgresState:
+    layout: PostgresLayout
+    pid: int | None
+
+
+@dataclass(frozen=True)
 class PlatformState:
     clusters: tuple[ClusterState, ...]
     redis: RedisState | None
     #: Names of the processes this call started (empty when everything already ran).
     started: tuple[str, ...] = ()
+    postgres: PostgresState | None = None
 
     @property
     def all_running(self) -> bool:
-        return all(s.running for c in self.clusters for s in c.nodes) and (
-            self.redis is None or self.redis.pid is not None
+        return all(s.running for c in self.clusters for s in c.nodes) and all(
+            s.pid is not None for s in (self.redis, self.postgres) if s is not None
         )
 
 
@@ -87,6 +96,7 @@ class LocalPlatform:
         self.platform = platform
         self.layouts = plan_layout(platform)
         self.redis = redis_layout(platform)
+        self.postgres = postgres_layout(platform)
         secured = any(layout.cluster.security == Security.sasl_ssl for layout in self.layouts)
         #: TLS and SASL material, made at the first ``up`` when a local cluster is sasl_ssl.
         self.security: LocalSecurity | None = local_security(platform.home) if secured else None
@@ -172,7 +182,10 @@ class LocalPlatform:
         daemon = self.redis_daemon()
         if self.redis is not None and daemon is not None:
             redis_state = RedisState(self.redis, processes.running_pid(daemon))
-        return PlatformState(clusters, redis_state, started)
+        postgres_state = None
+        if self.postgres is not None:
+            postgres_state = PostgresState(self.postgres, processes.running_pid(self.postgres.daemon))
+        return PlatformState(clusters, redis_state, started, postgres_state)
 
     # -- up ------------------------------------------------------------------------------------
 
@@ -201,6 +214,8 @@ class LocalPlatform:
             self.redis.dir.mkdir(parents=True, exist_ok=True)
             processes.start(redis_daemon, redis_argv)
             started.append("redis")
+        if self.postgres is not None and postgres.start(self.postgres):
+            started.append("postgres")
 
         self.wait_ready(progress)
         return self.state(tuple(started))
@@ -271,6 +286,8 @@ class LocalPlatform:
         progress("Waiting for brokers", total, total)
         if self.redis is not None:
             self._wait_redis(deadline)
+        if self.postgres is not None:
+            postgres.wait_ready(self.postgres, deadline)
 
     def _brokers_registered(self, cluster: str) -> set[int]:
         # A broker still starting refuses connections: expected here, so librdkafka stays quiet.
@@ -307,7 +324,7 @@ class LocalPlatform:
     def down(self, timeout: float = 30.0) -> list[str]:
         """Stop exactly the processes this platform started: Conveyor's services first (they drain
         into Kafka), then brokers (a controlled shutdown needs the controller), then controllers,
-        then Redis."""
+        then Redis and PostgreSQL."""
         nodes = self._all_node_daemons()
         stopped = processes.stop(service_daemons(self.platform), timeout)
         stopped += processes.stop([d for n, d in nodes if n.is_broker], timeout)
@@ -315,6 +332,8 @@ class LocalPlatform:
         redis_daemon = self.redis_daemon()
         if redis_daemon is not None:
             stopped += processes.stop([redis_daemon], timeout)
+        if self.postgres is not None:
+            stopped += postgres.stop(self.postgres, timeout)
         return stopped
 
     def kill_broker(self, cluster: str, broker_id: int) -> int | None:

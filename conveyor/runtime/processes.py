@@ -22,6 +22,8 @@ class Daemon:
     console_log: Path
     #: A string our process keeps in its command line for as long as it lives.
     marker: str
+    #: What asks it to stop cleanly.
+    stop_signal: signal.Signals = signal.SIGTERM
 
 
 def _cmdline(pid: int) -> str | None:
@@ -99,8 +101,8 @@ def wait_gone(daemon: Daemon, pid: int, timeout: float) -> bool:
 
 
 def stop(daemons: list[Daemon], timeout: float = 30.0) -> list[str]:
-    """SIGTERM every daemon at once, SIGKILL those still alive after ``timeout``; names stopped."""
-    pids = {d.name: (d, signal_daemon(d, signal.SIGTERM)) for d in daemons}
+    """Signal every daemon to stop at once, SIGKILL those still alive after ``timeout``; names stopped."""
+    pids = {d.name: (d, signal_daemon(d, d.stop_signal)) for d in daemons}
     stopped = []
     for name, (daemon, pid) in pids.items():
         if pid is None:

@@ -91,7 +91,8 @@ def _files_under(folder: Path) -> set[str]:
 
 
 def test_killed_runs_land_every_event_exactly_once(lake_spark, lake_case, tmp_path):
-    case = lake_case(partitions=3, dedup_window="0s")
+    # One writer here: files of a killed run may go at once (orphan_age 0s), and must.
+    case = lake_case(partitions=3, dedup_window="0s", orphan_age="0s")
     seed = int(os.environ.get("CONVEYOR_CHAOS_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     log = tmp_path / "lake-runs.log"

@@ -1,0 +1,136 @@
+"""The lake on a shared catalog: Iceberg's JDBC catalog on a real PostgreSQL (Debian's package,
+started by the runtime's own code), written by lake runs that race each other from separate local
+folders, read back by a second client (pyiceberg's SQL catalog), with the status and the audit
+read through the same catalog.
+
+CONVEYOR_LAKE_RACE_RUNS sets how many times two runs race (default 1; the issue's full count is 10);
+CONVEYOR_TEST_POSTGRES_PORT the server's port (default: runtime.base_port - 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conveyor.config import load_platform
+from conveyor.runtime import postgres
+from conveyor.runtime.postgres import PostgresLayout
+from tests.conftest import demo_event
+from tests.lakekit import lake_data, produce
+
+pytestmark = pytest.mark.integration
+
+RACES = int(os.environ.get("CONVEYOR_LAKE_RACE_RUNS", "1"))
+
+#: What `conveyor lake status` and `conveyor pipeline audit` compute, in one Spark session.
+_STATUS_AND_AUDIT = """
+import json, sys
+from dataclasses import asdict
+from conveyor.config import load_platform
+from conveyor.pipeline.audit import audit_lake
+from conveyor.pipeline.spark import spark_session
+from conveyor.pipeline.status import lake_status
+platform = load_platform(sys.argv[1])
+spark = spark_session(platform, "catalog-test")
+report = {"status": [asdict(s) for s in lake_status(spark, platform)],
+          "audit": [asdict(h) for h in audit_lake(spark, platform)]}
+print(json.dumps(report, default=str))
+"""
+
+
+@pytest.fixture(scope="session")
+def postgres_server(platform_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresLayout]:
+    """A PostgreSQL server for the session, started and stopped as `conveyor up` and `down` do."""
+    port = int(os.environ.get("CONVEYOR_TEST_POSTGRES_PORT", platform_data["runtime"]["base_port"] - 2))
+    folder = tmp_path_factory.mktemp("postgres")
+    if os.geteuid() == 0:  # the server runs as user postgres: let it pass through pytest's private folders
+        for parent in (folder, *folder.parents):
+            parent.chmod(parent.stat().st_mode | 0o001)
+    layout = PostgresLayout(port, "conveyor", "conveyor", folder / "server")
+    postgres.start(layout)
+    try:
+        postgres.wait_ready(layout, time.monotonic() + 120)
+        yield layout
+    finally:
+        assert postgres.stop(layout) == ["postgres"]
+
+
+def _platform_files(platform_data: dict[str, Any], platform_file: Path, folder: Path, topic: str,
+                    server: PostgresLayout) -> list[Path]:
+    """Two platform files of one lake on the JDBC catalog, each with its own runtime home (the
+    local state folders of two hosts)."""
+    paths = []
+    for host in ("host-a", "host-b"):
+        data = lake_data(platform_data, platform_file, folder, topic, 3, {"dedup_window": "0s"})
+        data["runtime"]["home"] = str(folder / host)
+        data["pipeline"]["catalog"] = {"type": "jdbc", "uri": server.url, "warehouse": str(folder / "warehouse"),
+                                       "options": {"jdbc.user": server.user}}
+        path = folder / f"{host}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        paths.append(path)
+    return paths
+
+
+def _lake_run(path: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "conveyor", "pipeline", "lake", "--once", "--platform", str(path)],
+                                stdout=out, stderr=out)
+
+
+def _landed_event_ids(server: PostgresLayout, warehouse: Path, topic: str) -> list[str]:
+    """The table as another client sees it: pyiceberg's SQL catalog on the same database."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("lake", uri=f"postgresql+psycopg2://{server.user}@127.0.0.1:{server.port}/{server.database}",
+                         warehouse=str(warehouse))
+    try:
+        rows = catalog.load_table(("events", topic)).scan(selected_fields=("event_id",)).to_arrow()
+        return rows.column("event_id").to_pylist()
+    finally:
+        catalog.engine.dispose()
+
+
+def test_racing_runs_on_the_jdbc_catalog_land_each_event_once_for_any_reader(
+    platform_data, platform_file, postgres_server, topic_factory, provisioned, tmp_path
+):
+    topic = topic_factory("central", 3)
+    paths = _platform_files(platform_data, platform_file, tmp_path, topic, postgres_server)
+    platform = load_platform(paths[0])
+    seed = int(os.environ.get("CONVEYOR_CHAOS_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    log = tmp_path / "runs.log"
+    sent: list[str] = []
+    for race in range(RACES):
+        events = [demo_event(user_id=f"user-{rng.randrange(1000)}") for _ in range(rng.randint(40, 120))]
+        produce(platform, topic, events)
+        sent += [e["event_id"] for e in events]
+        runs = [_lake_run(path, log) for path in paths]  # started together, each with its own folder
+        codes = [run.wait(600) for run in runs]
+        context = f"seed {seed}, race {race + 1}/{RACES}"
+        assert codes == [0, 0], (context, log.read_text()[-4000:])
+        landed = _landed_event_ids(postgres_server, tmp_path / "warehouse", topic)
+        assert len(landed) == len(sent), context
+        assert sorted(landed) == sorted(sent), context
+    conflicts = log.read_text().count("another run committed first")
+    print(f"seed {seed}: {RACES} race(s), {conflicts} commit(s) lost to the other run and redone")
+
+    done = subprocess.run([sys.executable, "-c", _STATUS_AND_AUDIT, str(paths[1])], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    (status,) = report["status"]
+    assert (status["topic"], status["rows"], status["pending"], status["lost"]) == (topic, len(sent), 0, 0)
+    assert status["last_run"] is not None
+    hours = [h for h in report["audit"] if h["topic"] == topic]
+    assert sum(h["landed"] for h in hours) == len(sent)
+    assert sum(h["distinct"] for h in hours) == len(sent)
