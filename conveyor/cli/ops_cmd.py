@@ -110,7 +110,10 @@ def _right(header: str, key: str, unit: str = "") -> Column:
     return Column(header, cell=lambda row: _num(row[key], unit), justify="right")
 
 
-_GROUP_COLUMNS = (Column("cluster"), Column("group"), Column("state"), Column("status", cell=lambda g: _styled(g["status"])),
+_GROUP_COLUMNS = (Column("cluster"),
+                 # A reader's monitoring-only group (conveyor.positions) says where its real position lives.
+                 Column("group", cell=lambda g: g["group"] + (f" (position in {g['kept_in']})" if g["kept_in"] else "")),
+                 Column("state"), Column("status", cell=lambda g: _styled(g["status"])),
                   _right("lag", "total_lag"), _right("behind", "max_seconds_behind", " s"),
                   Column("partitions", cell=lambda g: f"{g['partitions_not_ok']} not OK of {g['partitions_tracked']}"),
                   Column("worst", cell=lambda g: g["partitions"][0]["message"]
