@@ -1,0 +1,72 @@
+"""Where the views live: pipeline.realtime.redis (one server or Redis Cluster nodes), the checkpoint
+(a folder under runtime.home or a Hadoop URI), and the claims' hash-tag buckets on a cluster."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from redis.crc import key_slot
+
+from conveyor.config import ConfigError, parse_platform
+from conveyor.pipeline.realtime.job import checkpoint_location
+from conveyor.pipeline.realtime.plan import RealtimeConfigError, job_views
+from conveyor.pipeline.realtime.store import CLAIM_BUCKETS, EventClaims, RedisTarget, redis_target
+
+ROOT = Path(__file__).resolve().parents[3]
+DEMO = yaml.safe_load((ROOT / "platform.yaml").read_text())
+
+
+def _platform(realtime: dict | None = None, runtime_redis: dict | None = None):
+    data = copy.deepcopy(DEMO)
+    data["pipeline"]["realtime"].update(realtime or {})
+    data["runtime"]["redis"] = {**data["runtime"].get("redis", {}), **(runtime_redis or {})}
+    return parse_platform(data, root=ROOT)
+
+
+def test_the_views_redis_is_the_setting_else_the_runtime_s():
+    nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]
+    assert redis_target(_platform({"redis": nodes})) == RedisTarget(tuple(nodes), cluster=True)
+    assert redis_target(_platform({"redis": "redis://cache:6379/2"})) == RedisTarget(("redis://cache:6379/2",))
+    assert redis_target(_platform(runtime_redis={"url": "redis://other:6379"})) == RedisTarget(("redis://other:6379",))
+    local = redis_target(_platform())
+    assert not local.cluster and local.urls[0].startswith("redis://127.0.0.1:")
+    with pytest.raises(RealtimeConfigError, match="the views need a Redis"):
+        redis_target(_platform(runtime_redis={"enabled": False}))
+
+
+@pytest.mark.parametrize("bad", [[], "cache:6379", ["10.0.0.1:7000"]])
+def test_a_redis_that_is_not_urls_is_refused(bad):
+    data = copy.deepcopy(DEMO)
+    data["pipeline"]["realtime"]["redis"] = bad
+    with pytest.raises(ConfigError) as caught:
+        parse_platform(data, root=ROOT)
+    assert any(str(p).startswith("pipeline.realtime.redis") for p in caught.value.problems), caught.value.problems
+
+
+def test_the_checkpoint_is_a_folder_under_the_home_or_a_uri():
+    folder = _platform({"checkpoint": "realtime"})
+    job = "+".join(sorted(job_views(folder)))
+    assert checkpoint_location(folder, job_views(folder)) == str(folder.home / "realtime" / job)
+    for uri in ("hdfs://nn:8020/conveyor/rt/", "s3a://bucket/rt", "file:///var/rt"):
+        platform = _platform({"checkpoint": uri})
+        assert checkpoint_location(platform, job_views(platform)) == f"{uri.rstrip('/')}/{job}"
+
+
+def test_claims_on_a_cluster_go_per_hash_tag_bucket_and_one_server_keeps_its_keys():
+    ids = [f"{n:08x}-0000-4000-8000-{n:012x}" for n in range(2000)]
+    single = EventClaims(RedisTarget(("redis://h:1",)), "conveyor:realtime:j:id:", 60)
+    assert single._groups("ads", ids) == [("conveyor:realtime:j:id:ads:", list(range(2000)))]
+
+    cluster = EventClaims(RedisTarget(("redis://h:1",), cluster=True), "conveyor:realtime:j:id:", 60)
+    groups = cluster._groups("ads", ids)
+    assert 1 < len(groups) <= CLAIM_BUCKETS
+    assert sorted(i for _, positions in groups for i in positions) == list(range(2000))
+    for prefix, positions in groups:
+        assert re.fullmatch(r"conveyor:realtime:j:id:\{\d+\}:ads:", prefix)
+        assert len({key_slot(f"{prefix}{ids[i]}".encode()) for i in positions}) == 1  # one slot per call
+    again = dict(cluster._groups("ads", ids[:50]))
+    assert all(set(positions) <= set(dict(groups)[prefix]) for prefix, positions in again.items())
