@@ -112,7 +112,7 @@ def _right(header: str, key: str, unit: str = "") -> Column:
 
 _GROUP_COLUMNS = (Column("cluster"),
                  # A reader's monitoring-only group (conveyor.positions) says where its real position lives.
-                 Column("group", cell=lambda g: g["group"] + (f" (position in {g['kept_in']})" if g["kept_in"] else "")),
+                 Column("group", cell=lambda g: g["group"] + (f" (position in {g['kept_in']})" if g.get("kept_in") else "")),
                  Column("state"), Column("status", cell=lambda g: _styled(g["status"])),
                   _right("lag", "total_lag"), _right("behind", "max_seconds_behind", " s"),
                   Column("partitions", cell=lambda g: f"{g['partitions_not_ok']} not OK of {g['partitions_tracked']}"),
