@@ -45,3 +45,18 @@ def check(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = Ou
                Column("racks", cell=lambda r: ",".join(r["racks"])),
                Column("topics (partitions x RF, min ISR)", cell=_topics))
     render(output, Section("clusters", f"{platform}: valid", columns, _clusters(model)), platform=model.name)
+
+
+@app.command("hash-token")
+def hash_token(
+    scrypt: bool = typer.Option(False, "--scrypt", help="A salted scrypt hash (token_scrypt), slow to guess from a "
+                                                        "leaked file, instead of SHA-256 (token_sha256)."),
+) -> None:
+    """Read a service token on standard input (not an argument: it would show in `ps` and the shell's
+    history) and print the line for the service's entry in platform.yaml."""
+    from conveyor.auth import token_digest, token_scrypt
+
+    token = typer.get_text_stream("stdin").readline().strip()
+    if not token:
+        raise typer.BadParameter("give the token on standard input, e.g. `conveyor config hash-token < token.txt`")
+    typer.echo(f"token_scrypt: {token_scrypt(token)}" if scrypt else f"token_sha256: {token_digest(token)}")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 
-from conveyor.config.units import Model, Name
+from conveyor.config.units import Model, Name, Secret
 
 
 class ClusterRole(str, Enum):
@@ -38,8 +38,9 @@ class Cluster(Model):
     #: Broker tags for isolation: tag -> broker ids (1-based) that carry it.
     tags: dict[Name, list[Annotated[int, Field(ge=1)]]] = Field(default_factory=dict)
     bootstrap: str | None = Field(default=None, min_length=1)
-    #: Extra librdkafka settings for reaching an existing cluster (security.protocol, sasl.*).
-    client: dict[str, SecretStr] = Field(default_factory=dict)
+    #: Extra librdkafka settings for reaching an existing cluster (security.protocol, sasl.*); any
+    #: value may be ``${ENV_VAR}`` or ``file:PATH``, and all are masked when printed.
+    client: dict[str, Secret] = Field(default_factory=dict)
     replication: ReplicationDefaults = Field(default_factory=ReplicationDefaults)
     #: Writable clusters the gateway writes to, in order, while this one cannot take writes.
     failover: list[Name] = Field(default_factory=list)

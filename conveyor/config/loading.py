@@ -65,14 +65,14 @@ def parse_platform(data: Any, root: Path = Path("."), source: str | Path | None 
     if not isinstance(data, dict):
         raise ConfigError([Problem("", "the file must hold a mapping (clusters:, topics:, ...)")], source)
     try:
-        platform = Platform.model_validate({**data, "root": root})
+        platform = Platform.model_validate({**data, "root": root}, context={"root": root})
     except ValidationError as err:
         errors = err.errors()
         problems = [Problem(_path(e["loc"]), _message(e)) for e in errors]
         trimmed = _without_broken_entries(data, errors)
         if trimmed is not None:
             try:
-                partial = Platform.model_validate({**trimmed, "root": root})
+                partial = Platform.model_validate({**trimmed, "root": root}, context={"root": root})
             except ValidationError:
                 pass  # a reference check needs a valid remainder; the shape errors stand alone
             else:

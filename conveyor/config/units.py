@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationInfo
 
 DEFAULT_PLATFORM_FILE = "platform.yaml"
 
@@ -58,6 +60,36 @@ def _seconds(value: Any) -> Any:
     return parse_duration_ms(value) / 1000 if isinstance(value, str) else value
 
 
+_ENV_REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+def resolve_secret(value: Any, info: ValidationInfo) -> Any:
+    """A secret as written, or taken from where it is kept: ``${VAR}`` from the environment,
+    ``file:PATH`` from a file (relative to platform.yaml; one trailing newline dropped). The value
+    itself never appears in an error."""
+    if isinstance(value, SecretStr):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be a string, ${ENV_VAR} or file:PATH")
+    reference = _ENV_REFERENCE.match(value)
+    if reference:
+        name = reference.group(1)
+        if name not in os.environ:
+            raise ValueError(f"environment variable {name} is not set")
+        return os.environ[name]
+    if value.startswith("file:"):
+        root = Path((info.context or {}).get("root", "."))
+        path = root / value.removeprefix("file:")
+        try:
+            return path.read_text(encoding="utf-8").removesuffix("\n")
+        except OSError as err:
+            raise ValueError(f"cannot read secret file {path}: {(err.strerror or str(err)).lower()}") from None
+    return value
+
+
+#: A password, token or key: written as is, or as ``${ENV_VAR}`` or ``file:PATH``; masked in every
+#: repr, log line and printout.
+Secret = Annotated[SecretStr, BeforeValidator(resolve_secret)]
 DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
 #: Seconds, written as a number or a duration string ("5s", "250ms").
 Seconds = Annotated[float, BeforeValidator(_seconds)]

@@ -174,3 +174,45 @@ def test_security_is_for_local_clusters_and_an_existing_one_gives_it_under_clien
     data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "k:9092", "security": "sasl_ssl"})
     with pytest.raises(ConfigError, match="for an existing cluster at bootstrap, give its settings under client"):
         parse_platform(data, root=ROOT)
+
+
+def test_a_secret_may_come_from_the_environment_and_never_shows_when_printed(monkeypatch):
+    monkeypatch.setenv("CENTRAL_PASSWORD", "hunter2-from-env")
+    data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "k:9092",
+                                      "client": {"sasl.password": "${CENTRAL_PASSWORD}"}})
+    central = parse_platform(data, root=ROOT).clusters["central"]
+    assert central.client["sasl.password"].get_secret_value() == "hunter2-from-env"
+    assert "hunter2" not in repr(central) and "hunter2" not in str(central.model_dump())
+
+
+def test_a_secret_from_a_missing_variable_is_one_error_naming_the_field_and_the_variable(monkeypatch):
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "k:9092",
+                                      "client": {"sasl.password": "${NOT_SET_ANYWHERE}"}})
+    with pytest.raises(ConfigError) as failure:
+        parse_platform(data, root=ROOT)
+    assert [str(p) for p in failure.value.problems] == [
+        "clusters.central.client.sasl.password: environment variable NOT_SET_ANYWHERE is not set"]
+
+
+def test_a_secret_may_come_from_a_file_beside_the_platform_file(tmp_path):
+    import shutil
+
+    shutil.copytree(ROOT / "contracts", tmp_path / "contracts")
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "central.txt").write_text("hunter2-from-file\n")
+    data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "k:9092",
+                                      "client": {"sasl.password": "file:secrets/central.txt"}})
+    central = parse_platform(data, root=tmp_path).clusters["central"]
+    assert central.client["sasl.password"].get_secret_value() == "hunter2-from-file"
+    missing = _with("clusters.central.client", {"sasl.password": "file:secrets/nope.txt"})
+    with pytest.raises(ConfigError, match=r"clusters.central.client.sasl.password: cannot read secret file"):
+        parse_platform(missing, root=tmp_path)
+
+
+def test_a_service_gives_one_token_hash():
+    both = _with("services.adserver", {"token_sha256": "0" * 64, "token_scrypt": "scrypt$15$8$1$" + "a" * 32 + "$" + "b" * 64})
+    neither = _with("services.adserver", {"description": "no hash"})
+    for data in (both, neither):
+        with pytest.raises(ConfigError, match="services.adserver: give the token's hash as token_sha256 or token_scrypt"):
+            parse_platform(data, root=ROOT)
