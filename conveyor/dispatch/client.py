@@ -143,13 +143,61 @@ def locate(nodes: Sequence[str], topic: str, group: str, token: str, timeout: fl
     raise NodesUnreachable(f"no dispatcher node answered among {', '.join(nodes)} ({why})")
 
 
-class _Acking(Protocol):
-    def ack(self, message: Message) -> None: ...
-    def nack(self, message: Message, delay: float) -> None: ...
+class StreamBase:
+    """One Read stream to one node: the acks and nacks that wait to go out on it. A flavour says
+    how its sender is woken (:meth:`_post`)."""
+
+    def __init__(self, sub: Any, address: str) -> None:
+        self.address = address
+        self.closed = False
+        self._sub = sub
+        self._out = Outgoing()
+
+    def ack(self, message: Message) -> None:
+        self._post(lambda: self._out.ack(message))
+
+    def nack(self, message: Message, delay: float) -> None:
+        self._post(lambda: self._out.nack(message, delay))
+
+    def _post(self, change: Callable[[], None]) -> None:
+        """Apply ``change`` to the outgoing acks and wake the sender."""
+        raise NotImplementedError
+
+    def _deliver(self, frame: pb.ReadResponse) -> None:
+        """Hand a frame's messages to the subscriber's handlers (its queue is never full)."""
+        for message in self._sub._received(frame):
+            self._sub._work.put_nowait((self, message))
+
+
+class Backoff:
+    """Seconds to wait before asking the nodes again: doubling from 0.1 s up to 5 s while none
+    answers, back to 0.1 s once one does."""
+
+    FIRST, MOST = 0.1, 5.0
+
+    def __init__(self) -> None:
+        self.seconds = self.FIRST
+
+    def answered(self) -> None:
+        self.seconds = self.FIRST
+
+    def unreachable(self, error: NodesUnreachable) -> float:
+        """How long to wait now (the next wait doubles)."""
+        wait, self.seconds = self.seconds, min(self.seconds * 2, self.MOST)
+        log.info("%s; retrying in %.1f s", error, wait)
+        return wait
+
+
+class _Event(Protocol):
+    def set(self) -> None: ...
 
 
 class SubscriberBase:
     """What both flavours share: settings, what a frame and a handler's outcome lead to."""
+
+    #: Set by each flavour, as threading or asyncio events.
+    _stopping: _Event
+    _wake: _Event
 
     def __init__(self, topic: str, group: str, handler: Callable[[Message], Any], concurrency: int = 1, *,
                  nodes: Sequence[str], token: str, credit: int | None = None, relocate_every: float = 5.0,
@@ -172,7 +220,9 @@ class SubscriberBase:
         self._wake_to_stop()
 
     def _wake_to_stop(self) -> None:
-        raise NotImplementedError
+        # Both flavours' events (threading's, asyncio's) are set the same way.
+        self._stopping.set()
+        self._wake.set()
 
     def _received(self, frame: pb.ReadResponse) -> list[Message]:
         if frame.HasField("committed") and self.on_committed is not None:
@@ -185,7 +235,7 @@ class SubscriberBase:
         elif not ending:
             log.info("stream to %s ended: %s", address, error.code().name)
 
-    def _settle(self, stream: _Acking, message: Message, error: Exception | None) -> None:
+    def _settle(self, stream: StreamBase, message: Message, error: Exception | None) -> None:
         if error is None:
             stream.ack(message)
         elif isinstance(error, Retry):
@@ -202,28 +252,20 @@ class SubscriberBase:
                 self._streams[address] = stream(address)
 
 
-class _Stream:
-    """One Read stream to one node."""
+class _Stream(StreamBase):
+    """One Read stream to one node, on a thread of its own."""
 
     def __init__(self, sub: Subscriber, address: str) -> None:
-        self.address = address
-        self.closed = False
-        self._sub = sub
-        self._out = Outgoing()
+        super().__init__(sub, address)
         self._cond = threading.Condition()
         self._ending = False
         self._channel = grpc.insecure_channel(address)
         self.thread = threading.Thread(target=self._run, name=f"stream-{address}", daemon=True)
         self.thread.start()
 
-    def ack(self, message: Message) -> None:
+    def _post(self, change: Callable[[], None]) -> None:
         with self._cond:
-            self._out.ack(message)
-            self._cond.notify()
-
-    def nack(self, message: Message, delay: float) -> None:
-        with self._cond:
-            self._out.nack(message, delay)
+            change()
             self._cond.notify()
 
     def end(self) -> None:
@@ -251,8 +293,7 @@ class _Stream:
         try:
             responses = pb_grpc.ReaderStub(self._channel).Read(self._requests(), metadata=auth_metadata(sub.token))
             for frame in responses:
-                for message in sub._received(frame):
-                    sub._work.put((self, message))
+                self._deliver(frame)
         except grpc.RpcError as exc:
             sub._stream_failed(exc, self.address, self._ending)
         finally:
@@ -289,8 +330,7 @@ class Subscriber(SubscriberBase):
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the messages being handled, send their acks, and close the streams."""
-        self._stopping.set()
-        self._wake.set()
+        self._wake_to_stop()
         for _ in range(self.concurrency):
             self._work.put(None)
         for thread in self._threads:
@@ -301,29 +341,23 @@ class Subscriber(SubscriberBase):
             stream.thread.join(timeout)
             stream.kill()
 
-    def _wake_to_stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-
     def _manage(self) -> None:
-        backoff = 0.1
+        backoff = Backoff()
         while not self._stopping.is_set():
             try:
                 addresses = locate(self.nodes, self.topic, self.group, self.token)
-                backoff = 0.1
+                backoff.answered()
             except SubscriberError as exc:
                 self._fail(exc)
                 return
             except NodesUnreachable as exc:
-                log.info("%s; retrying in %.1f s", exc, backoff)
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                self._stopping.wait(backoff.unreachable(exc))
                 continue
             self._open(addresses, lambda address: _Stream(self, address))
             self._wake.wait(self.relocate_every)
             self._wake.clear()
             # A broken stream is usually a node going away: give the group a moment to move on.
-            self._stopping.wait(backoff)
+            self._stopping.wait(backoff.seconds)
 
     def _work_loop(self) -> None:
         while True:

@@ -13,37 +13,22 @@ from typing import Any
 
 from grpc import aio
 
-from conveyor.dispatch.client import (
-    Message,
-    NodesUnreachable,
-    Outgoing,
-    SubscriberBase,
-    SubscriberError,
-    auth_metadata,
-    locate,
-    subscribe_frame,
-)
+from conveyor.dispatch.client import (Backoff, Message, NodesUnreachable, StreamBase, SubscriberBase, SubscriberError,
+                                      auth_metadata, locate, subscribe_frame)
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
 
-class _Stream:
+class _Stream(StreamBase):
     def __init__(self, sub: AsyncSubscriber, address: str) -> None:
-        self.address = address
-        self.closed = False
-        self._sub = sub
-        self._out = Outgoing()
+        super().__init__(sub, address)
         self._pending = asyncio.Event()
         self._channel = aio.insecure_channel(address)
         self.task = asyncio.create_task(self._run(), name=f"stream-{address}")
 
-    def ack(self, message: Message) -> None:
-        self._out.ack(message)
-        self._pending.set()
-
-    def nack(self, message: Message, delay: float) -> None:
-        self._out.nack(message, delay)
+    def _post(self, change: Callable[[], None]) -> None:
+        change()  # one event loop: nothing runs between the change and the wake-up
         self._pending.set()
 
     async def end(self) -> None:
@@ -72,8 +57,7 @@ class _Stream:
             await call.write(subscribe_frame(sub.topic, sub.group, sub.credit))
             sender = asyncio.create_task(self._send(call))
             async for frame in call:
-                for message in sub._received(frame):
-                    sub._work.put_nowait((self, message))
+                self._deliver(frame)
         except aio.AioRpcError as exc:
             sub._stream_failed(exc, self.address, self.closed)
         finally:
@@ -116,30 +100,24 @@ class AsyncSubscriber(SubscriberBase):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(stream.end() for stream in self._streams.values()))
 
-    def _wake_to_stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-
     async def _manage(self) -> None:
-        backoff = 0.1
+        backoff = Backoff()
         while not self._stopping.is_set():
             try:
                 # Discovery is one short unary call: a thread keeps one implementation of it.
                 addresses = await asyncio.to_thread(locate, self.nodes, self.topic, self.group, self.token)
-                backoff = 0.1
+                backoff.answered()
             except SubscriberError as exc:
                 self._fail(exc)
                 return
             except NodesUnreachable as exc:
-                log.info("%s; retrying in %.1f s", exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                await asyncio.sleep(backoff.unreachable(exc))
                 continue
             self._open(addresses, lambda address: _Stream(self, address))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.relocate_every)
             self._wake.clear()
-            await asyncio.sleep(backoff)
+            await asyncio.sleep(backoff.seconds)
 
     async def _work_loop(self) -> None:
         me = asyncio.current_task()
