@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,20 +51,21 @@ print(json.dumps(report, default=str))
 
 
 @pytest.fixture(scope="session")
-def postgres_server(platform_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresLayout]:
+def postgres_server(platform_data: dict[str, Any]) -> Iterator[PostgresLayout]:
     """A PostgreSQL server for the session, started and stopped as `conveyor up` and `down` do."""
     port = int(os.environ.get("CONVEYOR_TEST_POSTGRES_PORT", platform_data["runtime"]["base_port"] - 2))
-    folder = tmp_path_factory.mktemp("postgres")
-    if os.geteuid() == 0:  # the server runs as user postgres: let it pass through pytest's private folders
-        for parent in (folder, *folder.parents):
-            parent.chmod(parent.stat().st_mode | 0o001)
+    # Not under pytest's folders: they are private to root (pytest resets their mode), and under
+    # root the server runs as user postgres, which must reach its data.
+    folder = Path(tempfile.mkdtemp(prefix="conveyor-postgres-"))
+    folder.chmod(0o755)
     layout = PostgresLayout(port, "conveyor", "conveyor", folder / "server")
-    postgres.start(layout)
     try:
+        postgres.start(layout)
         postgres.wait_ready(layout, time.monotonic() + 120)
         yield layout
     finally:
-        assert postgres.stop(layout) == ["postgres"]
+        postgres.stop(layout)
+        shutil.rmtree(folder)
 
 
 def _platform_files(platform_data: dict[str, Any], platform_file: Path, folder: Path, topic: str,
