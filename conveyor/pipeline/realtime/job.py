@@ -13,6 +13,7 @@ claimed by one record in the de-dup window is counted at that record only, in an
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import math
@@ -179,13 +180,22 @@ def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeV
             .option("checkpointLocation", checkpoint_location(platform, views)).trigger(**trigger).start())
 
 
+def _offset_text(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return ast.literal_eval(text)
+
+
 def batch_positions(progress: object) -> dict[tuple[str, int], int]:
     """The next offset per partition after the batch a query progress reports (the Kafka source's
-    ``endOffset``: ``{"topic": {"0": 42}}``, as JSON text or already parsed); empty without one."""
+    ``endOffset``: ``{"topic": {"0": 42}}``, as JSON text or already parsed); empty without one.
+    PySpark 4.1's ``lastProgress`` turns a parsed offset back into text with ``str()``, a Python
+    literal rather than JSON."""
     positions: dict[tuple[str, int], int] = {}
     for source in getattr(progress, "sources", None) or ():
         end = source.endOffset
-        offsets = json.loads(end) if isinstance(end, str) else end
+        offsets = _offset_text(end) if isinstance(end, str) else end
         for topic, partitions in (offsets or {}).items():
             positions.update({(topic, int(p)): int(o) for p, o in partitions.items()})
     return positions
