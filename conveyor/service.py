@@ -11,6 +11,8 @@ the signals, and they serve the same two paths themselves.
 
 from __future__ import annotations
 
+import ssl
+
 import logging
 import signal
 import sys
@@ -157,9 +159,10 @@ def setup_logging(level: str | None = None, fmt: LogFormat = "text") -> None:
     logging.getLogger("conveyor").setLevel(logging.NOTSET if level else logging.INFO)
 
 
-def wait_healthy(url: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+def wait_healthy(url: str, timeout: float, alive: Callable[[], bool] = lambda: True,
+                 verify: ssl.SSLContext | str | bool = True) -> bool:
     """Poll ``url`` (a /healthz) until it answers 200; False after ``timeout`` s or once ``alive()``
-    says the process behind it has died."""
+    says the process behind it has died. ``verify``: httpx's, for an HTTPS ``url``."""
     import time
 
     import httpx
@@ -167,7 +170,7 @@ def wait_healthy(url: str, timeout: float, alive: Callable[[], bool] = lambda: T
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and alive():
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            if httpx.get(url, timeout=2, verify=verify).status_code == 200:
                 return True
         except httpx.HTTPError:
             pass

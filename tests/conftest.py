@@ -139,17 +139,21 @@ def serve_gateway() -> Iterator[Callable[..., str]]:
 
     import uvicorn
 
+    from conveyor.config.tls import Tls
     from conveyor.gateway.app import Gateway, create_app
+    from conveyor.tls import base_url, server_tls, uvicorn_tls
 
     servers: list[tuple[uvicorn.Server, threading.Thread]] = []
 
-    def serve(platform: Platform, dc: str) -> str:
+    def serve(platform: Platform, dc: str, tls: Tls | None = None) -> str:
+        """``tls``: serve HTTPS with it (``Tls()``: a certificate from the platform's local CA)."""
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         gateway = Gateway(platform, dc)
         server = uvicorn.Server(uvicorn.Config(create_app(gateway), host="127.0.0.1", port=port,
-                                               log_level="warning", access_log=False))
+                                               log_level="warning", access_log=False,
+                                               **uvicorn_tls(server_tls(platform, tls))))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         deadline = time.monotonic() + 30
@@ -157,8 +161,8 @@ def serve_gateway() -> Iterator[Callable[..., str]]:
             assert thread.is_alive() and time.monotonic() < deadline, "gateway did not start"
             time.sleep(0.05)
         servers.append((server, thread))
-        serve.gateways[f"http://127.0.0.1:{port}"] = gateway  # type: ignore[attr-defined]
-        return f"http://127.0.0.1:{port}"
+        serve.gateways[base_url(tls, port)] = gateway  # type: ignore[attr-defined]
+        return base_url(tls, port)
 
     serve.gateways = {}  # type: ignore[attr-defined]
     yield serve

@@ -12,6 +12,7 @@ from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputO
 from conveyor.config import ClusterRole, ConfigError, Platform, Problem
 from conveyor.errors import ConveyorError
 from conveyor.service import wait_healthy
+from conveyor.tls import base_url, server_tls, trusted, uvicorn_tls
 
 app = typer.Typer(rich_markup_mode="markdown", help="The data bus gateway: services publish events over HTTP.", no_args_is_help=True)
 
@@ -44,8 +45,9 @@ def serve(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortO
 
     model = platform_from(platform)
     _writable(model, dc)
+    served = server_tls(model, model.gateway.tls)
     uvicorn.run(create_app(Gateway(model, dc)), host=host, port=port or default_port(model, dc),
-                log_level="warning", access_log=False, timeout_graceful_shutdown=30)
+                log_level="warning", access_log=False, timeout_graceful_shutdown=30, **uvicorn_tls(served))
 
 
 @app.command()
@@ -60,8 +62,8 @@ def start(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortO
     name = f"gateway-{dc}"
     pid, started = start_service(model, name, ["gateway", "serve", "--dc", dc, "--port", str(port),
                                                "--platform", str(platform.resolve())])
-    url = f"http://127.0.0.1:{port}"
-    if not wait_healthy(f"{url}/healthz", 60):
+    url = base_url(model.gateway.tls, port)
+    if not wait_healthy(f"{url}/healthz", 60, verify=trusted(model)):
         raise ConveyorError(f"{name} did not answer on {url}:\n{service_log_tail(model, name)}")
     console.print(f"{name} {'started' if started else 'already running'} (pid {pid}): {url}")
 
@@ -88,9 +90,10 @@ def generate(
     if not token:
         raise typer.BadParameter("give the publishing service's token (--token or CONVEYOR_TOKEN)")
     model = platform_from(platform)
-    urls = url or [f"http://127.0.0.1:{default_port(model, dc)}" for dc, c in model.clusters.items()
+    urls = url or [base_url(model.gateway.tls, default_port(model, dc)) for dc, c in model.clusters.items()
                    if c.role == ClusterRole.writable]
-    publishers = [Publisher(u, token, batch_size=batch) for u in urls]
+    verify = trusted(model)
+    publishers = [Publisher(u, token, batch_size=batch, verify=verify) for u in urls]
     traffic = AdTraffic() if seed is None else AdTraffic(seed=seed)
     say(output, f"seed {traffic.seed}; rerun with --seed {traffic.seed} to send the same events")
     with Progress(TextColumn("publishing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -6,6 +6,7 @@ here for a few rounds. Both print the same JSON shape the dashboard draws (``con
 
 from __future__ import annotations
 
+import ssl
 import time
 from typing import Annotated, Any
 
@@ -17,6 +18,8 @@ from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputO
 from conveyor.config import Platform
 from conveyor.errors import ConveyorError
 from conveyor.ops.errors import WatchUnreachableError
+from conveyor.service import wait_healthy
+from conveyor.tls import base_url, server_tls, trusted, uvicorn_tls
 
 app = typer.Typer(help="Operations: the watch service behind lag, health, alerts and the dashboard.",
                   no_args_is_help=True)
@@ -55,12 +58,13 @@ def _num(value: float | None, unit: str = "") -> str:
     return (f"{value:,.1f}" if fraction else f"{value:,.0f}") + unit
 
 
-def fetch_state(url: str, group: str | None, cluster: str | None) -> dict[str, Any]:
+def fetch_state(url: str, group: str | None, cluster: str | None,
+                verify: ssl.SSLContext | bool = True) -> dict[str, Any]:
     params = {k: v for k, v in (("group", group), ("cluster", cluster)) if v}
     if group:
         params["partitions"] = "all"
     try:
-        response = httpx.get(f"{url.rstrip('/')}/api/state", params=params, timeout=10)
+        response = httpx.get(f"{url.rstrip('/')}/api/state", params=params, timeout=10, verify=verify)
         response.raise_for_status()
     except httpx.HTTPError as exc:
         raise WatchUnreachableError(url, str(exc) or type(exc).__name__) from None
@@ -90,7 +94,8 @@ def sample_state(platform: Platform, samples: int, interval: float, group: str |
 def _state(platform: PlatformOption, url: str | None, samples: int, interval: float, group: str | None,
            cluster: str | None) -> dict[str, Any]:
     if url:
-        return fetch_state(url, group, cluster)
+        # A dashboard served with the local CA's certificate is verified against that CA.
+        return fetch_state(url, group, cluster, trusted(platform_from(platform)) if url.startswith("https:") else True)
     return sample_state(platform_from(platform), samples, interval, group, cluster)
 
 
@@ -216,7 +221,7 @@ def watch(
 
     model = platform_from(platform)
     uvicorn.run(create_app(Watcher(model)), host=host, port=port or model.ops.port, log_level="warning",
-                access_log=False)
+                access_log=False, **uvicorn_tls(server_tls(model, model.ops.tls)))
 
 
 def dashboard(platform: PlatformOption = DEFAULT_PLATFORM, port: PortOption = None) -> None:
@@ -228,16 +233,8 @@ def dashboard(platform: PlatformOption = DEFAULT_PLATFORM, port: PortOption = No
     port = port or model.ops.port
     pid, started = start_service(model, "ops", ["ops", "watch", "--port", str(port),
                                                 "--platform", str(platform.resolve())])
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            httpx.get(f"{url}/healthz", timeout=2).raise_for_status()
-            break
-        except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise ConveyorError(f"the ops service did not answer on {url}:\n{service_log_tail(model, 'ops')}") \
-                    from None
-            time.sleep(0.5)
+    url = base_url(model.ops.tls, port)
+    if not wait_healthy(f"{url}/healthz", 120, verify=trusted(model)):
+        raise ConveyorError(f"the ops service did not answer on {url}:\n{service_log_tail(model, 'ops')}")
     console.print(f"ops watch {'started' if started else 'already running'} (pid {pid})")
     console.print(f"dashboard: [bold]{url}/[/]   metrics: {url}/metrics   API: {url}/api/state")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from conveyor.config.tls import Tls
 from conveyor.config.units import Model, Seconds, SizeBytes
 
 
@@ -29,3 +30,5 @@ class Gateway(Model):
     audit_interval: Seconds = Field(default=2.0, gt=0)
     #: Requests with more events get a per-partition summary instead of one entry per event.
     summary_above: int = Field(default=100, ge=0)
+    #: Serve HTTPS (``tls: {}`` for a certificate from the local runtime's CA).
+    tls: Tls | None = None

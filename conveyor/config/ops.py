@@ -6,6 +6,7 @@ import re
 
 from pydantic import Field, model_validator
 
+from conveyor.config.tls import Tls
 from conveyor.config.units import Model, Name, Seconds, SizeBytes
 from conveyor.ops.health import HealthPolicy
 from conveyor.ops.offset_manager import OffsetManagerPolicy
@@ -43,6 +44,8 @@ class Ops(Model):
     """Settings of the operations watcher (``conveyor ops watch``) and its dashboard."""
 
     port: int = Field(default=18070, ge=1024, le=65535, description="/metrics, /healthz, /api and the dashboard")
+    #: Serve the dashboard over HTTPS (``tls: {}`` for a certificate from the local runtime's CA).
+    tls: Tls | None = None
     #: Seconds between samples of offsets and broker metrics.
     interval: Seconds = Field(default=5.0, gt=0)
     #: Samples per partition window (Burrow's intervals); the lag rules judge a whole window.

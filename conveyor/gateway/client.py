@@ -7,6 +7,8 @@ with exponential back-off that honours Retry-After, and raises at once on what n
 
 from __future__ import annotations
 
+import ssl
+
 import random
 import time
 import uuid
@@ -48,13 +50,15 @@ def stamp(event: dict[str, Any]) -> dict[str, Any]:
 class Publisher:
     def __init__(self, url: str, token: str, *, batch_size: int = 500, max_attempts: int = 8,
                  backoff: float = 0.2, max_backoff: float = 10.0, timeout: float = 60.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, verify: ssl.SSLContext | str | bool = True) -> None:
+        """``verify``: for an https ``url``, the CA file that signed the gateway's certificate, or
+        True for the system's trusted authorities."""
         self.url = url.rstrip("/")
         self.batch_size = batch_size
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.max_backoff = max_backoff
-        self._http = httpx.Client(timeout=timeout, transport=transport,
+        self._http = httpx.Client(timeout=timeout, transport=transport, verify=verify,
                                   headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
         self._pending: dict[str, list[dict[str, Any]]] = {}
 

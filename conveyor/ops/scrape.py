@@ -7,6 +7,8 @@ Parsing is prometheus_client's own text parser; what the values mean is ``convey
 
 from __future__ import annotations
 
+import ssl
+
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -80,8 +82,10 @@ def _read(client: httpx.Client, target: Target) -> BrokerReading:
 class Scraper:
     """Scrapes many pages at once over one HTTP client; a dead node costs at most ``timeout``."""
 
-    def __init__(self, timeout: float = 3.0, workers: int = 8) -> None:
-        self.client = httpx.Client(timeout=timeout)
+    def __init__(self, timeout: float = 3.0, workers: int = 8, verify: ssl.SSLContext | bool = True) -> None:
+        """``verify``: what an https page must be signed by (conveyor.tls.trusted: the system's
+        authorities and the local CA)."""
+        self.client = httpx.Client(timeout=timeout, verify=verify)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ops-scrape")
 
     def readings(self, targets: Sequence[Target]) -> list[BrokerReading]:

@@ -43,6 +43,7 @@ from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, Rew
 from conveyor.ops.traffic import TopicRates, TrafficPolicy, assess_traffic, topic_rates
 from conveyor.replicate.plan import Gap
 from conveyor.replicate.status import route_gaps
+from conveyor.tls import trusted
 
 log = logging.getLogger(__name__)
 #: Rewind evidence kept per cluster for the state and the dashboard, newest last.
@@ -230,7 +231,7 @@ class Watcher:
         check_metrics_config(platform)
         self.platform = platform
         self.interval = platform.ops.interval
-        self.scraper = Scraper()
+        self.scraper = Scraper(verify=trusted(platform))  # components may serve HTTPS (conveyor.tls)
         for name in clusters or ():
             platform.cluster(name)  # an unknown name fails here, naming the known ones
         names = list(clusters) if clusters else list(platform.clusters)

@@ -68,6 +68,29 @@ class LocalSecurity:
         return self.secrets()["keystore_password"]
 
     @property
+    def server_cert(self) -> Path:
+        return self.dir / "server.pem"
+
+    @property
+    def server_key(self) -> Path:
+        return self.dir / "server-key.pem"
+
+    def server_certificate(self) -> tuple[Path, Path]:
+        """A certificate for the HTTP and gRPC edges on 127.0.0.1 and localhost (PEM: what
+        uvicorn and gRPC read), issued by the local CA the first time it is asked for."""
+        self.ensure()
+        if not (self.server_cert.exists() and self.server_key.exists()):
+            from cryptography.hazmat.primitives.serialization import load_pem_private_key
+            from cryptography.x509 import load_pem_x509_certificate
+
+            ca_key = load_pem_private_key(self.ca_key.read_bytes(), password=None)
+            ca_cert = load_pem_x509_certificate(self.ca_cert.read_bytes())
+            key, cert = _local_certificate(ca_key, ca_cert, "conveyor-edge")  # type: ignore[arg-type]
+            _write_private(self.server_key, _pem_key(key))
+            self.server_cert.write_bytes(_pem_cert(cert))
+        return self.server_cert, self.server_key
+
+    @property
     def principals_file(self) -> Path:
         return self.dir / "principals.json"
 
@@ -88,7 +111,7 @@ class LocalSecurity:
         os.chmod(self.dir, 0o700)
         passwords = {"admin_password": secrets.token_urlsafe(24), "keystore_password": secrets.token_urlsafe(24)}
         ca_key, ca_cert = _certificate_authority()
-        node_key, node_cert = _node_certificate(ca_key, ca_cert)
+        node_key, node_cert = _local_certificate(ca_key, ca_cert, NODE_SUBJECT.removeprefix("CN="))
         _write_private(self.ca_key, _pem_key(ca_key))
         self.ca_cert.write_bytes(_pem_cert(ca_cert))
         _write_private(self.node_keystore, _pkcs12(node_key, node_cert, ca_cert, passwords["keystore_password"]))
@@ -137,8 +160,9 @@ def _certificate_authority() -> tuple[EllipticCurvePrivateKey, Certificate]:
     return key, cert
 
 
-def _node_certificate(ca_key: EllipticCurvePrivateKey,
-                      ca_cert: Certificate) -> tuple[EllipticCurvePrivateKey, Certificate]:
+def _local_certificate(ca_key: EllipticCurvePrivateKey, ca_cert: Certificate,
+                       common_name: str) -> tuple[EllipticCurvePrivateKey, Certificate]:
+    """A certificate for 127.0.0.1 and localhost, for serving and for mutual TLS."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -148,7 +172,7 @@ def _node_certificate(ca_key: EllipticCurvePrivateKey,
     now = dt.datetime.now(dt.timezone.utc)
     names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NODE_SUBJECT.removeprefix("CN="))]))
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
             .issuer_name(ca_cert.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + _VALIDITY)

@@ -1,0 +1,30 @@
+"""The gateway over HTTPS with a certificate from the local runtime's CA: the SDK verifies it, a
+client that does not trust that CA is refused before it sends anything, and plain HTTP gets no
+answer from the TLS port."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from conveyor.config import Platform
+from conveyor.config.tls import Tls
+from conveyor.gateway.client import Publisher
+from conveyor.tls import trusted
+
+from tests.conftest import demo_event
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_sdk_publishes_over_https_and_verifies_the_gateway(provisioned: Platform, serve_gateway):
+    url = serve_gateway(provisioned, "dc1", Tls())
+    assert url.startswith("https://127.0.0.1:")
+    with Publisher(url, "demo-adserver-token", verify=trusted(provisioned)) as publisher:
+        published = publisher.publish("ad-events", [demo_event() for _ in range(3)])
+    assert published.accepted == 3
+
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        httpx.get(f"{url}/healthz", timeout=10)  # the system's authorities do not know the local CA
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url.replace("https://", "http://") + "/healthz", timeout=10)
