@@ -45,6 +45,12 @@ def trusted(platform: Platform) -> ssl.SSLContext:
     return context
 
 
+def trusted_pem(platform: Platform) -> bytes | None:
+    """The local CA's certificate for gRPC clients (None: the system's authorities)."""
+    ca = local_security(platform.home).ca_cert
+    return ca.read_bytes() if ca.exists() else None
+
+
 def uvicorn_tls(served: ServerTls | None) -> dict[str, str]:
     """uvicorn.run's certificate settings."""
     return {} if served is None else {"ssl_certfile": str(served.cert), "ssl_keyfile": str(served.key)}

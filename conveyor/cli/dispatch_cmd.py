@@ -68,8 +68,11 @@ def demo(
     mailer with WORKERS threads on the 3-partition topic; print throughput and backlog each second."""
     import time
 
+    import grpc
+
     from conveyor.dispatch.client import Message, Subscriber
     from conveyor.dispatch.demo import produce_notifications
+    from conveyor.tls import trusted_pem
     from conveyor.dispatch.server import DispatchNode
 
     model = platform_from(platform)
@@ -87,7 +90,9 @@ def demo(
     node.start()
     started = time.monotonic()
     try:
-        with Subscriber("notifications", "mailer", mail, workers, nodes=[node.advertise], token=token) as sub:
+        credentials = grpc.ssl_channel_credentials(trusted_pem(model)) if model.dispatch.tls is not None else None
+        with Subscriber("notifications", "mailer", mail, workers, nodes=[node.advertise], token=token,
+                        credentials=credentials) as sub:
             backlog, previous = None, 0
             while time.monotonic() - started < seconds and sub.error is None:
                 time.sleep(1)

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from conveyor.config.tls import Tls
 from conveyor.config.units import Model, Name, Seconds
 
 
@@ -16,6 +17,8 @@ class Dispatch(Model):
     cluster: Name | None = None
     port: int = Field(default=18090, ge=1024, le=65535, description="gRPC port; --port overrides")
     metrics_port: int = Field(default=18190, ge=1024, le=65535, description="/metrics and /healthz")
+    #: Serve gRPC over TLS (``tls: {}`` for a certificate from the local runtime's CA).
+    tls: Tls | None = None
     #: A delivered message not acked within this is delivered again.
     ack_deadline: Seconds = Field(default=30.0, gt=0)
     #: Deliveries of one message before it goes to the dead-letter topic instead.

@@ -125,11 +125,17 @@ def seed_order(nodes: Sequence[str]) -> list[str]:
     return random.sample(list(nodes), len(nodes))
 
 
-def locate(nodes: Sequence[str], topic: str, group: str, token: str, timeout: float = 10.0) -> list[str]:
+def open_channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.Channel:
+    """A channel to a node: over TLS with ``credentials`` (grpc.ssl_channel_credentials), else plain."""
+    return grpc.insecure_channel(address) if credentials is None else grpc.secure_channel(address, credentials)
+
+
+def locate(nodes: Sequence[str], topic: str, group: str, token: str, timeout: float = 10.0,
+           credentials: grpc.ChannelCredentials | None = None) -> list[str]:
     """Addresses serving (topic, group), from the first seed that answers."""
     last: grpc.RpcError | None = None
     for seed in seed_order(nodes):
-        with grpc.insecure_channel(seed) as channel:
+        with open_channel(seed, credentials) as channel:
             try:
                 answer = pb_grpc.DiscoveryStub(channel).Locate(
                     pb.LocateRequest(topic=topic, group=group), metadata=auth_metadata(token), timeout=timeout)
@@ -201,7 +207,10 @@ class SubscriberBase:
 
     def __init__(self, topic: str, group: str, handler: Callable[[Message], Any], concurrency: int = 1, *,
                  nodes: Sequence[str], token: str, credit: int | None = None, relocate_every: float = 5.0,
-                 on_committed: Callable[[list[MessageId]], None] | None = None) -> None:
+                 on_committed: Callable[[list[MessageId]], None] | None = None,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
+        """``credentials``: TLS towards nodes that serve it (grpc.ssl_channel_credentials with
+        the CA that signed their certificate); None: plain connections."""
         if concurrency < 1 or not nodes:
             raise ValueError("a subscriber needs concurrency >= 1 and at least one node address")
         self.topic, self.group, self.handler, self.token = topic, group, handler, token
@@ -210,6 +219,7 @@ class SubscriberBase:
         self.on_committed = on_committed
         self.nodes = list(nodes)
         self.relocate_every = relocate_every
+        self.credentials = credentials
         self.error: BaseException | None = None
         self._streams: dict[str, Any] = {}
 
@@ -259,7 +269,7 @@ class _Stream(StreamBase):
         super().__init__(sub, address)
         self._cond = threading.Condition()
         self._ending = False
-        self._channel = grpc.insecure_channel(address)
+        self._channel = open_channel(address, sub.credentials)
         self.thread = threading.Thread(target=self._run, name=f"stream-{address}", daemon=True)
         self.thread.start()
 
@@ -345,7 +355,7 @@ class Subscriber(SubscriberBase):
         backoff = Backoff()
         while not self._stopping.is_set():
             try:
-                addresses = locate(self.nodes, self.topic, self.group, self.token)
+                addresses = locate(self.nodes, self.topic, self.group, self.token, credentials=self.credentials)
                 backoff.answered()
             except SubscriberError as exc:
                 self._fail(exc)

@@ -24,7 +24,8 @@ class _Stream(StreamBase):
     def __init__(self, sub: AsyncSubscriber, address: str) -> None:
         super().__init__(sub, address)
         self._pending = asyncio.Event()
-        self._channel = aio.insecure_channel(address)
+        self._channel = (aio.insecure_channel(address) if sub.credentials is None
+                         else aio.secure_channel(address, sub.credentials))
         self.task = asyncio.create_task(self._run(), name=f"stream-{address}")
 
     def _post(self, change: Callable[[], None]) -> None:
@@ -105,7 +106,8 @@ class AsyncSubscriber(SubscriberBase):
         while not self._stopping.is_set():
             try:
                 # Discovery is one short unary call: a thread keeps one implementation of it.
-                addresses = await asyncio.to_thread(locate, self.nodes, self.topic, self.group, self.token)
+                addresses = await asyncio.to_thread(locate, self.nodes, self.topic, self.group, self.token,
+                                                    credentials=self.credentials)
                 backoff.answered()
             except SubscriberError as exc:
                 self._fail(exc)

@@ -41,6 +41,7 @@ from conveyor.dispatch.source import Source
 from conveyor.dispatch.streams import FirstFrameTimeout, Inbound
 from conveyor.gctune import tune_for_throughput
 from conveyor.service import Endpoint, MetricsServer
+from conveyor.tls import server_tls
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,10 @@ class DispatchNode:
         reflection.enable_server_reflection([*served, grpc_health.SERVICE_NAME, reflection.SERVICE_NAME], server)
         for name in ("", *served):
             self._grpc_health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        served_tls = server_tls(self.platform, self.platform.dispatch.tls)
+        address = f"{self.host}:{self.port}"
+        bound = (server.add_insecure_port(address) if served_tls is None else server.add_secure_port(
+            address, grpc.ssl_server_credentials([(served_tls.key.read_bytes(), served_tls.cert.read_bytes())])))
         if bound == 0:
             raise OSError(f"cannot listen on {self.host}:{self.port}")
         self.port = bound

@@ -12,7 +12,8 @@ from conveyor.config.tls import Tls
 from conveyor.gateway.client import Publisher
 from conveyor.tls import trusted
 
-from tests.conftest import demo_event
+from tests.conftest import demo_event, eventually
+from tests.dispatchkit import nodes, setup  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration
 
@@ -28,3 +29,27 @@ def test_the_sdk_publishes_over_https_and_verifies_the_gateway(provisioned: Plat
         httpx.get(f"{url}/healthz", timeout=10)  # the system's authorities do not know the local CA
     with pytest.raises(httpx.HTTPError):
         httpx.get(url.replace("https://", "http://") + "/healthz", timeout=10)
+
+
+def test_a_dispatcher_over_tls_serves_a_client_that_trusts_its_ca_and_no_other(
+        setup, nodes, platform_file, platform_data):
+    import grpc
+
+    from conveyor.dispatch.client import NodesUnreachable, Subscriber, SubscriberError, locate
+    from conveyor.tls import trusted_pem
+    from tests.dispatchkit import MAILER_TOKEN, produce, start_node
+
+    platform, topic = setup(tls={})
+    node = start_node(platform)
+    nodes.append(node)
+    sent = set(produce(platform, topic, 30))
+    received: set[bytes] = set()
+    credentials = grpc.ssl_channel_credentials(trusted_pem(platform))
+    with Subscriber(topic, "mailer", lambda m: received.add(m.value), 2, nodes=[node.advertise],
+                    token=MAILER_TOKEN, credentials=credentials):
+        eventually(lambda: received == sent, 60, "every message over TLS")
+    with pytest.raises((NodesUnreachable, SubscriberError)):
+        locate([node.advertise], topic, "mailer", MAILER_TOKEN, timeout=5)  # plain text to a TLS port
+    with pytest.raises((NodesUnreachable, SubscriberError)):
+        locate([node.advertise], topic, "mailer", MAILER_TOKEN, timeout=5,
+               credentials=grpc.ssl_channel_credentials())  # the system's authorities only
