@@ -40,6 +40,7 @@ def status(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = N
     """Per topic: rows, files and size in the lake, quarantined records, data lost to retention,
     the last run, the last complete hour, whether yesterday is complete (MISSION.md: yesterday must
     land by 01:00), and the offsets still waiting in Kafka."""
+    from conveyor.pipeline.catalog import describe
     from conveyor.pipeline.lake import lake_topics
     from conveyor.pipeline.status import lake_status
 
@@ -51,5 +52,5 @@ def status(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = N
     yesterday_last_hour = floor_hour(datetime.now(timezone.utc)).replace(hour=0) - timedelta(hours=1)
     rows = [{**asdict(s), "yesterday_complete": is_complete(yesterday_last_hour, s.last_complete_hour)}
             for s in statuses]
-    render(output, Section("topics", f"lake: {model.pipeline.catalog.warehouse} (times in UTC)", _COLUMNS, rows),
-           warehouse=model.pipeline.catalog.warehouse)
+    render(output, Section("topics", f"lake: {describe(model)} (times in UTC)", _COLUMNS, rows),
+           catalog=describe(model), warehouse=model.pipeline.catalog.warehouse)
