@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 #: Every command that prints a table.
 TABLE_COMMANDS = [
-    ["up"], ["status"], ["smoke"], ["config", "check"], ["topics", "plan"], ["topics", "apply"],
+    ["up"], ["status"], ["smoke"], ["config", "check"], ["topics", "plan"], ["topics", "apply"], ["acl", "plan"],
+    ["acl", "apply"],
     ["ops", "lag"], ["ops", "health"], ["replicate", "status"], ["lake", "status"], ["balance", "plan"],
     ["balance", "execute"], ["balance", "add-broker"], ["advise", "partitions"], ["views", "get"],
     ["pipeline", "lake"], ["pipeline", "audit"], ["pipeline", "realtime"], ["gateway", "generate"],
