@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,45 +16,56 @@ DEFAULT_PLATFORM_FILE = "platform.yaml"
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 TOPIC_NAME = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,248}$"
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$")
-_DURATION_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*$", re.IGNORECASE)
-_SIZE_BYTES = {
-    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
+@dataclass(frozen=True)
+class _Unit:
+    """A quantity written as a number and a unit ("30s", "512MiB"), or an integer of the base unit."""
+
+    #: How the error says what was expected: "a duration such as 30s, 15m, 7d".
+    expected: str
+    #: What -1 means (Kafka's "forever", "no limit"), and the words that may say it.
+    minus_one: str
+    words: frozenset[str]
+    pattern: re.Pattern[str]
+    #: Base units per unit (lower case); ``default`` when no unit is written.
+    scale: dict[str, int]
+    default: str = ""
+
+    def parse(self, value: Any) -> int:
+        if isinstance(value, bool):
+            raise ValueError(f"must be {self.expected}")
+        if isinstance(value, int):
+            if value < -1:
+                raise ValueError(f"must be -1 ({self.minus_one}) or {self.expected}")
+            return value
+        if isinstance(value, str):
+            if value.strip() in self.words:
+                return -1
+            match = self.pattern.match(value)
+            if match:
+                return int(match.group(1)) * self.scale[(match.group(2) or self.default).lower()]
+        raise ValueError(f"must be {self.expected} (got {value!r})")
+
+
+_DURATION = _Unit(
+    "a duration such as 30s, 15m, 7d", "forever", frozenset({"-1", "forever"}),
+    re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$"),
+    {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000})
+_SIZE = _Unit(
+    "a size such as 512MiB or 10GB", "no limit", frozenset(),
+    re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*$", re.IGNORECASE),
+    {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+     "tib": 2**40},
+    default="b")
 
 
 def parse_duration_ms(value: Any) -> int:
     """``"7d"`` -> 604800000. Integers are taken as milliseconds; -1 means "forever" (Kafka's)."""
-    if isinstance(value, bool):
-        raise ValueError("must be a duration such as 30s, 15m, 7d")
-    if isinstance(value, int):
-        if value < -1:
-            raise ValueError("must be -1 (forever) or a duration such as 30s, 15m, 7d")
-        return value
-    if isinstance(value, str):
-        if value.strip() in ("-1", "forever"):
-            return -1
-        match = _DURATION.match(value)
-        if match:
-            return int(match.group(1)) * _DURATION_MS[match.group(2)]
-    raise ValueError(f"must be a duration such as 30s, 15m, 7d (got {value!r})")
+    return _DURATION.parse(value)
 
 
 def parse_size_bytes(value: Any) -> int:
     """``"1GiB"`` -> 1073741824. Integers are taken as bytes; -1 means "no limit" (Kafka's)."""
-    if isinstance(value, bool):
-        raise ValueError("must be a size such as 512MiB or 10GB")
-    if isinstance(value, int):
-        if value < -1:
-            raise ValueError("must be -1 (no limit) or a size such as 512MiB")
-        return value
-    if isinstance(value, str):
-        match = _SIZE.match(value)
-        if match:
-            return int(match.group(1)) * _SIZE_BYTES[(match.group(2) or "b").lower()]
-    raise ValueError(f"must be a size such as 512MiB or 10GB (got {value!r})")
+    return _SIZE.parse(value)
 
 
 def _seconds(value: Any) -> Any:
