@@ -23,6 +23,7 @@ import yaml
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.positions import group_name
+from tests.conftest import eventually
 from tests.positionkit import end_offsets, monitored
 from tests.replicatekit import (
     BASE,
@@ -102,10 +103,12 @@ def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, plat
     finally:
         traffic.stop()
     wait_until_copied(platform, traffic, [base], workers)
-    # The position feed: each route's copiers left their route topic's position on its source.
+    # The position feed: each route's copiers publish their route topic's position on its source
+    # (at most every 2 s, and when they stop).
     for route, dc in zip(ROUTES, ("dc1", "dc2")):
-        assert monitored(platform, dc, group_name("replicate", route)) == (end_offsets(platform, dc, base),
-                                                                           {"route topic"})
+        expected = (end_offsets(platform, dc, base), {"route topic"})
+        eventually(lambda: monitored(platform, dc, group_name("replicate", route)) == expected, 30,
+                   f"{group_name('replicate', route)} on {dc} to hold {expected}")
 
     records = read_records(platform, [base])
     landed = copies_of(records)

@@ -26,6 +26,7 @@ from conveyor.ops.report import cluster_json
 from conveyor.ops.rewind import FindingKind
 from conveyor.ops.watch import ClusterWatch
 from conveyor.positions import PositionFeed, group_name
+from tests.conftest import eventually
 from tests.opskit import cluster_watch, ops_platform_with
 
 pytestmark = pytest.mark.integration
@@ -48,16 +49,6 @@ def _stalled(watch: ClusterWatch) -> list:
     return [f for f in report.health.findings if f.rule is Rule.COMPACTION_STALLED]
 
 
-def _until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(1.0)
-    raise AssertionError(f"not within {timeout:.0f} s: {what}")
-
-
 def test_held_back_compaction_of_dirty_records_raises_the_stall_alert(ops_platform, watch, topic_factory):
     baseline = [_stalled(watch) for _ in range(3)][-1]
     assert baseline == [], f"the cluster was already stalled before the test: {baseline}"
@@ -77,7 +68,7 @@ def test_held_back_compaction_of_dirty_records_raises_the_stall_alert(ops_platfo
         assert producer.flush(30) == 0
         time.sleep(0.2)
     # The cleaner re-reads its gauges every log.cleaner.backoff.ms (15 s).
-    found = _until(lambda: _stalled(watch), 90, "offsets_compaction_stalled")
+    found = eventually(lambda: _stalled(watch), 90, "offsets_compaction_stalled", interval=1.0)
     assert found[0].value > 90 and found[0].limit == 90
     alert = next(a for a in watch.cycle().alerts if a.rule == "offsets_compaction_stalled")
     assert "dirty" in alert.message and "__consumer_offsets" in alert.message
@@ -89,7 +80,7 @@ def test_held_back_compaction_of_dirty_records_raises_the_stall_alert(ops_platfo
     admin.incremental_alter_configs([resource])[resource].result()
     producer.produce(topic, key=b"roll", value=b"v")  # rolls the segment so the config is read on it
     assert producer.flush(30) == 0
-    _until(lambda: not _stalled(watch), 90, "the stall alert to clear after compaction")
+    eventually(lambda: not _stalled(watch), 90, "the stall alert to clear after compaction", interval=1.0)
 
 
 def test_a_monitoring_group_shows_its_lag_and_a_published_rewind(ops_platform, watch, topic_factory):

@@ -188,14 +188,15 @@ def _offset_text(text: str) -> object:
 
 
 def batch_positions(progress: object) -> dict[tuple[str, int], int]:
-    """The next offset per partition after the batch a query progress reports (the Kafka source's
-    ``endOffset``: ``{"topic": {"0": 42}}``, as JSON text or already parsed); empty without one.
-    PySpark 4.1's ``lastProgress`` turns a parsed offset back into text with ``str()``, a Python
-    literal rather than JSON."""
+    """The next offset per partition after the batch a query progress reports: the Kafka source's
+    ``endOffset`` (``{"topic": {"0": 42}}``) from the progress's JSON, since PySpark's
+    ``SourceProgress.endOffset`` is the Python text of a dict; empty without a progress."""
+    if progress is None:
+        return {}
     positions: dict[tuple[str, int], int] = {}
-    for source in getattr(progress, "sources", None) or ():
-        end = source.endOffset
-        offsets = _offset_text(end) if isinstance(end, str) else end
+    for source in json.loads(progress.json).get("sources", ()):
+        end = source.get("endOffset")
+        offsets = json.loads(end) if isinstance(end, str) else end
         for topic, partitions in (offsets or {}).items():
             positions.update({(topic, int(p)): int(o) for p, o in partitions.items()})
     return positions

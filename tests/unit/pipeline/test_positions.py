@@ -1,0 +1,41 @@
+"""The position feed's pure parts: the real-time job's batch end offsets from a query progress, the
+lake's lowest position over its tables, and the commit metadata that marks a monitoring group."""
+
+from __future__ import annotations
+
+import uuid
+
+from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+from conveyor.pipeline.lake_positions import lowest
+from conveyor.pipeline.realtime.job import batch_positions
+from conveyor.positions import group_name, kept_in, metadata
+
+
+def _progress(end_offset: object) -> StreamingQueryProgress:
+    source = {"description": "KafkaV2[Subscribe[ads]]", "startOffset": None, "endOffset": end_offset,
+              "latestOffset": end_offset, "numInputRows": 3, "inputRowsPerSecond": 1.0,
+              "processedRowsPerSecond": 1.0, "metrics": {}}
+    return StreamingQueryProgress.fromJson({
+        "id": str(uuid.uuid4()), "runId": str(uuid.uuid4()), "name": "q", "timestamp": "2026-01-01T00:00:00.000Z",
+        "batchId": 4, "batchDuration": 10, "durationMs": {}, "eventTime": {}, "stateOperators": [],
+        "sources": [source], "sink": {"description": "foreachBatch", "numOutputRows": 3, "metrics": {}},
+        "numInputRows": 3, "inputRowsPerSecond": 1.0, "processedRowsPerSecond": 1.0, "observedMetrics": {}})
+
+
+def test_batch_positions_read_the_progress_json_not_pysparks_text():
+    progress = _progress({"ads": {"0": 42, "1": 7}})
+    assert progress.sources[0].endOffset == "{'ads': {'0': 42, '1': 7}}"  # why the JSON is read instead
+    assert batch_positions(progress) == {("ads", 0): 42, ("ads", 1): 7}
+    assert batch_positions(None) == {}
+
+
+def test_the_lake_shows_the_lowest_position_of_its_tables():
+    assert lowest([{0: 10, 1: 5}, {0: 8, 1: 9, 2: 3}, None]) == {0: 8, 1: 5, 2: 3}
+    assert lowest([]) == {}
+
+
+def test_monitoring_metadata_names_where_the_position_lives():
+    assert group_name("lake", "ads") == "conveyor.lake.ads"
+    assert kept_in(metadata("iceberg")) == "iceberg"
+    assert kept_in("") is kept_in(None) is kept_in("my-own-metadata") is kept_in('["monitor-only"]') is None
