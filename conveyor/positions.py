@@ -102,17 +102,21 @@ class PositionFeed:
             self._admin = kafka.admin(self.platform, self.cluster)
         return self._admin
 
+    def due(self) -> bool:
+        """Whether a publish now would be sent: a hot loop asks before building its positions."""
+        return time.monotonic() - self._last >= self.min_interval
+
     def publish(self, positions: Positions, force: bool = False) -> Future | None:
         """Commit ``positions`` (a lower offset than before included) unless the last publish was
         less than ``min_interval`` ago or sent the same; the commit's future, already watched for
         failures. A reader that calls it on every pass of its loop therefore publishes its final
         position at most ``min_interval`` after it stopped moving."""
-        now = time.monotonic()
-        if not positions or (not force and now - self._last < self.min_interval):
+        if not positions or (not force and not self.due()):
             return None
+        self._last = time.monotonic()  # an unchanged position is looked at again after min_interval too
         if not force and positions == self._sent:
             return None
-        self._last, self._sent = now, dict(positions)
+        self._sent = dict(positions)
         offsets = [TopicPartition(topic, partition, offset, metadata=self.metadata)
                    for (topic, partition), offset in sorted(positions.items())]
         try:

@@ -143,7 +143,8 @@ class BucketCopier(threading.Thread):
                 if out_of_range:
                     self._past_deleted(out_of_range)
                 self._measure_lag()
-                self.feed.publish(self._positions())
+                if self.feed.due():
+                    self.feed.publish(self._positions())
         except Fenced as fence:
             if not fence.by_newer_owner:
                 log.warning("bucket %d of %s: producer failed (%s); taking the bucket over again", self.bucket,
