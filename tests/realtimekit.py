@@ -48,6 +48,9 @@ def views_of(topic: str, ctr_lateness: str, interest_lateness: str) -> dict[str,
 
 #: The cluster's client ports are base_port + this and the next two; its bus ports the three after.
 REDIS_CLUSTER_OFFSET = 600
+#: The running cluster's URLs by first port: each test module importing the fixture instantiates it
+#: again, and the first instance's cluster serves them all (it stops at the session's end).
+_RUNNING: dict[int, list[str]] = {}
 
 
 def _redis_binaries() -> tuple[str, str]:
@@ -61,9 +64,12 @@ def _redis_binaries() -> tuple[str, str]:
 def redis_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """Three redis-server masters in cluster mode on 127.0.0.1, joined by ``redis-cli --cluster
     create``; yields their URLs (what pipeline.realtime.redis takes) and stops them after."""
+    first = platform.runtime.base_port + REDIS_CLUSTER_OFFSET
+    if first in _RUNNING:
+        yield _RUNNING[first]
+        return
     server, cli = _redis_binaries()
     folder = tmp_path_factory.mktemp("redis-cluster")
-    first = platform.runtime.base_port + REDIS_CLUSTER_OFFSET
     ports = [first, first + 1, first + 2]
     processes = []
     try:
@@ -85,8 +91,10 @@ def redis_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) 
         urls = [f"redis://127.0.0.1:{p}" for p in ports]
         client = connect_to(RedisTarget(tuple(urls), cluster=True))
         eventually(lambda: client.cluster_info()["cluster_state"] == "ok", 60, "the Redis Cluster's state ok")
+        _RUNNING[first] = urls
         yield urls
     finally:
+        _RUNNING.pop(first, None)
         for process in processes:
             process.terminate()
         for process in processes:
