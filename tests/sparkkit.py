@@ -37,6 +37,9 @@ from tests.conftest import eventually
 
 #: Master, master UI, worker, worker UI: base_port + this and the next three.
 SPARK_OFFSET = 470
+#: The running cluster by port: a module importing the fixture instantiates it again, and the first
+#: instance's cluster serves them all (it stops at the session's end).
+_RUNNING: dict[int, SparkCluster] = {}
 
 
 def _closure(names: tuple[str, ...]) -> list[metadata.Distribution]:
@@ -111,11 +114,14 @@ def _stop(process: subprocess.Popen) -> None:
 def spark_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
     import pyspark
 
+    port = platform.runtime.base_port + SPARK_OFFSET
+    if port in _RUNNING:
+        yield _RUNNING[port]
+        return
     folder = tmp_path_factory.mktemp("spark-cluster")
     python = executor_python(folder / "executor-python")
     home = Path(pyspark.__file__).parent
     spark_class = str(home / "bin" / "spark-class")
-    port = platform.runtime.base_port + SPARK_OFFSET
     env = {**_without_pythonpath(), "SPARK_HOME": str(home), "SPARK_DAEMON_MEMORY": "256m",
            "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
     master = f"spark://127.0.0.1:{port}"
@@ -130,8 +136,10 @@ def spark_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) 
                                 "--memory", "1g", "--work-dir", str(work)], folder / "worker.log", env, folder))
         eventually(lambda: "Successfully registered with master" in (folder / "worker.log").read_text(errors="replace"),
                    120, "the Spark worker's registration")
-        yield SparkCluster(master, {"master": master, "driver_host": "127.0.0.1", "driver_bind_address": "127.0.0.1",
-                                    "executor_python": str(python)}, work)
+        _RUNNING[port] = SparkCluster(master, {"master": master, "driver_host": "127.0.0.1",
+                                               "driver_bind_address": "127.0.0.1", "executor_python": str(python)}, work)
+        yield _RUNNING[port]
     finally:
+        _RUNNING.pop(port, None)
         for daemon in reversed(daemons):
             _stop(daemon)
