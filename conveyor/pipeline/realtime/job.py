@@ -13,7 +13,6 @@ claimed by one record in the de-dup window is counted at that record only, in an
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
 import math
@@ -178,13 +177,6 @@ def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeV
     trigger = {"availableNow": True} if available_now else {"processingTime": f"{round(settings.trigger * 1000)} milliseconds"}
     return (stream.writeStream.queryName(f"realtime-{job_id(views)}").foreachBatch(writer)
             .option("checkpointLocation", checkpoint_location(platform, views)).trigger(**trigger).start())
-
-
-def _offset_text(text: str) -> object:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return ast.literal_eval(text)
 
 
 def batch_positions(progress: object) -> dict[tuple[str, int], int]:
