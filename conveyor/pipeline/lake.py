@@ -4,7 +4,10 @@ A run, per topic: read the positions committed with the tables' data, list the p
 now, record any gap retention left, read the range between with Spark's Kafka connector, parse and
 check every record against the contract, then commit the quarantine's rows and the topic's rows,
 each commit carrying the run's end offsets. Killed anywhere, a run leaves either a commit or nothing
-visible; the next run starts from what was committed and deletes the files the dead one left.
+visible; the next run starts from what was committed and deletes the files the dead one left (once
+older than ``lake.orphan_age``). Runs may overlap, on one host or many: each commit lands only on
+the table state its run read (conveyor.pipeline.guard), and a run that loses one starts that topic
+again from the new positions.
 """
 
 from __future__ import annotations
