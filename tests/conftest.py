@@ -58,6 +58,9 @@ def platform_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         data["runtime"]["base_port"] = int(os.environ.get("CONVEYOR_TEST_BASE_PORT", "29092"))
         # A loaded CI machine starts six JVMs slowly; fail on a real fault, not on a busy host.
         data["runtime"]["start_timeout"] = 300
+        # The same tests against central secured (SCRAM over TLS, the authorizer on; docs/security.md).
+        if os.environ.get("CONVEYOR_TEST_CENTRAL_SECURITY"):
+            data["clusters"]["central"]["security"] = os.environ["CONVEYOR_TEST_CENTRAL_SECURITY"]
     return data
 
 

@@ -7,10 +7,9 @@ confluent-kafka 2.16's AdminClient has no partition reassignment and no client-q
 line from the tools' documented messages; a non-zero exit raises :class:`KafkaToolError` with the
 tool's last lines.
 
-Security settings of a cluster given by bootstrap (``clusters.<name>.client``) are handed to the
-tools as a ``--command-config`` file: ``security.protocol`` and ``sasl.mechanism`` as they are,
-``sasl.username``/``sasl.password`` as the Java client's JAAS line; other librdkafka keys have no
-one-to-one Java name and are refused (write a Java client properties file by hand for those).
+A cluster's security settings (its ``client`` settings, or a secured local cluster's) are handed
+to the tools as a ``--command-config`` file, mapped to the Java client's names by
+:mod:`conveyor.java_client`, which refuses what it cannot map.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from conveyor import kafka
 from conveyor.config import Platform
+from conveyor.java_client import JavaClientSettingError, java_settings
 from conveyor.ops.errors import OpsError
 from conveyor.runtime.jars import Jars, java_binary, resolve_jars
 
@@ -33,11 +33,6 @@ CONFIGS = "kafka.admin.ConfigCommand"
 CLUSTER_TOOL = "org.apache.kafka.tools.ClusterTool"
 #: A small heap and the client compiler only: these JVMs live for a second or two.
 _JVM_FLAGS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
-_JAAS = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
 _VERIFY_LINE = re.compile(r"^Reassignment of partition (?P<tp>\S+) is (?P<state>completed|still in progress)")
 _QUOTA_LINE = re.compile(r"^Quota configs for client-id '(?P<client>[^']*)' are (?P<configs>.*)$")
 
@@ -102,23 +97,19 @@ def parse_quotas(output: str) -> dict[str, dict[str, float]]:
     return quotas
 
 
-def command_config(client: Mapping[str, str]) -> dict[str, str]:
-    """Java client properties for a cluster's librdkafka security settings (see module doc)."""
-    props: dict[str, str] = {}
-    rest = dict(client)
-    for key in ("security.protocol", "sasl.mechanism"):
-        if key in rest:
-            props[key] = rest.pop(key)
-    username, password = rest.pop("sasl.username", None), rest.pop("sasl.password", None)
-    if username is not None:
-        module = _JAAS.get(props.get("sasl.mechanism", "PLAIN"))
-        if module is None:
-            raise OpsError(f"sasl.mechanism {props['sasl.mechanism']!r} is not supported for Kafka's tools")
-        props["sasl.jaas.config"] = f'{module} required username={json.dumps(username)} password={json.dumps(password)};'
-    if rest:
-        raise OpsError(f"client settings {sorted(rest)} have no Java equivalent known to Conveyor; "
-                       "Kafka's tools cannot reach this cluster with them")
+def command_config(settings: Mapping[str, str]) -> dict[str, str]:
+    """Java client properties for a cluster's librdkafka settings, without its address (the tools
+    take ``--bootstrap-server``)."""
+    try:
+        props = java_settings({k: v for k, v in settings.items() if k != "bootstrap.servers"})
+    except JavaClientSettingError as err:
+        raise OpsError(f"Kafka's tools cannot reach this cluster: {err}") from None
     return props
+
+
+def _escaped(value: str) -> str:
+    """A value as java.util.Properties reads it back (PEM content spans lines)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 class KafkaTools:
@@ -141,10 +132,10 @@ class KafkaTools:
         argv = [java_binary(), *_JVM_FLAGS, "-cp", self.jars.classpath, tool, *([command] if command else []),
                 "--bootstrap-server", self.bootstrap]
         with tempfile.TemporaryDirectory(prefix="conveyor-tool-") as tmp:
-            client = {k: v.get_secret_value() for k, v in self.platform.cluster(self.cluster).client.items()}
-            if client:
+            props = command_config(kafka.client_config(self.platform, self.cluster))
+            if props:
                 path = Path(tmp) / "client.properties"
-                path.write_text("".join(f"{k}={v}\n" for k, v in command_config(client).items()))
+                path.write_text("".join(f"{k}={_escaped(v)}\n" for k, v in props.items()))
                 argv += ["--command-config", str(path)]
             try:
                 result = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=self.timeout)

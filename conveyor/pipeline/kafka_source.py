@@ -17,6 +17,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
 from conveyor.config import Platform
+from conveyor.java_client import JavaClientSettingError, java_settings
 from conveyor.pipeline.errors import LakeConfigError
 from conveyor.pipeline.offsets import RangePlan, Watermarks
 
@@ -24,44 +25,18 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 _TIMEOUT = 30.0
-_LOGIN_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-
-
 def source_cluster(platform: Platform) -> str:
     return platform.read_cluster(setting="pipeline.source")
 
 
-def _jaas_quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def java_client_options(platform: Platform, cluster: str) -> dict[str, str]:
-    """The cluster's librdkafka settings as the Java client's, prefixed for Spark's connector.
-
-    Most names are shared; librdkafka's SASL user and password become a JAAS line, its plural
-    ``sasl.mechanisms`` the Java singular, and a PEM CA file a PEM trust store.
-    """
-    config = kafka.client_config(platform, cluster)
-    options = {"kafka.bootstrap.servers": str(config.pop("bootstrap.servers"))}
-    if "sasl.mechanisms" in config:
-        config["sasl.mechanism"] = config.pop("sasl.mechanisms")
-    username, password = config.pop("sasl.username", None), config.pop("sasl.password", None)
-    if username is not None:
-        mechanism = str(config.get("sasl.mechanism", "PLAIN")).upper()
-        module = _LOGIN_MODULES.get(mechanism)
-        if module is None:
-            raise LakeConfigError(f"clusters.{cluster}.client: the lake cannot log in with SASL mechanism {mechanism}")
-        credentials = f"username={_jaas_quote(str(username))} password={_jaas_quote(str(password or ''))}"
-        options["kafka.sasl.jaas.config"] = f"{module} required {credentials};"
-    if "ssl.ca.location" in config:
-        options["kafka.ssl.truststore.location"] = str(config.pop("ssl.ca.location"))
-        options["kafka.ssl.truststore.type"] = "PEM"
-    options.update({f"kafka.{key}": str(value) for key, value in config.items()})
-    return options
+    """The cluster's client settings (its own, or a secured local cluster's) as Spark's Kafka
+    connector takes them: the Java client's names (conveyor.java_client), prefixed ``kafka.``."""
+    try:
+        settings = java_settings(kafka.client_config(platform, cluster))
+    except JavaClientSettingError as err:
+        raise LakeConfigError(f"clusters.{cluster}.client: {err}") from None
+    return {f"kafka.{key}": value for key, value in settings.items()}
 
 
 def list_watermarks(platform: Platform, topic: str) -> tuple[datetime, dict[int, Watermarks]]:

@@ -124,5 +124,7 @@ def test_security_settings_for_kafka_tools() -> None:
     assert props["security.protocol"] == "SASL_SSL"
     assert props["sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
                                          'username="conveyor" password="p\\"w";')
-    with pytest.raises(OpsError, match="ssl.ca.location"):
-        command_config({"security.protocol": "SSL", "ssl.ca.location": "/ca.pem"})
+    assert command_config({"bootstrap.servers": "k:9093", "ssl.ca.location": "/ca.pem"}) == {
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem"}
+    with pytest.raises(OpsError, match="enable.ssl.certificate.verification"):
+        command_config({"security.protocol": "SSL", "enable.ssl.certificate.verification": "false"})
