@@ -9,6 +9,7 @@ clusters that already run (the tests that kill brokers are then skipped: they ne
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import time
 import uuid
@@ -46,6 +47,24 @@ def eventually(check: Callable[[], T], timeout: float, what: str,
         assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}" + (
             f" (last: {last!r})" if last is not None else "")
         time.sleep(interval)
+
+
+@pytest.fixture
+def chaos_rng(request: pytest.FixtureRequest) -> random.Random:
+    """The one source of random choices of a test that breaks things (what to kill, when, what to
+    send). Seeded from CONVEYOR_CHAOS_SEED, else a new seed, which a failure's report names."""
+    seed = int(os.environ.get("CONVEYOR_CHAOS_SEED", random.randrange(1 << 32)))
+    request.node.user_properties.append(("chaos seed", seed))
+    return random.Random(seed)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    seeds = [value for name, value in item.user_properties if name == "chaos seed"]
+    if report.failed and seeds:
+        report.sections.append(("chaos seed", f"seed {seeds[0]}: replay with CONVEYOR_CHAOS_SEED={seeds[0]}"))
 
 
 @pytest.fixture(scope="session")

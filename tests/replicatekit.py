@@ -45,9 +45,10 @@ def route_platform_file(platform_data, platform_file: Path, pattern: str, mode: 
 class Workers:
     """Worker processes of both routes, killed and restarted at will."""
 
-    def __init__(self, platform_file: Path, log_dir: Path) -> None:
+    def __init__(self, platform_file: Path, log_dir: Path, rng: random.Random) -> None:
         self.platform_file, self.log_dir = platform_file, log_dir
         self.procs: dict[str, subprocess.Popen] = {}
+        self.rng = rng
 
     def start(self, name: str) -> None:
         route = name.rsplit("-w", 1)[0]
@@ -57,7 +58,7 @@ class Workers:
              "--platform", str(self.platform_file)], stdout=log, stderr=subprocess.STDOUT)
 
     def kill_one(self) -> str:
-        name = random.choice(sorted(self.procs))
+        name = self.rng.choice(sorted(self.procs))
         self.procs[name].kill()
         self.procs[name].wait()
         return name
@@ -88,8 +89,11 @@ def wait_until_led(producer, topic: str, partitions: int | None = None) -> list[
 class Traffic:
     """Keyed events with per-key sequence numbers into dc1 and dc2; remembers what was acked."""
 
-    def __init__(self, platform: Platform, base: str = BASE, log_dir: Path | None = None) -> None:
+    def __init__(self, platform: Platform, rng: random.Random, base: str = BASE, log_dir: Path | None = None) -> None:
         self.platform, self.log_dir = platform, log_dir
+        # One generator per data centre's thread, each seeded from the test's: the same seed sends
+        # the same sequence from each, whatever the threads' interleaving.
+        self.rngs = {dc: random.Random(rng.randrange(1 << 32)) for dc in ("dc1", "dc2")}
         self.topics = {"dc1": [base], "dc2": [base]}
         self.acked: Counter[tuple[str, str, str, int]] = Counter()
         #: Where each acked event was written on its source: (partition, offset).
@@ -126,10 +130,11 @@ class Traffic:
                     self.acked[(dc, msg.topic(), event["key"], event["seq"])] += 1
                     self.written[(dc, msg.topic(), event["key"], event["seq"])] = (msg.partition(), msg.offset())
 
+        rng = self.rngs[dc]
         while not self._stop.is_set():
             with self._lock:
-                topic = random.choice(self.topics[dc])
-            key = f"k{random.randrange(40)}"
+                topic = rng.choice(self.topics[dc])
+            key = f"k{rng.randrange(40)}"
             seq[(topic, key)] += 1
             value = {"key": key, "seq": seq[(topic, key)], "src": dc}
             producer.produce(topic, orjson.dumps(value), key.encode(), on_delivery=acked)
@@ -240,10 +245,11 @@ def wait_until_replicated(platform: Platform, topic: str) -> None:
         time.sleep(0.5)
 
 
-def start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path, base: str = BASE) -> Workers:
+def start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path, rng: random.Random,
+                        base: str = BASE) -> Workers:
     for dc in ("dc1", "dc2"):
         create_topic(platform, dc, base, 6)
-    workers = Workers(platform_file, tmp_path)
+    workers = Workers(platform_file, tmp_path, rng)
     for route in ROUTES:
         for i in range(2):
             workers.start(f"{route}-w{i}")

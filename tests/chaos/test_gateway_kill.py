@@ -4,7 +4,7 @@ on Kafka, every batch is accepted in the end through the SDK's retries, and the 
 de-duplication on, holds every event the SDK sent exactly once (a retried batch whose first answer
 was lost to a kill is written twice; its event ids are the same).
 
-CONVEYOR_GATEWAY_CHAOS_KILLS sets the number of kills (default 2); CONVEYOR_TEST_SEED the seed.
+CONVEYOR_GATEWAY_CHAOS_KILLS sets the number of kills (default 2); CONVEYOR_CHAOS_SEED the seed.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tests.lakekit import GatewayLakeCase, drop_topics, gateway_lake_case, lake_
 pytestmark = pytest.mark.chaos
 
 KILLS = int(os.environ.get("CONVEYOR_GATEWAY_CHAOS_KILLS", "2"))
-SEED = int(os.environ.get("CONVEYOR_TEST_SEED", random.randrange(1 << 32)))
+SEED = int(os.environ.get("CONVEYOR_CHAOS_SEED", random.randrange(1 << 32)))
 
 
 class GatewayProcess:
@@ -128,7 +128,7 @@ def test_killed_gateway_loses_nothing_it_answered_and_the_lake_counts_each_event
                 time.sleep(rng.uniform(0.0, 1.0))
                 gateway.start()
             time.sleep(1.0)
-        note = f"seed {SEED} (rerun with CONVEYOR_TEST_SEED={SEED}); gateway log {gateway.log}"
+        note = f"seed {SEED} (rerun with CONVEYOR_CHAOS_SEED={SEED}); gateway log {gateway.log}"
         assert traffic.failure is None, f"the SDK gave up: {traffic.failure!r}; {note}"
         written = [orjson.loads(m.value())["event_id"] for m in read_topic(case.platform, "dc1", topic)]
         on_kafka = set(written)

@@ -83,7 +83,7 @@ def _read_all(platform: Platform, topic: str, partitions: int) -> dict[bytes, li
 
 
 def test_one_broker_down_writes_go_on_two_down_writes_stop_nothing_acked_is_lost(
-    platform: Platform, local: LocalPlatform, topic_factory
+    platform: Platform, local: LocalPlatform, topic_factory, chaos_rng: random.Random
 ):
     partitions = 6
     topic = topic_factory("central", partitions)
@@ -91,9 +91,9 @@ def test_one_broker_down_writes_go_on_two_down_writes_stop_nothing_acked_is_lost
     streamer = threading.Thread(target=_stream, args=(platform, topic, log, stop, sent))
     streamer.start()
     try:
-        time.sleep(random.uniform(0.5, 2.0))
+        time.sleep(chaos_rng.uniform(0.5, 2.0))
         local.kill_broker("central", 3)  # SIGKILL mid-stream
-        time.sleep(random.uniform(8.0, 10.0))  # past the session timeout: broker 3 is fenced
+        time.sleep(chaos_rng.uniform(8.0, 10.0))  # past the session timeout: broker 3 is fenced
     finally:
         stop.set()
         streamer.join()

@@ -51,10 +51,10 @@ def route_platform(provisioned: Platform, platform_data, platform_file: Path) ->
     return route_platform_file(platform_data, platform_file, "rep-.*", "exactly-once")
 
 
-def test_exactly_once_in_order_through_worker_kills_and_new_topics(route_platform, tmp_path):
+def test_exactly_once_in_order_through_worker_kills_and_new_topics(route_platform, tmp_path, chaos_rng):
     platform, platform_file = route_platform
-    workers = start_route_workers(platform, platform_file, tmp_path)
-    traffic = Traffic(platform, log_dir=tmp_path)
+    workers = start_route_workers(platform, platform_file, tmp_path, chaos_rng)
+    traffic = Traffic(platform, chaos_rng, log_dir=tmp_path)
     new_topics = [f"rep-new-{i:02d}" for i in range(20)]
     try:
         traffic.start()
@@ -66,9 +66,9 @@ def test_exactly_once_in_order_through_worker_kills_and_new_topics(route_platfor
             if i % 2 == 0 and kills < ROUNDS:
                 workers.start(workers.kill_one())
                 kills += 1
-            time.sleep(random.uniform(0.5, 2.0))
+            time.sleep(chaos_rng.uniform(0.5, 2.0))
         for _ in range(ROUNDS - kills):
-            time.sleep(random.uniform(1.0, 3.0))
+            time.sleep(chaos_rng.uniform(1.0, 3.0))
             workers.start(workers.kill_one())
         time.sleep(2)
     finally:
@@ -87,17 +87,18 @@ def test_exactly_once_in_order_through_worker_kills_and_new_topics(route_platfor
     print(f"{sum(expected.values())} events copied exactly once through {ROUNDS} kills and 20 new topics")
 
 
-def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, platform_data, platform_file, tmp_path):
+def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, platform_data, platform_file, tmp_path,
+                                                             chaos_rng):
     """The lower-latency mode states at-least-once: every acknowledged event lands, some perhaps
     twice after a kill, and the first copy of each keeps per-key order."""
     base = "alo-base"
     platform, path = route_platform_file(platform_data, platform_file, "alo-.*", "at-least-once")
-    workers = start_route_workers(platform, path, tmp_path, base)
-    traffic = Traffic(platform, base)
+    workers = start_route_workers(platform, path, tmp_path, chaos_rng, base)
+    traffic = Traffic(platform, chaos_rng, base)
     try:
         traffic.start()
         for _ in range(ROUNDS):
-            time.sleep(random.uniform(1.0, 3.0))
+            time.sleep(chaos_rng.uniform(1.0, 3.0))
             workers.start(workers.kill_one())
         time.sleep(2)
     finally:
@@ -135,7 +136,7 @@ def test_a_record_too_large_stops_its_partition_and_loses_nothing_else(provision
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     platform = parse_platform(data, root=platform_file.parent)
     create_topic(platform, "dc1", base, 6)
-    workers = Workers(path, tmp_path)
+    workers = Workers(path, tmp_path, random.Random(0))  # one worker, never killed: nothing to choose
     workers.start("dc1-big-w0")
     wait_until_replicated(platform, base)
     # Above what the copier's producer takes (librdkafka's message.max.bytes, 1,000,000), below dc1's limit.

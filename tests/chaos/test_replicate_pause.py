@@ -4,6 +4,8 @@ otherwise idle machine, so it runs only with CONVEYOR_PAUSE_TEST=1."""
 
 from __future__ import annotations
 
+import random
+
 import os
 import threading
 import time
@@ -67,7 +69,7 @@ def _probe_delays(platform: Platform, cluster: str, topic: str, stop: threading.
 def test_existing_partitions_do_not_pause_while_topics_are_added(provisioned, platform_data, platform_file, tmp_path):
     base = "pause-base"
     platform, path = route_platform_file(platform_data, platform_file, "pause-.*", "exactly-once")
-    workers = start_route_workers(platform, path, tmp_path, base)
+    workers = start_route_workers(platform, path, tmp_path, random.Random(0), base)  # no kills: nothing to choose
     # The replicated probe, timed on central and, for comparison, on dc1 itself; and a probe within
     # central with no replicator between: how long central itself holds a record back.
     delays: dict[str, list[tuple[float, float]]] = {"central": [], "dc1": []}
