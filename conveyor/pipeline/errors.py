@@ -53,6 +53,7 @@ def spark_failures(what: str) -> Iterator[None]:
     try:
         yield
     except (PySparkException, Py4JError) as err:
-        text = str(err).strip()
+        java = getattr(err, "java_exception", None)  # Py4J's own text only names the call that failed
+        text = str(java.toString() if java is not None else err).strip()
         first = text.splitlines()[0][:500] if text else type(err).__name__
         raise RunFailedError(f"{what}: Spark failed: {first}") from err
