@@ -17,6 +17,7 @@ from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.ops.balance.live import read_metadata
 from conveyor.ops.kafka_tools import KafkaTools
+from tests.conftest import eventually
 
 
 def create_topic(platform: Platform, cluster: str, partitions: int, factor: int, min_insync: int = 1) -> str:
@@ -49,6 +50,10 @@ def reassign_and_wait(platform: Platform, cluster: str, assignment: dict[tuple[s
     assert tools.reassign_verify(assignment).done
     results = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(t, p) for t, p in assignment]).result()
     assert all(e is None or e.code() == KafkaError.ELECTION_NOT_NEEDED for e in results.values()), results
+    # The election is done on the controller; the brokers' metadata follows a moment later.
+    topics = {t for t, _ in assignment}
+    eventually(lambda: all(read_metadata(platform, cluster, admin, topics).partitions[tp].leader == r[0]
+                           for tp, r in assignment.items()), 30, "the first replicas to lead")
 
 
 def counts(platform: Platform, cluster: str, topics: set[str]) -> tuple[Counter, Counter, dict]:

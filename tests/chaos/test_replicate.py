@@ -108,8 +108,16 @@ def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, plat
     # (at most every 2 s, and when they stop).
     for route, dc in zip(ROUTES, ("dc1", "dc2")):
         expected = (end_offsets(platform, dc, base), {"route topic"})
-        eventually(lambda: monitored(platform, dc, group_name("replicate", route)) == expected, 30,
-                   f"{group_name('replicate', route)} on {dc} to hold {expected}")
+        seen: list[object] = [None]
+
+        def holds() -> bool:
+            seen[0] = monitored(platform, dc, group_name("replicate", route))
+            return seen[0] == expected
+
+        try:
+            eventually(holds, 60, f"{group_name('replicate', route)} on {dc} to hold {expected}")
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}; it held {seen[0]}") from None
 
     records = read_records(platform, [base])
     landed = copies_of(records)
