@@ -221,3 +221,18 @@ def test_acl_plan_shows_an_acl_removed_by_hand_and_apply_restores_it(provisioned
     assert changes == [{"cluster": "vault", "principal": "User:shop", "change": "add", "detail": "WRITE on topic orders"}]
     assert _conveyor(platform_path, "acl", "apply").returncode == 0
     assert _plan(platform_path)[0] == 0
+
+
+def test_no_log_holds_a_password(provisioned: Platform):
+    """After everything above ran: the brokers' logs, their data (the metadata log keeps SCRAM
+    credentials salted) and anything else under the runtime home, outside the secrets' own files
+    and the nodes' configuration, never show the admin's or a service's password."""
+    material = local_security(provisioned.home)
+    secrets = [material.admin_password, material.keystore_password,
+               *(material.service_password(s) for s in ("shop", "billing"))]
+    kept = {material.secrets_file, material.principals_file, material.node_keystore, material.ca_key,
+            material.server_key}
+    logs = [p for p in provisioned.home.rglob("*") if p.is_file() and p not in kept and p.name != "server.properties"]
+    assert any(p.suffix == ".log" for p in logs), logs
+    leaked = [str(p) for p in logs if any(s.encode() in p.read_bytes() for s in secrets)]
+    assert leaked == []
