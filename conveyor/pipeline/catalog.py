@@ -6,6 +6,7 @@ Tables are ``lake.<namespace>.<table>``; the catalog's kind, address and warehou
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,8 +82,28 @@ def describe(platform: Platform) -> str:
 
 
 def require_catalog(spark: SparkSession, platform: Platform) -> None:
-    """Refuse to work on ``platform`` through a session whose catalog is another one."""
+    """Refuse to work on ``platform`` through a session whose catalog is another one; reach it."""
     for key, value in catalog_conf(platform).items():
         running = spark.conf.get(key, None)
         if running != value:
             raise SparkSetupError(f"the Spark session has {key}={running}, not {value} ({describe(platform)})")
+    _reach(spark, platform)
+
+
+def _reach(spark: SparkSession, platform: Platform, attempts: int = 3) -> None:
+    """List the catalog's namespaces, which makes Spark initialize the catalog. Two processes that
+    reach a new JDBC database at once race to create Iceberg's own tables in it and the loser
+    fails; Spark keeps no catalog that failed to initialize, so the next try finds the tables."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    for attempt in range(1, attempts + 1):
+        try:
+            spark.sql(f"SHOW NAMESPACES IN {CATALOG}").collect()
+            return
+        except (PySparkException, Py4JError) as err:
+            if attempt == attempts:
+                java = getattr(err, "java_exception", None)
+                raise SparkSetupError(f"cannot reach the {describe(platform)}: "
+                                      f"{str(java.toString() if java is not None else err).splitlines()[0]}") from err
+            time.sleep(attempt)

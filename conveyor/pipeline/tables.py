@@ -80,11 +80,24 @@ class Commit:
     run_id: str | None
 
 
+def _create_namespace(spark: SparkSession, namespace: str) -> None:
+    """Create ``namespace`` unless it exists. Iceberg's JDBC catalog reports two runs creating it at
+    once as an SQL error (a duplicate key) rather than "already exists": it exists either way."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    try:
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+    except (PySparkException, Py4JError):
+        if not spark.catalog.databaseExists(namespace):
+            raise
+
+
 def ensure_tables(spark: SparkSession, topic: str, columns: tuple[Column, ...]) -> None:
     """Create the topic's tables and the gaps table if missing; add columns a contract gained."""
     table = data_table(topic)
     for namespace in NAMESPACES:  # a Hadoop catalog makes folders; JDBC, REST and Hive need them declared
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.{namespace}")
+        _create_namespace(spark, f"{CATALOG}.{namespace}")
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table} ({table_columns_ddl(columns)}) USING iceberg "
         f"PARTITIONED BY (hours(event_time)) TBLPROPERTIES ({_properties_sql()})"

@@ -28,7 +28,9 @@ from conveyor.config import load_platform
 from conveyor.runtime import postgres
 from conveyor.runtime.postgres import PostgresLayout
 from tests.conftest import demo_event
-from tests.lakekit import lake_data, produce
+from conveyor.pipeline.lake import run_once
+from conveyor.pipeline.tables import current_commit, data_table
+from tests.lakekit import lake_case, lake_data, lake_folder, lake_spark, produce, rows_of  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -90,15 +92,22 @@ def _lake_run(path: Path, log: Path) -> subprocess.Popen[bytes]:
                                 stdout=out, stderr=out)
 
 
-def _landed_event_ids(server: PostgresLayout, warehouse: Path, topic: str) -> list[str]:
-    """The table as another client sees it: pyiceberg's SQL catalog on the same database."""
+def _read_back(server: PostgresLayout, warehouse: Path, topic: str) -> tuple[list[str], int]:
+    """The table as another client sees it (pyiceberg's SQL catalog on the same database): its
+    event_ids, and how many commits were written but lost to the other run (snapshots outside
+    main's ancestry)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     catalog = SqlCatalog("lake", uri=f"postgresql+psycopg2://{server.user}@127.0.0.1:{server.port}/{server.database}",
                          warehouse=str(warehouse))
     try:
-        rows = catalog.load_table(("events", topic)).scan(selected_fields=("event_id",)).to_arrow()
-        return rows.column("event_id").to_pylist()
+        table = catalog.load_table(("events", topic))
+        rows = table.scan(selected_fields=("event_id",)).to_arrow()
+        ancestry, snapshot = set(), table.current_snapshot()
+        while snapshot is not None:
+            ancestry.add(snapshot.snapshot_id)
+            snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+        return rows.column("event_id").to_pylist(), len({s.snapshot_id for s in table.snapshots()} - ancestry)
     finally:
         catalog.engine.dispose()
 
@@ -113,6 +122,7 @@ def test_racing_runs_on_the_jdbc_catalog_land_each_event_once_for_any_reader(
     rng = random.Random(seed)
     log = tmp_path / "runs.log"
     sent: list[str] = []
+    lost = 0
     for race in range(RACES):
         events = [demo_event(user_id=f"user-{rng.randrange(1000)}") for _ in range(rng.randint(40, 120))]
         produce(platform, topic, events)
@@ -121,11 +131,10 @@ def test_racing_runs_on_the_jdbc_catalog_land_each_event_once_for_any_reader(
         codes = [run.wait(600) for run in runs]
         context = f"seed {seed}, race {race + 1}/{RACES}"
         assert codes == [0, 0], (context, log.read_text()[-4000:])
-        landed = _landed_event_ids(postgres_server, tmp_path / "warehouse", topic)
+        landed, lost = _read_back(postgres_server, tmp_path / "warehouse", topic)
         assert len(landed) == len(sent), context
         assert sorted(landed) == sorted(sent), context
-    conflicts = log.read_text().count("another run committed first")
-    print(f"seed {seed}: {RACES} race(s), {conflicts} commit(s) lost to the other run and redone")
+    print(f"seed {seed}: {RACES} race(s), {lost} commit(s) of the rows lost to the other run and redone")
 
     done = subprocess.run([sys.executable, "-c", _STATUS_AND_AUDIT, str(paths[1])], capture_output=True, text=True,
                           timeout=600)
@@ -137,3 +146,32 @@ def test_racing_runs_on_the_jdbc_catalog_land_each_event_once_for_any_reader(
     hours = [h for h in report["audit"] if h["topic"] == topic]
     assert sum(h["landed"] for h in hours) == len(sent)
     assert sum(h["distinct"] for h in hours) == len(sent)
+
+
+def test_a_run_whose_commit_another_run_wins_lands_only_what_is_still_missing(lake_spark, lake_case):
+    """Deterministic race: a second run lands the range while the first is between reading its
+    positions and committing; the first run's commit is refused, it re-reads the positions and
+    lands only the events that arrived after the second run listed the partitions."""
+    case = lake_case(partitions=2, dedup_window="0s")
+    first = [demo_event() for _ in range(30)]
+    produce(case.platform, case.topic, first)
+    later = [demo_event() for _ in range(7)]
+    raced = []
+
+    def race(topic: str, step: str) -> None:
+        if step.startswith("reading") and not raced:  # positions read, nothing committed yet
+            raced.append(run_once(lake_spark, case.platform))
+            produce(case.platform, case.topic, later)
+
+    summary = run_once(lake_spark, case.platform, step=race)
+    (winner,) = raced
+    assert (winner.topics[0].landed, summary.topics[0].landed) == (30, 7)
+    landed = [r.event_id for r in rows_of(lake_spark, case.topic)]
+    assert sorted(landed) == sorted(e["event_id"] for e in first + later)
+    # The loser's refused commit is one snapshot off main: written, never visible.
+    table = data_table(case.topic)
+    snapshots = {r.snapshot_id for r in lake_spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").collect()}
+    main = {r.snapshot_id for r in lake_spark.sql(f"SELECT snapshot_id FROM {table}.history WHERE is_current_ancestor")
+            .collect()}
+    assert len(snapshots - main) == 1
+    assert current_commit(lake_spark, table).run_id == summary.run_id
