@@ -111,7 +111,7 @@ def test_at_least_once_mode_loses_nothing_through_worker_kills(provisioned, plat
         seen: list[object] = [None]
 
         def holds() -> bool:
-            seen[0] = monitored(platform, dc, group_name("replicate", route))
+            seen[0] = monitored(platform, dc, group_name("replicate", route), {base})
             return seen[0] == expected
 
         try:
