@@ -45,7 +45,7 @@ demo: setup
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
 	$(BIN)/conveyor pipeline lake --once
 	$(BIN)/conveyor pipeline audit
-	$(BIN)/conveyor gateway generate --rate 2000 --duration 100 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 90s; wait
+	$(BIN)/conveyor gateway generate --rate 2000 --duration 150 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 90s; wait
 	$(BIN)/conveyor status
 	$(BIN)/conveyor ops dashboard
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
