@@ -16,8 +16,6 @@ from conveyor.runtime.security import local_security
 class ServerTls:
     cert: Path
     key: Path
-    #: What clients must trust to verify ``cert``: the local CA's file, or None for the system's.
-    trust: Path | None
 
 
 def server_tls(platform: Platform, tls: Tls | None) -> ServerTls | None:
@@ -25,10 +23,8 @@ def server_tls(platform: Platform, tls: Tls | None) -> ServerTls | None:
     if tls is None:
         return None
     if tls.cert is not None and tls.key is not None:
-        return ServerTls(platform.resolve(tls.cert), platform.resolve(tls.key), None)
-    material = local_security(platform.home)
-    cert, key = material.server_certificate()
-    return ServerTls(cert, key, material.ca_cert)
+        return ServerTls(platform.resolve(tls.cert), platform.resolve(tls.key))
+    return ServerTls(*local_security(platform.home).server_certificate())
 
 
 def base_url(tls: Tls | None, port: int, host: str = "127.0.0.1") -> str:
