@@ -68,12 +68,16 @@ def bootstrap_servers(platform: Platform, cluster_name: str) -> str:
 def client_config(
     platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Connection settings of a cluster plus ``overrides``; the base of every client here."""
+    """Connection settings of a cluster plus ``overrides``; the base of every client here. A
+    platform acting as one of Conveyor's parts (``Platform.acting_as``) connects as that part."""
     cluster = platform.cluster(cluster_name)
+    part = platform.part
     config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers(platform, cluster_name)}
     if cluster.is_local and cluster.security == Security.sasl_ssl:
-        config.update(client_settings(local_security(platform.home)))
+        config.update(client_settings(local_security(platform.home), part.user if part else None))
     config.update({key: secret.get_secret_value() for key, secret in cluster.client.items()})
+    if part is not None:
+        config.update({key: secret.get_secret_value() for key, secret in cluster.credentials.get(part, {}).items()})
     config.update(overrides or {})
     return config
 

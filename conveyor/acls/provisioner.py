@@ -26,7 +26,8 @@ from confluent_kafka.admin import (
 )
 
 from conveyor import kafka
-from conveyor.acls.grants import Grant, Pattern, Resource, is_secured, principal, wanted_grants, wanted_users
+from conveyor.acls.grants import Grant, Pattern, Resource, is_secured, principal
+from conveyor.acls.parts import wanted
 from conveyor.acls.plan import AclPlan, plan_acls
 from conveyor.config import Platform
 from conveyor.errors import ConveyorError
@@ -84,8 +85,8 @@ def plan(platform: Platform, clusters: Iterable[str] | None = None, prune: bool 
             grants, users = live_grants(admin), live_users(admin)
         except KafkaException as exc:
             raise _failed(name, "reading ACLs and users", exc) from None
-        wanted = wanted_users(platform, name) if cluster.is_local else set()
-        plans.append(plan_acls(name, wanted_grants(platform, name), grants, wanted, users, prune,
+        want_grants, want_users = wanted(platform, name)
+        plans.append(plan_acls(name, want_grants, grants, want_users if cluster.is_local else set(), users, prune,
                                keep=frozenset({principal(ADMIN_USER)})))
     return plans
 

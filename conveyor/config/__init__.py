@@ -7,7 +7,7 @@ path inside the file: pydantic checks shapes and ranges (a module per section), 
 against each cluster's brokers, a route's clusters, the services a topic names).
 """
 
-from conveyor.config.clusters import Cluster, ClusterRole, ReplicationDefaults, Security
+from conveyor.config.clusters import Cluster, ClusterRole, Part, ReplicationDefaults, Security
 from conveyor.config.contract_files import ContractFileError, read_contract
 from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
@@ -22,7 +22,7 @@ from conveyor.config.units import DEFAULT_PLATFORM_FILE, parse_duration_ms, pars
 
 __all__ = [
     "Catalog", "DEFAULT_PLATFORM_FILE", "CleanupPolicy", "Cluster", "ClusterRole", "ConfigError", "ContractFileError",
-    "Dispatch", "FieldMatch", "Gateway", "Lake", "Ops", "OpsPanel", "Pipeline", "Platform", "Postgres",
+    "Dispatch", "FieldMatch", "Gateway", "Lake", "Ops", "OpsPanel", "Part", "Pipeline", "Platform", "Postgres",
     "Problem", "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode", "Route", "Runtime",
     "Security", "Service", "Spark", "Topic", "ViewMetric", "load_platform", "parse_duration_ms", "parse_platform",
     "parse_size_bytes", "read_contract",

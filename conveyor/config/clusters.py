@@ -22,6 +22,22 @@ class Security(str, Enum):
     sasl_ssl = "sasl_ssl"
 
 
+class Part(str, Enum):
+    """Conveyor's own parts. On a secured cluster each connects as its own principal,
+    ``User:conveyor-<part>``, with the ACLs of what it uses (conveyor.acls.parts)."""
+
+    gateway = "gateway"
+    replicator = "replicator"
+    dispatcher = "dispatcher"
+    lake = "lake"
+    realtime = "realtime"
+    ops = "ops"
+
+    @property
+    def user(self) -> str:
+        return f"conveyor-{self.value}"
+
+
 class ReplicationDefaults(Model):
     """Replication of topics on a cluster unless a topic says otherwise."""
 
@@ -41,6 +57,11 @@ class Cluster(Model):
     #: Extra librdkafka settings for reaching an existing cluster (security.protocol, sasl.*); any
     #: value may be ``${ENV_VAR}`` or ``file:PATH``, and all are masked when printed.
     client: dict[str, Secret] = Field(default_factory=dict)
+    #: Per part of Conveyor, settings that replace ``client``'s for its own identity on an existing
+    #: cluster (``sasl.username``, ``sasl.password``, ``ssl.certificate.location``...). A part not
+    #: named here connects with ``client``'s. Local secured clusters need none: `conveyor up` and
+    #: `conveyor acl apply` make each part's credentials.
+    credentials: dict[Part, dict[str, Secret]] = Field(default_factory=dict)
     replication: ReplicationDefaults = Field(default_factory=ReplicationDefaults)
     #: Writable clusters the gateway writes to, in order, while this one cannot take writes.
     failover: list[Name] = Field(default_factory=list)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
-from conveyor.config.clusters import Cluster, ClusterRole
+from conveyor.config.clusters import Cluster, ClusterRole, Part
 from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
 from conveyor.config.ops import Ops
@@ -33,6 +33,21 @@ class Platform(Model):
 
     #: Folder of the platform file; relative paths inside the file are relative to it.
     root: Path = Field(default=Path("."), exclude=True)
+    #: The part of Conveyor this copy serves (:meth:`acting_as`); None for the platform's admin work.
+    _part: Part | None = PrivateAttr(default=None)
+
+    def acting_as(self, part: Part) -> Platform:
+        """The platform as ``part`` uses it: every Kafka client made from the copy connects with the
+        part's own credentials (conveyor.kafka), so a secured cluster's ACLs bound what it can do."""
+        if self._part == part:
+            return self
+        copy = self.model_copy()
+        copy._part = part
+        return copy
+
+    @property
+    def part(self) -> Part | None:
+        return self._part
 
     def cluster(self, name: str) -> Cluster:
         try:

@@ -27,7 +27,7 @@ from confluent_kafka import KafkaException
 
 from conveyor import kafka
 from conveyor.auth import Forbidden, Unauthenticated
-from conveyor.config import Platform
+from conveyor.config import Part, Platform
 from conveyor.dispatch.access import Access
 from conveyor.dispatch.discovery import Membership
 from conveyor.dispatch.errors import AccessError, ForeignGroup, GroupInUse, NodeStopping, ReaderStopped
@@ -65,6 +65,7 @@ class DispatchNode:
     def __init__(self, platform: Platform, host: str = "127.0.0.1", port: int | None = None,
                  metrics_port: int | None = None, advertise: str | None = None,
                  metrics_host: str | None = None) -> None:
+        platform = platform.acting_as(Part.dispatcher)
         self.platform = platform
         self.cluster = dispatch_cluster(platform)
         self.host = host

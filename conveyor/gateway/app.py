@@ -30,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conveyor.auth import Authorizer
-from conveyor.config import Platform, read_contract
+from conveyor.config import Part, Platform, read_contract
 from conveyor.errors import Refusal
 from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
 from conveyor.gateway.bulkhead import Bulkheads
@@ -61,6 +61,7 @@ class Gateway:
     """Everything one gateway process holds; no I/O until :meth:`start`."""
 
     def __init__(self, platform: Platform, dc: str, source: str | None = None) -> None:
+        platform = platform.acting_as(Part.gateway)
         cluster = platform.cluster(dc)
         self.platform = platform
         self.dc = dc

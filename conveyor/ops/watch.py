@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
 
-from conveyor.config import Platform
+from conveyor.config import Part, Platform
 from conveyor.ops.alerts import Alert, group_alerts, health_alert, replication_gap_alert, sampling_alert, sort_alerts
 from conveyor.ops.errors import SampleError
 from conveyor.ops.health import (
@@ -229,6 +229,7 @@ class Watcher:
     def __init__(self, platform: Platform, clusters: Sequence[str] | None = None) -> None:
         """``clusters``: only these (default: every cluster of the platform)."""
         check_metrics_config(platform)
+        platform = platform.acting_as(Part.ops)
         self.platform = platform
         self.interval = platform.ops.interval
         self.scraper = Scraper(verify=trusted(platform))  # components may serve HTTPS (conveyor.tls)

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from functools import partial, reduce
 from typing import TYPE_CHECKING
 
-from conveyor.config import Platform
+from conveyor.config import Part, Platform
 from conveyor.pipeline import guard
 from conveyor.pipeline.errors import LakeConfigError, LakeConflictError, spark_failures
 from conveyor.pipeline.kafka_source import list_watermarks, read_range
@@ -348,6 +348,7 @@ def run_once(
 ) -> RunSummary:
     """One bounded run over ``topics`` (default: the lake's topics); other runs may work beside it
     (see conveyor.pipeline.guard)."""
+    platform = platform.acting_as(Part.lake)
     require_catalog(spark, platform)
     chosen = lake_topics(platform, topics)
     run_id = uuid.uuid4().hex

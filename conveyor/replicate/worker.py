@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from conveyor import kafka
-from conveyor.config import CleanupPolicy, Platform, Topic
+from conveyor.config import CleanupPolicy, Part, Platform, Topic
 from conveyor.errors import ConveyorError
 from conveyor.replicate import plan
 from conveyor.replicate.copier import BucketCopier, RouteState
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 class Worker:
     def __init__(self, platform: Platform, route_name: str, worker_id: str | None = None) -> None:
+        platform = platform.acting_as(Part.replicator)
         if route_name not in platform.routes:
             raise UnknownRoute(f"no route {route_name} in the platform file (routes: {', '.join(platform.routes)})")
         self.route = platform.routes[route_name]

@@ -13,6 +13,7 @@ client reads them from here.
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import ipaddress
 import json
 import os
@@ -97,11 +98,14 @@ class LocalSecurity:
     def service_password(self, service: str) -> str:
         """The SCRAM password of a service's principal on the local secured clusters, made the
         first time it is asked for."""
-        known = json.loads(self.principals_file.read_text()) if self.principals_file.exists() else {}
-        if service not in known:
-            known[service] = secrets.token_urlsafe(24)
-            _write_private(self.principals_file, json.dumps(known).encode())
-        return known[service]
+        # Several processes (a gateway, a lake run, `acl apply`) may ask at once: one at a time.
+        with open(self.dir / ".principals.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            known = json.loads(self.principals_file.read_text()) if self.principals_file.exists() else {}
+            if service not in known:
+                known[service] = secrets.token_urlsafe(24)
+                _write_private(self.principals_file, json.dumps(known).encode())
+            return known[service]
 
     def ensure(self) -> None:
         """Make the CA, the nodes' key store and the passwords unless they exist already."""
@@ -123,13 +127,14 @@ def local_security(home: Path) -> LocalSecurity:
     return LocalSecurity(home / "security")
 
 
-def client_settings(material: LocalSecurity) -> dict[str, str]:
-    """librdkafka settings of the platform's admin client on a secured local cluster."""
+def client_settings(material: LocalSecurity, user: str | None = None) -> dict[str, str]:
+    """librdkafka settings of ``user`` (a service or one of Conveyor's parts) on a secured local
+    cluster; without a user, of the platform's admin."""
     return {
         "security.protocol": "SASL_SSL",
         "sasl.mechanisms": SCRAM_MECHANISM,
-        "sasl.username": ADMIN_USER,
-        "sasl.password": material.admin_password,
+        "sasl.username": user or ADMIN_USER,
+        "sasl.password": material.service_password(user) if user else material.admin_password,
         "ssl.ca.location": str(material.ca_cert),
     }
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from conveyor.config import Platform
+from conveyor.config import Part, Platform
 from conveyor.ops.kafka_tools import KafkaTools
 from conveyor.ops.throttle.policy import Action, Decision, Round, ThrottlePolicy, decide
 from conveyor.ops.throttle.signals import SignalReader
@@ -68,6 +68,7 @@ class ThrottleController:
     def __init__(self, platform: Platform, cluster: str, policy: ThrottlePolicy,
                  tools: KafkaTools | None = None, metrics: ThrottleMetrics | None = None,
                  on_decision: Callable[[Decision], None] | None = None) -> None:
+        platform = platform.acting_as(Part.ops)
         self.platform, self.cluster, self.policy = platform, cluster, policy
         self.tools = tools or KafkaTools(platform, cluster)
         self.metrics = metrics or ThrottleMetrics()

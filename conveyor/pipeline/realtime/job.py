@@ -30,7 +30,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
-from conveyor.config import Platform, RealtimeView
+from conveyor.config import Part, Platform, RealtimeView
 from conveyor.gctune import tune_for_throughput
 from conveyor.pipeline.errors import PipelineError, spark_failures
 from conveyor.pipeline.kafka_source import java_client_options, source_cluster
@@ -198,6 +198,7 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
         stop: threading.Event, seconds: float | None = None, available_now: bool = False) -> None:
     """Run the query until ``stop`` is set, ``seconds`` have passed, or (``available_now``) it has
     read everything; a failure inside Spark becomes a RunFailedError (the checkpoint replays it)."""
+    platform = platform.acting_as(Part.realtime)
     with spark_failures(f"real-time job {job_id(views)} (restart it: the checkpoint replays the failed batch)"):
         writer = BatchWriter(platform, views, metrics)
         # The checkpoint is the position; the monitoring group shows it to ops after every batch.
