@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section, console,
@@ -74,6 +75,8 @@ def generate(
     duration: Annotated[float, typer.Option(min=1, help="Seconds to run.")] = 60,
     topic: Annotated[str, typer.Option(help="Topic to publish to.")] = "ad-events",
     batch: Annotated[int, typer.Option(min=1, help="Events per request.")] = 200,
+    in_flight: Annotated[int, typer.Option("--in-flight", min=1, max=256,
+                                           help="Requests awaiting their answers at once, over all gateways.")] = 16,
     url: Annotated[list[str] | None, typer.Option(help="Gateway URL (repeatable; default: every local "
                                                        "gateway's default address).")] = None,
     token: Annotated[str, typer.Option(envvar="CONVEYOR_TOKEN", help="The publishing service's token.")] = "",
@@ -85,7 +88,7 @@ def generate(
     through the gateways at a steady rate, and print what was accepted and how fast. Each run sends
     new event ids unless `--seed` repeats a run: the lake keeps one event per id."""
     from conveyor.gateway.client import Publisher
-    from conveyor.gateway.generate import AdTraffic, run
+    from conveyor.gateway.generate import AdTraffic, run, shortfall
 
     if not token:
         raise typer.BadParameter("give the publishing service's token (--token or CONVEYOR_TOKEN)")
@@ -100,16 +103,19 @@ def generate(
                   console=console if output is OutputFormat.table else err_console, transient=True) as progress:
         task = progress.add_task("events", total=int(rate * duration))
         result = run(publishers, topic, rate, duration, batch, traffic,
-                     progress=lambda done, total: progress.update(task, completed=done))
+                     progress=lambda done, total: progress.update(task, completed=done), in_flight=in_flight)
     for publisher in publishers:
         publisher.close()
-    latencies = sorted(result.batch_latencies)
+    p50, p99 = result.quantile(0.5), result.quantile(0.99)
     row = {"accepted": result.accepted, "seconds": result.seconds, "events_per_s": result.rate,
-           "batch_p50_ms": latencies[len(latencies) // 2] * 1000 if latencies else None,
-           "batch_p99_ms": latencies[int(len(latencies) * 0.99)] * 1000 if latencies else None}
+           "batch_p50_ms": p50 * 1000 if p50 is not None else None,
+           "batch_p99_ms": p99 * 1000 if p99 is not None else None}
     columns = (Column("accepted"), Column("seconds", cell=lambda r: f"{r['seconds']:.1f}"),
                Column("events/s", cell=lambda r: f"{r['events_per_s']:,.0f}"),
                *(Column(f"batch {q}", cell=lambda r, q=q: "" if r[f"batch_{q}_ms"] is None else f"{r[f'batch_{q}_ms']:.1f} ms")
                  for q in ("p50", "p99")))
+    why = shortfall(result)
     render(output, Section("runs", f"generated {topic} through {len(urls)} gateway(s)", columns, [row]),
-           topic=topic, gateways=urls, seed=traffic.seed)
+           topic=topic, gateways=urls, seed=traffic.seed, asked_rate=rate, in_flight=in_flight, shortfall=why)
+    if why:
+        err_console.print(f"[yellow]{escape(why)}[/]", soft_wrap=True, highlight=False)

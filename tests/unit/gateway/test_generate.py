@@ -45,8 +45,8 @@ def test_two_runs_without_a_seed_send_disjoint_event_ids():
 
 def test_two_runs_with_the_same_seed_send_the_same_event_ids():
     first, second = ids_of_run(AdTraffic(seed=12345)), ids_of_run(AdTraffic(seed=12345))
-    shared = min(len(first), len(second))  # runs are timed, so one may send a batch more
-    assert first[:shared] == second[:shared]
+    # Batches are answered in any order (several await answers at once); the events are the same.
+    assert set(first) == set(second)
     assert set(ids_of_run(AdTraffic(seed=12346))).isdisjoint(first)
 
 
@@ -74,5 +74,4 @@ def test_the_command_prints_a_new_seed_each_run_and_seed_repeats_a_run(generate)
     assert first and second and not set(first) & set(second)
     again_output, again = generate("--seed", seeds[0][1])
     assert f"seed {seeds[0][1]};" in again_output
-    shared = min(len(first), len(again))
-    assert shared and again[:shared] == first[:shared]
+    assert again and set(again) == set(first)
