@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from conveyor.config import Platform, Security
 from conveyor.errors import ConveyorError
+from conveyor.kafka_logs import LIBRDKAFKA
 from conveyor.runtime.layout import plan_layout
 from conveyor.runtime.security import client_settings, local_security
 
@@ -85,7 +86,8 @@ def client_config(
 def producer_config(
     platform: Platform, cluster_name: str, client_id: str, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    return client_config(platform, cluster_name, {**PRODUCER_DEFAULTS, "client.id": client_id, **(overrides or {})})
+    return client_config(platform, cluster_name, {**PRODUCER_DEFAULTS, "client.id": client_id, "logger": LIBRDKAFKA,
+                                                  **(overrides or {})})
 
 
 def consumer_config(
@@ -98,7 +100,7 @@ def consumer_config(
     return client_config(
         platform,
         cluster_name,
-        {**CONSUMER_DEFAULTS, "group.id": group, "client.id": client_id, **(overrides or {})},
+        {**CONSUMER_DEFAULTS, "group.id": group, "client.id": client_id, "logger": LIBRDKAFKA, **(overrides or {})},
     )
 
 
@@ -128,11 +130,13 @@ def share_consumer(
     """A KIP-932 share consumer that acknowledges each record explicitly: a record is done only
     when the caller says so (librdkafka's default, implicit mode, accepts a batch on the next poll)."""
     return ShareConsumer(client_config(platform, cluster_name, {
-        "group.id": group, "client.id": client_id, "share.acknowledgement.mode": "explicit", **(overrides or {})}))
+        "group.id": group, "client.id": client_id, "share.acknowledgement.mode": "explicit", "logger": LIBRDKAFKA,
+        **(overrides or {})}))
 
 
 def admin(platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None) -> AdminClient:
     """An admin client. Keep it referenced until its futures resolve: librdkafka fails the pending
     requests of a destroyed handle (_DESTROY), which a chained ``admin(...).create_topics(...)`` does."""
     # librdkafka logs an informational line for every admin client torn down with queued events.
-    return AdminClient(client_config(platform, cluster_name, {"log_level": 4, **(overrides or {})}))
+    return AdminClient(client_config(platform, cluster_name, {"log_level": 4, "logger": LIBRDKAFKA,
+                                                              **(overrides or {})}))

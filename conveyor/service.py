@@ -157,6 +157,8 @@ def setup_logging(level: str | None = None, fmt: LogFormat = "text") -> None:
     root.handlers[:] = [handler]
     root.setLevel((level or "WARNING").upper())
     logging.getLogger("conveyor").setLevel(logging.NOTSET if level else logging.INFO)
+    # librdkafka's own lines (conveyor.kafka_logs) are a library's: its INFO is connection chatter.
+    logging.getLogger("conveyor.librdkafka").setLevel(logging.NOTSET if level else logging.WARNING)
 
 
 def wait_healthy(url: str, timeout: float, alive: Callable[[], bool] = lambda: True,
