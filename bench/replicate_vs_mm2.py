@@ -64,8 +64,8 @@ def _create(platform: Platform, cluster: str, topics: list[str], partitions: int
         future.result()
 
 
-def _preload(platform: Platform, topic: str, records: int) -> None:
-    producer = kafka.producer(platform, "dc1", "bench-preload", {"queue.buffering.max.messages": 1_000_000})
+def _preload(platform: Platform, topic: str, records: int, cluster: str = "dc1") -> None:
+    producer = kafka.producer(platform, cluster, "bench-preload", {"queue.buffering.max.messages": 1_000_000})
     for i in range(records):
         while True:
             try:
@@ -76,8 +76,8 @@ def _preload(platform: Platform, topic: str, records: int) -> None:
     assert producer.flush(300) == 0
 
 
-def _start_ours(platform_file: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "conveyor", "replicate", "worker", "--route", ROUTE,
+def _start_ours(platform_file: Path, log: Path, route: str = ROUTE) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "conveyor", "replicate", "worker", "--route", route,
                              "--platform", str(platform_file)], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
 
 
@@ -109,14 +109,15 @@ def _start_mm2(platform: Platform, local: LocalPlatform, tmp: Path) -> subproces
                             stdout=open(tmp / "mm2.log", "wb"), stderr=subprocess.STDOUT)
 
 
-def _copied_ours(platform: Platform, topic: str, partitions: int) -> int:
+def _copied_ours(platform: Platform, topic: str, partitions: int, route: str = ROUTE) -> int:
     """The next offsets the replicator committed for ``topic`` (0 until the worker made its route topic)."""
-    if plan.route_topic(ROUTE) not in kafka.admin(platform, "central").list_topics(timeout=10).topics:
+    spec = platform.routes[route]
+    if plan.route_topic(route) not in kafka.admin(platform, spec.destination).list_topics(timeout=10).topics:
         return 0
-    state = RouteState(platform, ROUTE, platform.routes[ROUTE], "bench", ReplicateMetrics())
+    state = RouteState(platform, route, spec, "bench", ReplicateMetrics())
     stored: dict[SourcePartition, int] = {}
     try:
-        for bucket in range(platform.routes[ROUTE].buckets):
+        for bucket in range(spec.buckets):
             stored.update(read_bucket_offsets(state, bucket))
     except KafkaException:  # the route topic is new and its leaders not elected yet: ask again
         return 0
