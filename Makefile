@@ -31,7 +31,8 @@ system-deps:
 	@command -v mvn >/dev/null 2>&1 || { echo "mvn is required to resolve Kafka's jars"; exit 1; }
 
 # The demo platform end to end: clusters up, topics everywhere, a round trip through each cluster,
-# a gateway per data centre and realistic ad traffic through both.
+# a gateway per data centre and realistic ad traffic through both. Every component serves its
+# metrics where platform.yaml's ops.components says, so the dashboard's panels fill.
 demo: setup
 	$(BIN)/conveyor up
 	$(BIN)/conveyor topics apply
@@ -39,13 +40,13 @@ demo: setup
 	$(BIN)/conveyor smoke
 	$(BIN)/conveyor gateway start --dc dc1
 	$(BIN)/conveyor gateway start --dc dc2
-	$(BIN)/conveyor replicate start --route dc1-central
-	$(BIN)/conveyor replicate start --route dc2-central
+	$(BIN)/conveyor replicate start --route dc1-central --metrics-port 18181
+	$(BIN)/conveyor replicate start --route dc2-central --metrics-port 18182
 	$(BIN)/conveyor gateway generate --rate 2000 --duration 20 --token demo-adserver-token
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
-	$(BIN)/conveyor pipeline lake --once
+	$(BIN)/conveyor pipeline lake --once --metrics-file .conveyor/metrics/lake.prom
 	$(BIN)/conveyor pipeline audit
-	$(BIN)/conveyor gateway generate --rate 2000 --duration 150 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 90s; wait
+	$(BIN)/conveyor gateway generate --rate 2000 --duration 150 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 90s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; wait
 	$(BIN)/conveyor status
 	$(BIN)/conveyor ops dashboard
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"

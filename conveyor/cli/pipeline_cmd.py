@@ -257,6 +257,9 @@ def realtime(
         "--metrics-port", envvar="CONVEYOR_REALTIME_METRICS_PORT", help="Serve /metrics and /healthz on this port.")]
         = None,
     metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
+    metrics_file: Annotated[Path | None, typer.Option(
+        "--metrics-file", envvar="CONVEYOR_REALTIME_METRICS_FILE",
+        help="After each batch, write the metrics here (node_exporter textfile format).")] = None,
     run_for: Annotated[str | None, typer.Option(
         "--for", envvar="CONVEYOR_REALTIME_FOR", help="Stop after this long (60s, 10m) and print the latency.")] = None,
     available_now: Annotated[bool, typer.Option(
@@ -285,7 +288,7 @@ def realtime(
             "realtime": model.pipeline.realtime.model_copy(update={"starting_offsets": start_from.value})})})
     chosen = job_views(model, views)  # refuse unknown views before Spark starts
     spark = start_spark(model, "conveyor-realtime")
-    metrics = RealtimeMetrics()
+    metrics = RealtimeMetrics(metrics_file)
 
     def stream(stop: threading.Event) -> int:
         started = time.monotonic()

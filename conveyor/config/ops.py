@@ -23,16 +23,20 @@ class OpsPanel(Model):
     title: str = Field(min_length=1)
     #: Metric family names, or globs over them (``conveyor_replicate_*lag*``); each label set is a series.
     metrics: list[str] = Field(min_length=1)
+    #: Keep only these labels: series that differ in the others are summed (gauges, counter rates,
+    #: histogram buckets before the p99), as Prometheus' ``sum by``; None keeps every label.
+    by: list[str] | None = None
 
 
 def _default_panels() -> dict[str, OpsPanel]:
-    return {name: OpsPanel(title=title, metrics=metrics) for name, title, metrics in (
+    return {name: OpsPanel(title=title, metrics=metrics, by=by[0] if by else None) for name, title, metrics, *by in (
         ("gateway", "Gateway: events accepted and request time",
          ["conveyor_gateway_events_accepted", "conveyor_gateway_request_seconds"]),
-        ("replication", "Replication lag and latency", ["conveyor_replicate_*lag*", "conveyor_replicate_*latency*"]),
-        ("lake", "Lake completeness and audit per hour",
-         ["conveyor_lake_rows_landed", "conveyor_lake_gaps", "conveyor_lake_lost_records", "conveyor_lake_*complete*",
-          "conveyor_audit_*"]),
+        ("replication", "Replication lag and latency per route",
+         ["conveyor_replicate_*lag*", "conveyor_replicate_*latency*"], ["route"]),
+        ("lake", "Lake completeness per hour, rows landed, gaps",
+         ["conveyor_lake_rows_landed", "conveyor_lake_gaps", "conveyor_lake_lost_records",
+          "conveyor_lake_*complete*", "conveyor_audit_*"]),
         ("dispatch", "Dispatcher backlog", ["conveyor_dispatch_*backlog*"]),
         ("realtime", "Real-time view latency", ["conveyor_realtime_*latency*"]),
         ("throttle", "Throttled consumers and busy brokers",

@@ -109,8 +109,10 @@ def panel_json(p: PanelView) -> dict[str, Any]:
     return {
         "name": p.name, "title": p.title, "more": p.more,
         "down": [{"component": c, "error": e} for c, e in p.down],
+        "written": [{"component": c, "at_ms": int(at * 1000)} for c, at in p.written],
         "series": [{"component": s.component, "metric": s.metric, "labels": s.labels, "unit": s.unit,
-                    "value": _num(s.value), "history": [[at, _num(v)] for at, v in s.history]} for s in p.series],
+                    "value": _num(s.value), "history": [[at, _num(v)] for at, v in s.history],
+                    "strip": [[hour, _num(v)] for hour, v in s.strip]} for s in p.series],
     }
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -69,6 +70,25 @@ def fetch(client: httpx.Client, url: str) -> tuple[Family, ...]:
     return parse_page(response.text)
 
 
+#: A component's page may be a file: a batch job's last figures (node_exporter's textfile format).
+FILE = "file:"
+
+
+def component_url(platform: Platform, url: str) -> str:
+    """``url`` with a relative ``file:`` path made absolute against the platform file's folder."""
+    if not url.startswith(FILE):
+        return url
+    return FILE + str(platform.resolve(Path(url.removeprefix(FILE).removeprefix("//"))))
+
+
+def read_file_page(url: str) -> tuple[tuple[Family, ...], float]:
+    """The page in the file of a ``file:`` URL and when it was written (epoch seconds). Raises
+    OSError or ValueError."""
+    path = Path(url.removeprefix(FILE))
+    written = path.stat().st_mtime
+    return parse_page(path.read_text()), written
+
+
 def _read(client: httpx.Client, target: Target) -> BrokerReading:
     at_ms = time.time_ns() // 1_000_000
     try:
@@ -93,11 +113,17 @@ class Scraper:
 
     def pages(self, urls: Sequence[str]) -> list[tuple[Family, ...] | str]:
         """Each page parsed, or the reason it could not be read."""
-        def one(url: str) -> tuple[Family, ...] | str:
+        return [page for page, _ in self.pages_written(urls)]
+
+    def pages_written(self, urls: Sequence[str]) -> list[tuple[tuple[Family, ...] | str, float | None]]:
+        """Each page parsed (or the reason it could not be read), with when a file page was written."""
+        def one(url: str) -> tuple[tuple[Family, ...] | str, float | None]:
             try:
-                return fetch(self.client, url)
-            except (httpx.HTTPError, ValueError) as exc:
-                return f"{type(exc).__name__}: {exc}"
+                if url.startswith(FILE):
+                    return read_file_page(url)
+                return fetch(self.client, url), None
+            except (httpx.HTTPError, OSError, ValueError) as exc:
+                return f"{type(exc).__name__}: {exc}", None
         return list(self.pool.map(one, urls))
 
     def close(self) -> None:

@@ -37,7 +37,7 @@ from conveyor.ops.notify import WebhookNotifier
 from conveyor.ops.panels import PanelTracker, PanelView
 from conveyor.ops.rewind import OffsetFinding, RewindPolicy
 from conveyor.ops.sampler import SamplerProcess
-from conveyor.ops.scrape import Scraper, check_metrics_config, metrics_targets
+from conveyor.ops.scrape import Scraper, check_metrics_config, component_url, metrics_targets
 from conveyor.ops.offset_manager import OffsetManagerPolicy, assess_offset_manager
 from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, RewindEvidence
 from conveyor.ops.traffic import TopicRates, TrafficPolicy, assess_traffic, topic_rates
@@ -238,7 +238,7 @@ class Watcher:
         names = list(clusters) if clusters else list(platform.clusters)
         self.clusters = [ClusterWatch(platform, name, self.scraper) for name in names]
         self.panels = PanelTracker(platform.ops.panels, platform.ops.history)
-        self.components = dict(platform.ops.components)
+        self.components = {name: component_url(platform, url) for name, url in platform.ops.components.items()}
         self.state: OpsState | None = None
         self.cycles = 0
         self.cycle_errors = 0
@@ -251,7 +251,9 @@ class Watcher:
         reports = tuple(self._pool.map(lambda c: c.cycle(), self.clusters))
         at = now_ms()
         if self.components:
-            self.panels.push(at, dict(zip(self.components, self.scraper.pages(list(self.components.values())))))
+            read = self.scraper.pages_written(list(self.components.values()))
+            self.panels.push(at, {name: page for name, (page, _) in zip(self.components, read)},
+                             {name: written for name, (_, written) in zip(self.components, read) if written})
         self.state = OpsState(self.platform.name, at, self.interval, reports, self.panels.views())
         if self.notifier is not None:
             self.notifier.update((alert for report in reports for alert in report.alerts), at)

@@ -6,8 +6,9 @@ from collections import Counter as Tally
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
 from conveyor.pipeline.realtime.deltas import quantiles
 
@@ -38,7 +39,10 @@ class BatchReport:
 
 
 class RealtimeMetrics:
-    def __init__(self) -> None:
+    def __init__(self, file: Path | None = None) -> None:
+        """``file``: after each batch, write the metrics there (node_exporter's textfile format), so
+        the last batch's figures outlive a bounded run (ops reads such a file as a component)."""
+        self.file = file
         self.registry = registry = CollectorRegistry()
         self.batches = Counter("conveyor_realtime_batches", "Micro-batches written, by attempt (first, replay).",
                                ["attempt"], registry=registry)
@@ -86,6 +90,9 @@ class RealtimeMetrics:
         self.run_latencies.update(report.latencies)
         self.reports.append(report)
         self.observed_at.append(time.monotonic())
+        if self.file is not None:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            write_to_textfile(str(self.file), self.registry)
 
     def run_latency(self) -> dict[float, float]:
         """Quantiles over every event applied since the job started."""

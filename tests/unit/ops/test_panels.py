@@ -112,3 +112,67 @@ def test_a_panel_shows_at_most_max_series():
     tracker.push(T0, {"lake": parse_page(f"# TYPE conveyor_lake_rows gauge\n{lines}\n")})
     lake = next(v for v in tracker.views() if v.name == "lake")
     assert len(lake.series) == MAX_SERIES and lake.more == 5
+
+
+REPLICATOR = """# TYPE conveyor_replicate_lag_records gauge
+conveyor_replicate_lag_records{{route="dc1-central",topic="ad-events",partition="0"}} {a}
+conveyor_replicate_lag_records{{route="dc1-central",topic="ad-events",partition="1"}} {b}
+conveyor_replicate_lag_records{{route="dc1-central",topic="clicks",partition="0"}} 5
+# TYPE conveyor_replicate_latency_seconds histogram
+conveyor_replicate_latency_seconds_bucket{{route="dc1-central",le="0.1"}} {fast}
+conveyor_replicate_latency_seconds_bucket{{route="dc1-central",le="1.0"}} {all}
+conveyor_replicate_latency_seconds_bucket{{route="dc1-central",le="+Inf"}} {all}
+conveyor_replicate_latency_seconds_count{{route="dc1-central"}} {all}
+conveyor_replicate_latency_seconds_sum{{route="dc1-central"}} 10
+"""
+
+
+def test_a_panel_by_route_sums_the_partitions_of_each_route():
+    tracker = PanelTracker({"replication": OpsPanel(title="Replication", metrics=["conveyor_replicate_*"],
+                                                    by=["route"])})
+    tracker.push(T0, {"replicate-dc1": parse_page(REPLICATOR.format(a=10, b=20, fast=0, all=100))})
+    tracker.push(T0 + 5000, {"replicate-dc1": parse_page(REPLICATOR.format(a=1, b=2, fast=50, all=200))})
+    (view,) = tracker.views()
+    series = {s.metric: s for s in view.series}
+    assert series["conveyor_replicate_lag_records"].labels == "route=dc1-central"
+    assert [v for _, v in series["conveyor_replicate_lag_records"].history] == [35, 8]
+    # The second scrape's 100 observations: 50 under 0.1 s, all under 1 s -> p99 interpolated in (0.1, 1].
+    assert series["conveyor_replicate_latency_seconds"].value == pytest.approx(0.1 + 0.9 * (99 - 50) / 50)
+
+
+def test_a_sum_with_an_unknown_part_is_unknown():
+    values = series_values(parse_page("# TYPE x_total counter\nx_total{p=\"0\"} 5\nx_total{p=\"1\"} 5\n")[0],
+                           parse_page("# TYPE x_total counter\nx_total{p=\"0\"} 1\n")[0], 2.0, keep=[])
+    assert values == {(): None}
+
+
+LAKE = """# TYPE conveyor_lake_hour_complete gauge
+conveyor_lake_hour_complete{{topic="ad-events",hour="2026-05-01T10:00Z"}} 1
+conveyor_lake_hour_complete{{topic="ad-events",hour="2026-05-01T11:00Z"}} {eleven}
+conveyor_lake_hour_complete{{topic="clicks",hour="2026-05-01T11:00Z"}} 0
+"""
+
+
+def test_series_with_an_hour_label_make_a_strip_per_other_labels_with_the_latest_value_of_each_hour():
+    tracker = PanelTracker({"lake": OpsPanel(title="Lake", metrics=["conveyor_lake_*"])})
+    tracker.push(T0, {"lake": parse_page(LAKE.format(eleven=0))}, {"lake": T0 / 1000 - 60})
+    tracker.push(T0 + 5000, {"lake": parse_page(LAKE.format(eleven=1))}, {"lake": T0 / 1000})
+    (view,) = tracker.views()
+    strips = {s.labels: s.strip for s in view.series}
+    assert strips == {"topic=ad-events": (("2026-05-01T10:00Z", 1.0), ("2026-05-01T11:00Z", 1.0)),
+                      "topic=clicks": (("2026-05-01T11:00Z", 0.0),)}
+    assert view.written == (("lake", T0 / 1000),)
+
+
+def test_a_file_component_is_read_with_the_time_it_was_written(tmp_path):
+    from conveyor.ops.scrape import Scraper
+
+    page_file = tmp_path / "lake.prom"
+    page_file.write_text(LAKE.format(eleven=1))
+    scraper = Scraper()
+    try:
+        (found, written), (missing, never) = scraper.pages_written([f"file:{page_file}", f"file:{tmp_path}/none"])
+    finally:
+        scraper.close()
+    assert [f.name for f in found] == ["conveyor_lake_hour_complete"] and written == page_file.stat().st_mtime
+    assert isinstance(missing, str) and "FileNotFoundError" in missing and never is None
