@@ -2,15 +2,23 @@
 
 Every lake test lands its own topic (created on central, declared with the ad-events contract in a
 platform file of its own) into one warehouse shared by the session, so one Spark session serves
-all of them. Spark starts once per test process; the chaos test runs its jobs as separate processes.
+all of them. Spark starts once per test process; the chaos tests run their jobs as separate
+processes (:func:`killed_runs`) while :class:`ChaosTraffic` keeps events arriving.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +31,7 @@ from conveyor import kafka
 from conveyor.config import Platform, load_platform
 from conveyor.pipeline.spark import spark_session
 from conveyor.pipeline.tables import data_table, quarantine_table
+from tests.conftest import demo_event, platform_variant
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "contracts" / "ad-events.schema.json"
@@ -84,8 +93,7 @@ def lake_case(platform_data: dict[str, Any], platform_file: Path, lake_folder: P
         topic = topic_factory("central", partitions, config)
         path = lake_folder / f"platform-{topic}.yaml"
         data = lake_data(platform_data, platform_file, lake_folder, topic, partitions, lake)
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        return LakeCase(load_platform(path), path, topic)
+        return LakeCase(platform_variant(data, path), path, topic)
 
     return make
 
@@ -151,8 +159,7 @@ def gateway_lake_case(platform_data: dict[str, Any], folder: Path, contracts: It
     if realtime is not None:
         data["pipeline"]["realtime"] = realtime(topics)
     path = folder / f"platform-{next(iter(topics.values()))}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    platform = load_platform(path)
+    platform = platform_variant(data, path)
     from confluent_kafka.admin import NewTopic
 
     admin = kafka.admin(platform, "dc1")
@@ -165,3 +172,143 @@ def drop_topics(case: GatewayLakeCase) -> None:
     admin = kafka.admin(case.platform, "dc1")
     for future in admin.delete_topics(list(case.topics.values())).values():
         future.result(30)
+
+
+#: Every this many events, the chaos traffic sends one record that is not JSON, so the quarantine's
+#: commit is killed too.
+BAD_EVERY = 25
+
+
+class ChaosTraffic:
+    """Produces events (and every BAD_EVERY-th record not JSON) to the case's topic on central until
+    stopped, BAD_EVERY events every ``pause`` seconds at most; remembers every acknowledged one."""
+
+    def __init__(self, case: LakeCase, pause: float = 0.05) -> None:
+        self.case, self.pause = case, pause
+        self.good: list[str] = []
+        self.bad: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, err: Any, message: Any) -> None:
+        assert err is None, err
+        value = message.value()
+        if value.startswith(b"broken-"):
+            self.bad.append(value)
+        else:
+            self.good.append(orjson.loads(value)["event_id"])
+
+    def _run(self) -> None:
+        producer = kafka.producer(self.case.platform, "central", "lake-chaos-traffic")
+        n = 0
+        while not self._stop.is_set():
+            for i in range(BAD_EVERY):
+                event = demo_event(user_id=f"user-{n + i}")
+                producer.produce(self.case.topic, orjson.dumps(event), key=event["user_id"].encode(),
+                                 on_delivery=self._delivered)
+            producer.produce(self.case.topic, f"broken-{n}".encode(), on_delivery=self._delivered)
+            producer.poll(0)
+            n += BAD_EVERY
+            self._stop.wait(self.pause)
+        assert producer.flush(60) == 0
+
+    def __enter__(self) -> ChaosTraffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(90)
+        assert not self._thread.is_alive()
+
+
+def lake_process(path: Path, log: Path) -> subprocess.Popen:
+    """``conveyor pipeline lake --once`` on ``path``, as its own process group: a kill of the group
+    takes the Python driver and its JVM together, as a lost machine would."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "conveyor", "pipeline", "lake", "--once", "--platform", str(path)],
+            stdout=out, stderr=out, start_new_session=True, cwd=log.parent,
+        )
+
+
+def kill_driver(process: subprocess.Popen) -> bool:
+    """SIGKILL the run's driver (its process group); True: the run is dead."""
+    os.killpg(process.pid, signal.SIGKILL)
+    return True
+
+
+@dataclass(frozen=True)
+class Kill:
+    """What a chaos run kills: ``strike(process)`` at the drawn moment; it returns True when it hit
+    the run, False when the run ended before there was anything to kill."""
+
+    name: str
+    strike: Callable[[subprocess.Popen], bool]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    kill: str
+    #: Seconds after the run's start the kill was aimed at.
+    delay: float
+    #: The kill hit the run (False: the run finished first and does not count).
+    hit: bool
+    returncode: int
+
+
+def killed_runs(path: Path, log: Path, rng: random.Random, kills: Sequence[Kill],
+                timeout: float = 600) -> list[RunOutcome]:
+    """Lake runs of ``path``, each struck by the next of ``kills`` at a moment drawn from ``rng``
+    within the time a whole run takes, until every kill has hit a run.
+
+    One full run first measures that time. A run that finishes before its kill is not counted, and
+    the later kills aim within its shorter time. A driver killed ends the run; a run whose executor
+    was killed goes on, and its return code is kept."""
+    started = time.monotonic()
+    first = lake_process(path, log)
+    assert first.wait(timeout) == 0, log.read_text()[-3000:]
+    duration = time.monotonic() - started
+    outcomes: list[RunOutcome] = []
+    for kill in kills:
+        while True:
+            assert len(outcomes) < 3 * len(kills), f"runs keep finishing before their kill: {outcomes}"
+            started = time.monotonic()
+            process = lake_process(path, log)
+            delay = rng.uniform(0.3 * duration, duration)
+            try:
+                rc = process.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                hit = kill.strike(process)
+                rc = process.wait(timeout)
+            else:
+                hit = False
+            if not hit and process.returncode == 0:
+                duration = time.monotonic() - started
+            outcomes.append(RunOutcome(kill.name, round(delay, 1), hit, rc))
+            if hit:
+                break
+    return outcomes
+
+
+def assert_landed_once(spark: Any, case: LakeCase, traffic: ChaosTraffic, context: str) -> None:
+    """The table holds exactly the acknowledged events, each once; the quarantine exactly the bad records."""
+    landed = [r.event_id for r in rows_of(spark, case.topic)]
+    assert len(landed) == len(traffic.good), context
+    assert set(landed) == set(traffic.good), context
+    assert sorted(bytes(q.raw_value) for q in quarantine_of(spark, case.topic)) == sorted(traffic.bad), context
+
+
+def unreferenced_files(spark: Any, case: LakeCase) -> dict[str, list[str]]:
+    """Per table of the case's topic, the data files on disk that no snapshot references."""
+    from conveyor.pipeline.catalog import local_warehouse
+
+    warehouse = local_warehouse(case.platform)
+    assert warehouse is not None
+    found = {}
+    for table, folder in ((data_table(case.topic), "events"), (quarantine_table(case.topic), "quarantine")):
+        files = spark.sql(f"SELECT file_path FROM {table}.all_data_files").collect()
+        referenced = {r.file_path.removeprefix("file:") for r in files}
+        on_disk = {str(p) for p in (warehouse / folder / case.topic / "data").rglob("*.parquet")}
+        found[table] = sorted(on_disk - referenced)
+    return found

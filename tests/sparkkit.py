@@ -12,6 +12,7 @@ Those Python workers must not reach this checkout, so that the jobs prove they s
   cluster. The fixture checks that this interpreter cannot import ``conveyor``.
 - The worker runs in a folder of the test's temporary directory, without PYTHONPATH.
 
+The daemons are conveyor.runtime.spark_standalone's (the cluster benchmark starts the same).
 Ports: base_port + 470 (master), + 471 (its UI), + 472 (worker), + 473 (its UI); daemons with
 256 MiB heaps (SPARK_DAEMON_MEMORY), a worker of one core and 1 GiB for its executor.
 """
@@ -29,11 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 
 from conveyor.config import Platform
 from conveyor.pipeline.shipping import EXECUTOR_REQUIREMENTS
-from tests.conftest import eventually
+from conveyor.runtime.spark_standalone import StandaloneCluster, StandaloneSettings
+from tests.conftest import platform_variant
 
 #: Master, master UI, worker, worker UI: base_port + this and the next three.
 SPARK_OFFSET = 470
@@ -86,60 +89,38 @@ class SparkCluster:
     master: str
     #: What a platform file's pipeline.spark needs to run its jobs there.
     settings: dict[str, Any]
-    #: The worker's folder: one app-<id> folder per application that ran executors here.
-    work_dir: Path
+    #: The running master and worker (their executors: ``daemons.executor_pids()``).
+    daemons: StandaloneCluster
+
+    @property
+    def work_dir(self) -> Path:
+        return self.daemons.work_dir
 
     def applications(self) -> list[Path]:
         return sorted(self.work_dir.glob("app-*"))
 
 
-def _daemon(argv: list[str], log: Path, env: dict[str, str], cwd: Path) -> subprocess.Popen:
-    with log.open("ab") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=out, env=env, cwd=cwd, start_new_session=True)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM the daemon's process group (the worker's executors with it), SIGKILL after 30 s."""
-    try:
-        os.killpg(process.pid, 15)
-        process.wait(30)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
-        process.wait()
+def on_cluster(path: Path, cluster: SparkCluster) -> Platform:
+    """The platform file, rewritten so that its pipelines run on ``cluster``."""
+    data = yaml.safe_load(path.read_text())
+    data["pipeline"]["spark"] = {**data["pipeline"].get("spark", {}), **cluster.settings}
+    return platform_variant(data, path)
 
 
 @pytest.fixture(scope="session")
 def spark_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    import pyspark
-
     port = platform.runtime.base_port + SPARK_OFFSET
     if port in _RUNNING:
         yield _RUNNING[port]
         return
     folder = tmp_path_factory.mktemp("spark-cluster")
     python = executor_python(folder / "executor-python")
-    home = Path(pyspark.__file__).parent
-    spark_class = str(home / "bin" / "spark-class")
-    env = {**_without_pythonpath(), "SPARK_HOME": str(home), "SPARK_DAEMON_MEMORY": "256m",
-           "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
-    master = f"spark://127.0.0.1:{port}"
-    work = folder / "work"
-    daemons = [_daemon([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                        str(port), "--webui-port", str(port + 1)], folder / "master.log", env, folder)]
-    try:
-        eventually(lambda: "I have been elected leader" in (folder / "master.log").read_text(errors="replace"),
-                   120, f"the Spark master on {master}")
-        daemons.append(_daemon([spark_class, "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1",
-                                "--port", str(port + 2), "--webui-port", str(port + 3), "--cores", "1",
-                                "--memory", "1g", "--work-dir", str(work)], folder / "worker.log", env, folder))
-        eventually(lambda: "Successfully registered with master" in (folder / "worker.log").read_text(errors="replace"),
-                   120, "the Spark worker's registration")
-        _RUNNING[port] = SparkCluster(master, {"master": master, "driver_host": "127.0.0.1",
-                                               "driver_bind_address": "127.0.0.1", "executor_python": str(python)}, work)
-        yield _RUNNING[port]
-    finally:
-        _RUNNING.pop(port, None)
-        for daemon in reversed(daemons):
-            _stop(daemon)
+    daemons = StandaloneCluster(StandaloneSettings(folder, port))
+    with daemons:
+        _RUNNING[port] = SparkCluster(daemons.master, {"master": daemons.master, "driver_host": "127.0.0.1",
+                                                       "driver_bind_address": "127.0.0.1",
+                                                       "executor_python": str(python)}, daemons)
+        try:
+            yield _RUNNING[port]
+        finally:
+            _RUNNING.pop(port, None)

@@ -12,26 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conveyor.config import Platform, load_platform
 from conveyor.pipeline.realtime.job import checkpoint_location
 from conveyor.pipeline.realtime.plan import job_id, job_views
 from conveyor.pipeline.realtime.store import ViewStore, connect
 from tests.conftest import demo_event
 from tests.lakekit import lake_case, lake_folder, lake_spark, produce, quarantine_of, rows_of  # noqa: F401
 from tests.realtimekit import counters_in_redis, event_at, expected_counters, realtime_case, redis_cluster  # noqa: F401
-from tests.sparkkit import SparkCluster, spark_cluster  # noqa: F401
+from tests.sparkkit import on_cluster, spark_cluster  # noqa: F401
 
 pytestmark = pytest.mark.integration
-
-
-def _on_cluster(path: Path, cluster: SparkCluster) -> Platform:
-    """The platform file, rewritten so that its pipelines run on ``cluster``."""
-    data = yaml.safe_load(path.read_text())
-    data["pipeline"]["spark"] = {**data["pipeline"].get("spark", {}), **cluster.settings}
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return load_platform(path)
 
 
 def _conveyor(path: Path, cwd: Path, *args: str) -> None:
@@ -42,7 +32,7 @@ def _conveyor(path: Path, cwd: Path, *args: str) -> None:
 
 def test_a_lake_run_on_a_standalone_cluster_lands_every_record_once(lake_spark, lake_case, spark_cluster, tmp_path):
     case = lake_case(partitions=2)
-    _on_cluster(case.path, spark_cluster)
+    on_cluster(case.path, spark_cluster)
     events = [demo_event(user_id=f"user-{i}", **({"price_micros": i} if i % 2 else {})) for i in range(40)]
     acked = produce(case.platform, case.topic, [*events, b"{not json"])
     before = spark_cluster.applications()
@@ -61,7 +51,7 @@ def test_the_realtime_job_on_a_standalone_cluster_counts_exactly_into_a_redis_cl
         realtime_case, spark_cluster, redis_cluster, tmp_path):
     checkpoints = tmp_path / "checkpoints"
     case = realtime_case(partitions=2, checkpoint=checkpoints.as_uri(), redis=redis_cluster)
-    platform = _on_cluster(case.path, spark_cluster)
+    platform = on_cluster(case.path, spark_cluster)
     base = (time.time() // 60) * 60 - 600 + 5
     kinds = ("impression", "impression", "click", "page_view")
     events = [event_at(base + i, kinds[i % 4], f"user-{i % 5}", None if i % 4 == 3 else f"b{i % 7}",
