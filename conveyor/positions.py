@@ -15,6 +15,15 @@ show). A consumer's commit would need the group's generation, i.e. joining it, w
 the reader a member of a group it never reads with. Should someone start a consumer under a
 monitoring group's name, the coordinator refuses the admin commit (the group is not empty); that
 failure, like every publishing failure, is logged and counted and never fails the reader.
+
+The metadata also names the client ids of the reader's real Kafka clients (``"client-ids"``), so
+the throttle, which sets quotas by client id, can act on a reader it sees only through this feed:
+the replicator's copier consumer (``<worker>-b<bucket>``), the share dispatcher's consumers
+(``conveyor-dispatch@<host:port>``, one per node), the lake's and the real-time job's Spark
+consumers (one ``kafka.client.id`` for every consumer the query opens, driver and executors,
+:func:`spark_client_id`). A reader whose client id is not fixed says why under ``"unquotable"``.
+Each partition's commit carries its own metadata: the copiers of one route read different
+partitions under different client ids.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
@@ -37,6 +46,10 @@ log = logging.getLogger(__name__)
 
 #: The commit metadata's key; its value names the store that holds the real position.
 MONITOR_ONLY = "monitor-only"
+#: The client ids of the reader's Kafka clients, a list: what the throttle quotas.
+CLIENT_IDS = "client-ids"
+#: Why the reader has no client id to quota, when it has none.
+UNQUOTABLE = "unquotable"
 #: (topic, partition) -> the next offset the reader will read.
 Positions = Mapping[tuple[str, int], int]
 
@@ -49,19 +62,42 @@ def group_name(part: str, name: str) -> str:
     return f"conveyor.{part}.{name}"
 
 
-def metadata(store: str) -> str:
-    return json.dumps({MONITOR_ONLY: store})
+def spark_client_id(part: str, name: str) -> str:
+    """The ``kafka.client.id`` of a Spark reader's consumers: ``conveyor-lake.events``. Spark's Kafka
+    source hands ``kafka.*`` options to every consumer it opens, on the driver and the executors, so
+    one quota on this id covers the whole query."""
+    return f"conveyor-{part}.{name}"
 
 
-def kept_in(commit_metadata: str | None) -> str | None:
-    """Where the real position of a group lives, from its commit metadata; None for an ordinary group."""
+def metadata(store: str, client_ids: Sequence[str] = (), unquotable: str | None = None) -> str:
+    value: dict[str, object] = {MONITOR_ONLY: store, CLIENT_IDS: sorted(set(client_ids))}
+    if unquotable is not None:
+        value[UNQUOTABLE] = unquotable
+    return json.dumps(value)
+
+
+def _decoded(commit_metadata: str | None) -> dict | None:
     if not commit_metadata or MONITOR_ONLY not in commit_metadata:
         return None
     try:
         value = json.loads(commit_metadata)
     except ValueError:
         return None
-    return str(value[MONITOR_ONLY]) if isinstance(value, dict) and MONITOR_ONLY in value else None
+    return value if isinstance(value, dict) and MONITOR_ONLY in value else None
+
+
+def kept_in(commit_metadata: str | None) -> str | None:
+    """Where the real position of a group lives, from its commit metadata; None for an ordinary group."""
+    value = _decoded(commit_metadata)
+    return None if value is None else str(value[MONITOR_ONLY])
+
+
+def client_ids(commit_metadata: str | None) -> tuple[str, ...]:
+    """The client ids a monitoring commit names for its reader; () for an ordinary group's commit,
+    an unquotable reader, or a feed written before client ids were named."""
+    value = _decoded(commit_metadata)
+    ids = value.get(CLIENT_IDS) if value is not None else None
+    return tuple(str(i) for i in ids if i) if isinstance(ids, list) else ()
 
 
 def publish_counter(registry: CollectorRegistry) -> Counter:
@@ -83,16 +119,17 @@ class PositionFeed:
 
     def __init__(self, platform: Platform, cluster: str, group: str, store: str, min_interval: float = 0.0,
                  registry: CollectorRegistry | None = None, admin: AdminClient | None = None,
-                 timeout: float = 10.0) -> None:
-        self.platform, self.cluster, self.group = platform, cluster, group
-        self.metadata = metadata(store)
+                 timeout: float = 10.0, client_ids: Sequence[str] = (), unquotable: str | None = None) -> None:
+        self.platform, self.cluster, self.group, self.store = platform, cluster, group, store
+        self.unquotable = unquotable
+        self.metadata = metadata(store, client_ids, unquotable)
         self.min_interval = min_interval
         self.timeout = timeout
         self._admin = admin
         self._counter = publish_counter(registry) if registry is not None else None
         self._last = -float("inf")
-        #: What the last publish sent: an unchanged position is not sent again.
-        self._sent: dict[tuple[str, int], int] | None = None
+        #: What the last publish sent, with its metadata: an unchanged position is not sent again.
+        self._sent: tuple[dict[tuple[str, int], int], str] | None = None
         self.published = 0
         self.failures = 0
 
@@ -101,6 +138,11 @@ class PositionFeed:
         if self._admin is None:
             self._admin = kafka.admin(self.platform, self.cluster)
         return self._admin
+
+    def name_clients(self, client_ids: Sequence[str]) -> None:
+        """The reader's client ids changed (a dispatcher node joined or left): the next publish
+        sends them even if the positions did not move."""
+        self.metadata = metadata(self.store, client_ids, self.unquotable)
 
     def due(self) -> bool:
         """Whether a publish now would be sent: a hot loop asks before building its positions."""
@@ -114,9 +156,9 @@ class PositionFeed:
         if not positions or (not force and not self.due()):
             return None
         self._last = time.monotonic()  # an unchanged position is looked at again after min_interval too
-        if not force and positions == self._sent:
+        if not force and self._sent == (dict(positions), self.metadata):
             return None
-        self._sent = dict(positions)
+        self._sent = (dict(positions), self.metadata)
         offsets = [TopicPartition(topic, partition, offset, metadata=self.metadata)
                    for (topic, partition), offset in sorted(positions.items())]
         try:

@@ -79,7 +79,8 @@ def replicator(platform: Platform, cluster_name: str) -> set[Grant]:
 
 def dispatcher(platform: Platform, cluster_name: str, dispatch_cluster: str | None) -> set[Grant]:
     """Reads the topics its consumers declare, in their groups (``<service>`` or ``<service>.<name>``,
-    classic or share), tracks its nodes in presence groups, and writes dead letters."""
+    classic or share), tracks its nodes in presence groups, writes dead letters, and with the share
+    backend publishes its positions to the feed (``conveyor.dispatch.<group>``)."""
     if cluster_name != dispatch_cluster:
         return set()
     part = Part.dispatcher
@@ -93,6 +94,9 @@ def dispatcher(platform: Platform, cluster_name: str, dispatch_cluster: str | No
             # Every dead-letter topic of the service's groups starts like this (groups start with it).
             prefix = template[:template.index("{group}") + len("{group}")].format(topic=topic_name, group=service)
             grants |= _on(part, Resource.topic, prefix, (*PRODUCE, "CREATE"), Pattern.prefixed)
+    if platform.dispatch.backend == "share":
+        # The share group's position goes to the feed's monitoring group of each of its groups.
+        grants |= _on(part, Resource.group, feed_group("dispatch", ""), ("READ",), Pattern.prefixed)
     return grants
 
 

@@ -53,6 +53,10 @@ class Dispatch(Model):
     #: A (topic, group) with no client for this long has its reader stopped: acks committed, Kafka
     #: consumers closed and the group left, so its partitions go to nodes whose clients read them.
     reader_idle_timeout: Seconds = Field(default=600.0, gt=0)
+    #: Share backend: seconds between two readings of the share group's start offsets, published
+    #: to the position feed (``conveyor.dispatch.<group>``). Each reading is one short JVM (Kafka's
+    #: ShareGroupCommand), hence not more often.
+    position_interval: Seconds = Field(default=15.0, ge=1)
 
     @model_validator(mode="after")
     def _share_attempts_fit_the_broker(self) -> Dispatch:

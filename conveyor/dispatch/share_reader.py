@@ -14,7 +14,8 @@ poll is acknowledged, and a poll returns what it fetched (up to a partition's wo
 ``max.poll.records`` says: hence several consumers per node, each with a thread of its own.
 
 The Python AdminClient cannot describe share groups, so Discovery reads the nodes from a presence
-group: a plain consumer per node in ``conveyor-dispatch-nodes.<group>`` that never fetches.
+group: a plain consumer per node in ``conveyor-dispatch-nodes.<group>`` that never fetches. The
+group's position reaches ops through the position feed (``share_positions``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from conveyor.dispatch.errors import GroupInUse
 from conveyor.dispatch.fanout import Client, Unconfirmed
 from conveyor.dispatch.metrics import ReaderMetrics
 from conveyor.dispatch.share_partition import Settle, ShareLimits, SharePartition
+from conveyor.dispatch.share_positions import SharePositions
 from conveyor.dispatch.source import CLIENT_ID_PREFIX, MembershipSource, Source, fetched
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,8 @@ class ShareReader(Source):
         #: Accepted (partition, offset) -> the clients whose ack waits for the broker's answer.
         self._pending: dict[tuple[int, int], list[Client]] = {}
         self._confirmed: OrderedDict[tuple[int, int], None] = OrderedDict()
+        self.positions = SharePositions(platform, cluster, topic, group, self.membership.group,
+                                        self._settings.position_interval)
 
     @property
     def membership(self) -> MembershipSource:
@@ -117,6 +121,7 @@ class ShareReader(Source):
         self._presence = presence
         for worker in self._workers:
             worker.start()
+        self.positions.start()
         super().start()
 
     # -- the housekeeping thread: deadlines, dead letters, metrics, presence ------------------
@@ -143,6 +148,7 @@ class ShareReader(Source):
                     raise RuntimeError(f"a share consumer of {self.topic}/{self.group} stopped: {self._failed!r}")
         finally:
             self._stop.set()
+            self.positions.stop()
             for worker in self._workers:
                 worker.join(30)
             presence.close()

@@ -1,8 +1,10 @@
-"""Kafka's own command-line tools, run from the resolved jars: reassignment and client quotas.
+"""Kafka's own command-line tools, run from the resolved jars: reassignment, client quotas and
+share groups' state.
 
-confluent-kafka 2.16's AdminClient has no partition reassignment and no client-quota calls
-(DESIGN.md), so these run the same classes operators know as ``kafka-reassign-partitions`` and
-``kafka-configs``: ``java -cp <classpath> <class> ...``. Each call is one short-lived JVM (about
+confluent-kafka 2.16's AdminClient has no partition reassignment, no client-quota calls (DESIGN.md)
+and no share-group calls (no ``list_share_group_offsets``, no share-group describe), so these run
+the same classes operators know as ``kafka-reassign-partitions``, ``kafka-configs`` and
+``kafka-share-groups``: ``java -cp <classpath> <class> ...``. Each call is one short-lived JVM (about
 2 s on a busy two-core machine), so callers batch work into few calls. Output is parsed line by
 line from the tools' documented messages; a non-zero exit raises :class:`KafkaToolError` with the
 tool's last lines.
@@ -31,6 +33,7 @@ from conveyor.runtime.jars import Jars, java_binary, resolve_jars
 REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 CONFIGS = "kafka.admin.ConfigCommand"
 CLUSTER_TOOL = "org.apache.kafka.tools.ClusterTool"
+SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 #: A small heap and the client compiler only: these JVMs live for a second or two.
 _JVM_FLAGS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
 _VERIFY_LINE = re.compile(r"^Reassignment of partition (?P<tp>\S+) is (?P<state>completed|still in progress)")
@@ -95,6 +98,29 @@ def parse_quotas(output: str) -> dict[str, dict[str, float]]:
             pairs = (item.split("=", 1) for item in match["configs"].split(",") if "=" in item)
             quotas[match["client"]] = {key.strip(): float(value) for key, value in pairs}
     return quotas
+
+
+@dataclass(frozen=True)
+class ShareOffsets:
+    """A share partition's persisted state as the group coordinator summarises it."""
+
+    #: The share-partition start offset (SPSO) as last written to the share-group state.
+    start: int
+    #: Records neither acknowledged nor archived (KIP-1226); None when the broker gives none.
+    lag: int | None
+
+
+def parse_share_offsets(output: str, group: str) -> dict[tuple[str, int], ShareOffsets]:
+    """``kafka-share-groups --describe --offsets`` rows of ``group`` -> {(topic, partition): offsets}.
+    A partition whose state is not initialised yet shows ``-`` and is left out."""
+    offsets: dict[tuple[str, int], ShareOffsets] = {}
+    for line in output.splitlines():
+        fields = line.split()
+        # GROUP TOPIC PARTITION START-OFFSET LAG (the group's name has no spaces)
+        if len(fields) >= 4 and fields[0] == group and fields[2].isdigit() and fields[3].isdigit():
+            lag = int(fields[4]) if len(fields) > 4 and fields[4].isdigit() else None
+            offsets[(fields[1], int(fields[2]))] = ShareOffsets(int(fields[3]), lag)
+    return offsets
 
 
 def command_config(settings: Mapping[str, str]) -> dict[str, str]:
@@ -198,6 +224,12 @@ class KafkaTools:
     def remove_consumer_quota(self, client_id: str) -> None:
         self.run(CONFIGS, ["--alter", "--entity-type", "clients", "--entity-name", client_id,
                            "--delete-config", "consumer_byte_rate"])
+
+    # -- share groups --------------------------------------------------------------------------
+
+    def share_group_offsets(self, group: str) -> dict[tuple[str, int], ShareOffsets]:
+        """Each partition's start offset and lag in share group ``group`` (Admin.listShareGroupOffsets)."""
+        return parse_share_offsets(self.run(SHARE_GROUPS, ["--describe", "--group", group, "--offsets"]), group)
 
     # -- brokers -------------------------------------------------------------------------------
 

@@ -84,6 +84,15 @@ def test_the_dispatcher_reads_in_its_consumers_groups_and_writes_their_dead_lett
     assert ("TOPIC", "orders.billing", Pattern.prefixed, "CREATE") in grants  # {topic}.{group}.dead
     assert ("GROUP", "conveyor-dispatch-nodes.", Pattern.prefixed, "READ") in grants
     assert ("TOPIC", "orders", Pattern.literal, "WRITE") not in grants
+    assert ("GROUP", "conveyor.dispatch.", Pattern.prefixed, "READ") not in grants  # classic: its groups show
+
+
+def test_the_share_dispatcher_publishes_to_its_monitoring_groups():
+    platform = _platform()
+    platform = platform.model_copy(update={"dispatch": platform.dispatch.model_copy(update={"backend": "share"})})
+    grants = _of(parts.part_grants(platform, "central"), Part.dispatcher)
+    assert ("GROUP", "conveyor.dispatch.", Pattern.prefixed, "READ") in grants
+    assert positions.group_name("dispatch", "billing.x").startswith(parts.feed_group("dispatch", ""))
 
 
 def test_the_pipelines_read_their_topics_on_the_read_cluster_only():
