@@ -35,7 +35,7 @@ from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.ops.errors import SampleError
 from conveyor.ops.tracker import GroupOffsets, OffsetSnapshot, PartitionMeta
-from conveyor.positions import kept_in
+from conveyor.positions import client_ids, kept_in
 
 _TYPES = {ConsumerGroupType.CONSUMER, ConsumerGroupType.CLASSIC}
 
@@ -107,8 +107,9 @@ class OffsetSampler:
         kept = [tp for tp in result.topic_partitions
                 if tp.error is None and tp.offset >= 0 and not tp.topic.startswith("__")]
         committed = {(tp.topic, tp.partition): tp.offset for tp in kept}
+        readers = {(tp.topic, tp.partition): ids for tp in kept if (ids := client_ids(tp.metadata))}
         return GroupOffsets(group, state, committed, kept_in=next(
-            (store for store in (kept_in(tp.metadata) for tp in kept) if store), None))
+            (store for store in (kept_in(tp.metadata) for tp in kept) if store), None), readers=readers)
 
     def _list_offsets(self, partitions: list[TopicPartition], spec: OffsetSpec,
                       errors: list[str]) -> dict[tuple[str, int], int]:

@@ -43,6 +43,8 @@ class GroupOffsets:
     error: str | None = None
     #: Where the real position lives, when the commits are a reader's monitoring-only copy.
     kept_in: str | None = None
+    #: A monitoring-only copy's partitions -> the client ids of the reader's Kafka clients.
+    readers: Mapping[TopicPartition, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

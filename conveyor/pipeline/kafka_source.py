@@ -20,6 +20,7 @@ from conveyor.config import Platform
 from conveyor.java_client import JavaClientSettingError, java_settings
 from conveyor.pipeline.errors import LakeConfigError
 from conveyor.pipeline.offsets import RangePlan, Watermarks
+from conveyor.positions import spark_client_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,6 +76,8 @@ def read_range(spark: SparkSession, platform: Platform, plan: RangePlan) -> Data
         "startingOffsets": plan.starting_json(),
         "endingOffsets": plan.ending_json(),
         "kafka.isolation.level": "read_committed",
+        # One client id for every consumer of the run, so the throttle can quota it (conveyor.positions).
+        "kafka.client.id": spark_client_id("lake", plan.topic),
         "failOnDataLoss": "true",
     }
     return spark.read.format("kafka").options(**options).load()

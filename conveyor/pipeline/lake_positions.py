@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from conveyor.config import Platform
 from conveyor.pipeline.kafka_source import source_cluster
 from conveyor.pipeline.offsets import Positions
-from conveyor.positions import PositionFeed, group_name
+from conveyor.positions import PositionFeed, group_name, spark_client_id
 
 
 def lowest(tables: Iterable[Positions | None]) -> dict[int, int]:
@@ -29,5 +29,6 @@ def lowest(tables: Iterable[Positions | None]) -> dict[int, int]:
 def publish_position(platform: Platform, topic: str, tables: Iterable[Positions | None]) -> None:
     positions = lowest(tables)
     if positions:
-        feed = PositionFeed(platform, source_cluster(platform), group_name("lake", topic), "iceberg")
+        feed = PositionFeed(platform, source_cluster(platform), group_name("lake", topic), "iceberg",
+                            client_ids=[spark_client_id("lake", topic)])
         feed.publish_and_wait({(topic, partition): offset for partition, offset in positions.items()})

@@ -129,7 +129,8 @@ class BucketCopier(threading.Thread):
                                            overrides["client.id"], {"auto.offset.reset": "error"})
             self.source_admin = kafka.admin(self.state.platform, route.source)
             self.feed = PositionFeed(self.state.platform, route.source, group_name("replicate", name), "route topic",
-                                     _FEED_INTERVAL, self.state.metrics.registry, self.source_admin)
+                                     _FEED_INTERVAL, self.state.metrics.registry, self.source_admin,
+                                     client_ids=[overrides["client.id"]])
             self.state.metrics.buckets_owned.labels(name, self.state.worker_id).inc()
             owned = True
             log.info("bucket %d of %s: taken over with %d stored offsets", self.bucket, name, len(self.next))

@@ -2,7 +2,8 @@
 which every broker reporting a p99 meets), the client of a group far behind gets a consumer_byte_rate
 quota and a consumer at the tail does not; with the brokers healthy the quota is lifted. The quotas
 are read back with Kafka's own ConfigCommand. The partition advisor, fed by the same lagging group,
-sends a backlog the partitions cannot drain in time to the dispatcher."""
+sends a backlog the partitions cannot drain in time to the dispatcher. A reader seen only through
+the position feed is throttled on the client id its monitoring commits name."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from conveyor.config import Platform
 from conveyor.ops.kafka_tools import KafkaTools
 from conveyor.ops.throttle.controller import ThrottleController
 from conveyor.ops.throttle.policy import Action, ThrottlePolicy
+from conveyor.positions import PositionFeed, group_name, spark_client_id
 from conveyor.runtime.local import LocalPlatform
 from tests.balancekit import create_topic, delete_topics, preload
+from tests.conftest import eventually
 
 pytestmark = pytest.mark.integration
 CLUSTER = "central"
@@ -140,3 +143,26 @@ def test_the_advisor_sends_a_backlog_that_the_partitions_cannot_drain_in_time_to
     tight = CliRunner().invoke(app, [*args, "--max-lag", "10s"])  # 15 consumers needed, 3 partitions
     assert tight.exit_code == 0, tight.output
     assert "use the dispatcher" in tight.output
+
+
+def test_a_reader_seen_only_through_the_position_feed_is_throttled_on_the_client_id_it_names(
+        platform: Platform, local_platform: LocalPlatform | None) -> None:
+    topic = create_topic(platform, CLUSTER, 3, 3, min_insync=2)
+    preload(platform, CLUSTER, topic, MESSAGES, size=200)
+    client_id = spark_client_id("lake", topic)  # what the lake's Spark consumers connect as
+    feed = PositionFeed(platform, CLUSTER, group_name("lake", topic), "iceberg", client_ids=[client_id])
+    # All of it still to land; a fresh cluster's group coordinators may still be loading.
+    eventually(lambda: feed.publish_and_wait({(topic, p): 0 for p in range(3)}), 60, "the lake's position published")
+    tools = KafkaTools(platform, CLUSTER)
+    controller = ThrottleController(platform, CLUSTER, ThrottlePolicy(p99_busy_ms=0, lag_far=MESSAGES // 6,
+                                                                      lag_tail=10, quota_bytes=65536), tools)
+    try:
+        result = controller.cycle()
+        assert [(d.action, d.rate) for d in result.decisions if d.client_id == client_id] == [(Action.SET, 65536)]
+        assert tools.client_quotas().get(client_id) == {"consumer_byte_rate": 65536.0}
+        controller.policy = ThrottlePolicy(p99_busy_ms=1e9, disk_busy=2.0, lag_far=MESSAGES // 6, lag_tail=10)
+        controller.cycle()
+        assert client_id not in tools.client_quotas()
+    finally:
+        controller.close()
+        delete_topics(platform, CLUSTER, [topic])

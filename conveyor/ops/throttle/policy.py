@@ -20,6 +20,10 @@ The rules, each a small function over plain numbers, tested from a table:
 - :func:`client_verdict`: a client id is throttled when one of its partitions is at least
   ``lag_far`` records behind and led by a busy broker, unless any consumer using that client id
   is at the tail (a quota applies to the client id everywhere, and must never slow a tail reader).
+- :func:`feed_readers`: a reader seen only through the position feed (the lake, the replicator,
+  the real-time job, the share dispatcher: ``conveyor.positions``) is a consumer under each client
+  id its monitoring commits name, reading the partitions those commits cover; the rules above then
+  judge it like any other. A reader whose commits name no client id cannot be throttled.
 """
 
 from __future__ import annotations
@@ -142,6 +146,23 @@ def client_verdict(consumers: Iterable[Consumer], busy: Mapping[int, str],
     consumer, worst = max(far, key=lambda pair: pair[1].lag)
     return True, (f"group {consumer.group} is {worst.lag:,} records behind on {worst.topic}-{worst.partition}, "
                   f"led by busy broker {worst.leader} ({busy[worst.leader]})")
+
+
+def feed_readers(group: str, readers: Mapping[tuple[str, int], Iterable[str]], committed: Mapping[tuple[str, int], int],
+                 ends: Mapping[tuple[str, int], int], leaders: Mapping[tuple[str, int], int]) -> list[Consumer]:
+    """The consumers a monitoring group stands for: one per client id its commits name (``readers``:
+    partition -> client ids), with the lag and leader of each partition it reads. A partition with
+    no end offset known yet is left out, as for members of ordinary groups."""
+    partitions: dict[str, list[Assigned]] = {}
+    for key in sorted(readers):
+        if key not in committed or key not in ends:
+            continue
+        leader = leaders.get(key)
+        assigned = Assigned(key[0], key[1], max(ends[key] - committed[key], 0),
+                            leader if leader is not None and leader >= 0 else None)
+        for client_id in readers[key]:
+            partitions.setdefault(client_id, []).append(assigned)
+    return [Consumer(group, client_id, tuple(assigned)) for client_id, assigned in sorted(partitions.items())]
 
 
 def decide(signals: Iterable[BrokerSignal], consumers: Iterable[Consumer], quotas: Mapping[str, int],

@@ -10,7 +10,8 @@
 - Consumers: every consumer group's members (client id and assigned partitions), the group's
   committed offsets and the partitions' end offsets and leaders, sampled by
   :class:`~conveyor.ops.sampler.OffsetSampler`. A partition without a commit has no known lag
-  and does not count either way.
+  and does not count either way. Readers on the position feed count too, under the client ids
+  their monitoring commits name (``policy.feed_readers``).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
+from conveyor.acls.parts import DISPATCH_NODES_GROUP_PREFIX
 from conveyor.config import Platform
 from conveyor.ops.errors import SampleError
 from conveyor.ops.sampler import OffsetSampler
 from conveyor.ops.scrape import Scraper, metrics_targets
-from conveyor.ops.throttle.policy import Assigned, BrokerSignal, Consumer
+from conveyor.ops.throttle.policy import Assigned, BrokerSignal, Consumer, feed_readers
 from conveyor.runtime.layout import plan_layout
 
 DISKSTATS = Path("/proc/diskstats")
@@ -91,15 +93,21 @@ class SignalReader:
 
     def consumers(self) -> list[Consumer]:
         snapshot = self.sampler.sample()
-        committed = {g.group: g.committed or {} for g in snapshot.groups}
+        # Readers seen only through the position feed: their monitoring groups have no members.
+        fed = [consumer for g in snapshot.groups if g.readers
+               for consumer in feed_readers(g.group, g.readers, g.committed or {}, snapshot.ends, snapshot.leaders())]
+        # A share dispatcher's presence consumer never fetches, yet shares its node's client id: as a
+        # member without commits it would count as a tail reader and spare that client id for ever.
+        committed = {g.group: g.committed or {} for g in snapshot.groups
+                     if not g.readers and not g.group.startswith(DISPATCH_NODES_GROUP_PREFIX)}
         if not committed:
-            return []
+            return fed
         try:
             futures = self.sampler.admin.describe_consumer_groups(sorted(committed), request_timeout=10)
             described = {group: future.result() for group, future in futures.items()}
         except KafkaException as exc:
             raise SampleError(self.cluster, f"describing consumer groups: {exc}") from None
-        return [
+        return fed + [
             Consumer(group, member.client_id, _assigned(member.assignment.topic_partitions if member.assignment else [],
                                                         committed[group], snapshot.ends, snapshot.leaders()))
             for group, description in sorted(described.items()) for member in description.members

@@ -39,7 +39,7 @@ from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, sec
 from conveyor.pipeline.realtime.plan import ViewPlan, job_id
 from conveyor.pipeline.realtime.store import EventClaims, ViewStore, claims_prefix, connect, redis_target
 from conveyor.pipeline.schema import contract_columns, read_schema
-from conveyor.positions import PositionFeed, group_name
+from conveyor.positions import PositionFeed, group_name, spark_client_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -169,6 +169,8 @@ def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeV
         .option("startingOffsets", settings.starting_offsets)
         .option("maxOffsetsPerTrigger", str(settings.max_records_per_batch))
         .option("kafka.isolation.level", "read_committed")
+        # One client id for every consumer of the query, so the throttle can quota it (conveyor.positions).
+        .option("kafka.client.id", spark_client_id("realtime", job_id(views)))
         # Retention deleting unread records fails the query loudly rather than skipping them.
         .option("failOnDataLoss", "true")
         .load()
@@ -203,7 +205,8 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
         writer = BatchWriter(platform, views, metrics)
         # The checkpoint is the position; the monitoring group shows it to ops after every batch.
         feed = PositionFeed(platform, source_cluster(platform), group_name("realtime", job_id(views)),
-                            "spark checkpoint", registry=metrics.registry)
+                            "spark checkpoint", registry=metrics.registry,
+                            client_ids=[spark_client_id("realtime", job_id(views))])
         query = start(spark, platform, views, writer, available_now)
         deadline = None if seconds is None else time.monotonic() + seconds
         try:

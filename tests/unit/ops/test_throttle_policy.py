@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conveyor.ops.throttle.policy import (
-    Action, Assigned, BrokerSignal, Consumer, ThrottlePolicy, broker_busy, client_verdict, decide,
+    Action, Assigned, BrokerSignal, Consumer, ThrottlePolicy, broker_busy, client_verdict, decide, feed_readers,
 )
 
 POLICY = ThrottlePolicy(p99_busy_ms=500, disk_busy=0.9, healthy_ratio=0.7, lag_far=10_000, lag_tail=1_000,
@@ -92,3 +92,40 @@ def test_a_threshold_of_zero_marks_every_reporting_broker_busy() -> None:
 def test_bad_policies_are_refused(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         ThrottlePolicy(**kwargs)
+
+
+# -- readers seen only through the position feed (conveyor.positions) ------------------------------
+
+ENDS = {("t", 0): 60_000, ("t", 1): 60_000, ("t", 2): 60_000}
+LEADERS = {("t", 0): 1, ("t", 1): 2, ("t", 2): -1}
+
+
+@pytest.mark.parametrize(("readers", "committed", "expected"), [
+    # A copier: one client id for the partitions it copies, with their lag and leader.
+    ({("t", 0): ("w1-b0",), ("t", 1): ("w1-b0",)}, {("t", 0): 10_000, ("t", 1): 59_500},
+     [Consumer("conveyor.replicate.r", "w1-b0", (Assigned("t", 0, 50_000, 1), Assigned("t", 1, 500, 2)))]),
+    # Two copiers of one route, each under its own client id.
+    ({("t", 0): ("w1-b0",), ("t", 1): ("w2-b1",)}, {("t", 0): 0, ("t", 1): 0},
+     [Consumer("conveyor.replicate.r", "w1-b0", (Assigned("t", 0, 60_000, 1),)),
+      Consumer("conveyor.replicate.r", "w2-b1", (Assigned("t", 1, 60_000, 2),))]),
+    # Share dispatcher nodes all read every partition; an offline leader is no leader.
+    ({("t", 2): ("conveyor-dispatch@a:1", "conveyor-dispatch@b:2")}, {("t", 2): 70_000},
+     [Consumer("conveyor.replicate.r", "conveyor-dispatch@a:1", (Assigned("t", 2, 0, None),)),
+      Consumer("conveyor.replicate.r", "conveyor-dispatch@b:2", (Assigned("t", 2, 0, None),))]),
+    # No commit or no end offset: no known lag, left out.
+    ({("t", 0): ("w1-b0",), ("u", 0): ("w1-b0",)}, {("u", 0): 5}, []),
+    # An unquotable reader names no client id.
+    ({}, {("t", 0): 0}, []),
+])
+def test_feed_readers_stand_for_the_client_ids_their_commits_name(readers, committed, expected) -> None:
+    assert feed_readers("conveyor.replicate.r", readers, committed, ENDS, LEADERS) == expected
+
+
+def test_a_feed_reader_far_behind_on_a_busy_broker_gets_the_quota_on_its_own_client_id() -> None:
+    lake = feed_readers("conveyor.lake.t", {("t", 0): ("conveyor-lake.t",)}, {("t", 0): 0}, ENDS, LEADERS)
+    tail = feed_readers("conveyor.replicate.r", {("t", 1): ("w1-b0",)}, {("t", 1): 59_900}, ENDS, LEADERS)
+    result = decide([BrokerSignal(1, produce_p99_ms=800), BrokerSignal(2, produce_p99_ms=800)], lake + tail, {},
+                    [], POLICY)
+    assert [(d.action, d.client_id, d.rate) for d in result.decisions] == [
+        (Action.SET, "conveyor-lake.t", 1_000_000)]
+    assert result.spared["w1-b0"] == "at the tail (group conveyor.replicate.r): never throttled"

@@ -9,7 +9,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from conveyor.pipeline.lake_positions import lowest
 from conveyor.pipeline.realtime.job import batch_positions
-from conveyor.positions import group_name, kept_in, metadata
+from conveyor.positions import client_ids, group_name, kept_in, metadata, spark_client_id
 
 
 def _progress(end_offset: object) -> StreamingQueryProgress:
@@ -39,3 +39,13 @@ def test_monitoring_metadata_names_where_the_position_lives():
     assert group_name("lake", "ads") == "conveyor.lake.ads"
     assert kept_in(metadata("iceberg")) == "iceberg"
     assert kept_in("") is kept_in(None) is kept_in("my-own-metadata") is kept_in('["monitor-only"]') is None
+
+
+def test_monitoring_metadata_names_the_readers_client_ids_for_the_throttle():
+    assert client_ids(metadata("route topic", ["w1-b0"])) == ("w1-b0",)
+    assert client_ids(metadata("share-group state", ["conveyor-dispatch@b:2", "conveyor-dispatch@a:1"])) == (
+        "conveyor-dispatch@a:1", "conveyor-dispatch@b:2")
+    assert client_ids(metadata("iceberg", [], unquotable="why")) == ()
+    assert client_ids('{"monitor-only": "iceberg"}') == ()  # published before client ids were named
+    assert client_ids(None) == client_ids("acks:1,2") == ()
+    assert spark_client_id("lake", "ads") == "conveyor-lake.ads"
