@@ -58,7 +58,8 @@ TOPIC = "bench-events"
 PARTITIONS = 6
 
 
-def _platform(folder: Path, base_port: int, dedup: str) -> Platform:
+def lake_platform(folder: Path, base_port: int, dedup: str, spark: dict | None = None) -> Platform:
+    """The bench's platform; ``spark``: pipeline.spark settings instead of the demo's."""
     demo = yaml.safe_load((ROOT / "platform.yaml").read_text())
     data = {
         "name": "lake-bench",
@@ -66,14 +67,14 @@ def _platform(folder: Path, base_port: int, dedup: str) -> Platform:
                     "redis": {"enabled": False}},
         "clusters": {"central": demo["clusters"]["central"]},
         "topics": {TOPIC: {"partitions": PARTITIONS, "contract": str(ROOT / "contracts" / "ad-events.schema.json")}},
-        "pipeline": {"source": "central", "spark": demo["pipeline"]["spark"],
+        "pipeline": {"source": "central", "spark": spark or demo["pipeline"]["spark"],
                      "catalog": {"warehouse": str(folder / "warehouse")},
                      "lake": {"topics": [TOPIC], "dedup_window": dedup}},
     }
     return parse_platform(data, root=folder)
 
 
-def _produce(platform: Platform, events: int, size: int) -> int:
+def produce(platform: Platform, events: int, size: int) -> int:
     producer = kafka.producer(platform, "central", "lake-bench", {"linger.ms": 50, "batch.size": 1_000_000})
     now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
     total = 0
@@ -146,7 +147,7 @@ def _user_job(spark, platform: Platform, folder: Path, events: int) -> float:
     return seconds
 
 
-def _lake(spark, platform: Platform, events: int, steps: dict[str, float] | None = None) -> float:
+def lake_seconds(spark, platform: Platform, events: int, steps: dict[str, float] | None = None) -> float:
     """One lake run into fresh tables; ``steps`` receives the seconds each step of the run took."""
     for table in (data_table(TOPIC), quarantine_table(TOPIC), GAPS_TABLE):
         spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
@@ -194,20 +195,20 @@ def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
 def run(events: int, size: int, rounds: int, base_port: int, stages: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="conveyor-lake-bench-") as tmp:
         folder = Path(tmp)
-        platform = _platform(folder, base_port, "1h")
-        no_dedup = _platform(folder, base_port, "0s")  # the same platform, de-duplication off
+        platform = lake_platform(folder, base_port, "1h")
+        no_dedup = lake_platform(folder, base_port, "0s")  # the same platform, de-duplication off
         local = LocalPlatform(platform)
         local.up()
         try:
             provisioner.apply(platform, provisioner.plan(platform))
-            produced_bytes = _produce(platform, events, size)
+            produced_bytes = produce(platform, events, size)
             spark = spark_session(platform, "lake-bench")
             seconds = {"librdkafka": _librdkafka(platform, events)}
             for name, measure in (
                 ("plain_sink", lambda: _plain_sink(spark, platform, folder)),
                 ("user_job", lambda: _user_job(spark, platform, folder, events)),
-                ("lake", lambda: _lake(spark, platform, events)),
-                ("lake_no_dedup", lambda: _lake(spark, no_dedup, events)),
+                ("lake", lambda: lake_seconds(spark, platform, events)),
+                ("lake_no_dedup", lambda: lake_seconds(spark, no_dedup, events)),
             ):
                 seconds[name] = min(measure() for _ in range(rounds))
             breakdown: dict[str, float] = {}
@@ -215,7 +216,7 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
                 breakdown = _stages(spark, platform, rounds)
                 for label, variant in (("de-dup on", platform), ("de-dup off", no_dedup)):
                     steps: dict[str, float] = {}
-                    _lake(spark, variant, events, steps)
+                    lake_seconds(spark, variant, events, steps)
                     breakdown.update({f"lake step ({label}): {k}": v for k, v in steps.items()})
         finally:
             local.down()

@@ -65,19 +65,21 @@ _WARMUP_LIMIT = 120.0
 _PLACEHOLDER = b"2000-01-01T00:00:00.000Z"
 
 
-def _platform(folder: Path, base_port: int) -> Platform:
+def realtime_platform(folder: Path, base_port: int, topic: str = TOPICS["realtime"],
+                      spark: dict | None = None) -> Platform:
+    """The bench's platform, the demo's views over ``topic`` (named after it: another topic, another
+    job, its own checkpoint and Redis state); ``spark``: pipeline.spark settings instead of the demo's."""
     demo = yaml.safe_load((ROOT / "platform.yaml").read_text())
     contract = str(ROOT / "contracts" / "ad-events.schema.json")
-    views = demo["pipeline"]["realtime"]["views"]
-    for view in views.values():
-        view["topic"] = TOPICS["realtime"]
+    views = {f"{name}-{topic}": {**view, "topic": topic} for name, view in demo["pipeline"]["realtime"]["views"].items()}
+    topics = {TOPICS["naive"], topic}
     data = {
         "name": "realtime-bench",
         "runtime": {**demo["runtime"], "home": str(folder / "home"), "base_port": base_port},
         "clusters": {"central": demo["clusters"]["central"]},
-        "topics": {**{t: {"partitions": PARTITIONS, "contract": contract} for t in TOPICS.values()},
+        "topics": {**{t: {"partitions": PARTITIONS, "contract": contract} for t in sorted(topics)},
                    "_realtime_rejects": {"partitions": 3}},
-        "pipeline": {"source": "central", "spark": demo["pipeline"]["spark"],
+        "pipeline": {"source": "central", "spark": spark or demo["pipeline"]["spark"],
                      "catalog": {"warehouse": str(folder / "warehouse")},
                      "realtime": {**demo["pipeline"]["realtime"], "views": views}},
     }
@@ -167,9 +169,11 @@ def _summary(latency_ms: Counter[int], events: int, seconds: float, traffic: Tra
             "latency_p99_seconds": round(q[0.99] / 1000, 2) if q else None}
 
 
-def _realtime(platform: Platform, rate: int, duration: float, warmup_seconds: float) -> dict:
+def measure_realtime(platform: Platform, rate: int, duration: float, warmup_seconds: float) -> dict:
+    """The real-time job of ``platform`` under live traffic to its views' topic (see the module's doc)."""
     spark = spark_session(platform, "realtime-bench")
     views = job_views(platform)
+    [topic] = {view.topic for view in views.values()}
     metrics, stop = RealtimeMetrics(), threading.Event()
     job = threading.Thread(target=run_realtime, args=(spark, platform, views, metrics, stop), daemon=True)
     job.start()
@@ -180,7 +184,7 @@ def _realtime(platform: Platform, rate: int, duration: float, warmup_seconds: fl
     # long it took). Stopping the traffic after a warm-up and starting it again, as this bench did
     # before, measured the restart instead: the new traffic process's start slowed the next batches.
     store = ViewStore(connect(platform), job_id(views))
-    traffic = Traffic(platform, TOPICS["realtime"], rate, warmup_seconds + duration)
+    traffic = Traffic(platform, topic, rate, warmup_seconds + duration)
     traffic.start()
     warm_from = time.monotonic()
     time.sleep(warmup_seconds)
@@ -261,13 +265,13 @@ class LoadSampler(threading.Thread):
 def run(rate: int, duration: float, base_port: int, warmup: float) -> dict:
     load = LoadSampler()
     with tempfile.TemporaryDirectory(prefix="conveyor-realtime-bench-") as tmp:
-        platform = _platform(Path(tmp), base_port)
+        platform = realtime_platform(Path(tmp), base_port)
         local = LocalPlatform(platform)
         local.up()
         try:
             provisioner.apply(platform, provisioner.plan(platform))
             load.start()
-            results = {"realtime": _realtime(platform, rate, duration, warmup), "naive": _naive(platform, rate, duration)}
+            results = {"realtime": measure_realtime(platform, rate, duration, warmup), "naive": _naive(platform, rate, duration)}
             load.stop.set()
         finally:
             local.down()
