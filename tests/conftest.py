@@ -67,6 +67,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         report.sections.append(("chaos seed", f"seed {seeds[0]}: replay with CONVEYOR_CHAOS_SEED={seeds[0]}"))
 
 
+def base_port() -> int:
+    """The session's first port: CONVEYOR_TEST_BASE_PORT (default 29092), 2,000 lower for each
+    further pytest-xdist worker, so that parallel workers' clusters never share a port. A session
+    uses ports from base_port - 600 (the secured cluster's) to base_port + 610 (a Redis Cluster)."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    return int(os.environ.get("CONVEYOR_TEST_BASE_PORT", "29092")) - 2000 * worker
+
+
 @pytest.fixture(scope="session")
 def platform_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The demo platform file's content, pointed at a private folder and ports."""
@@ -74,10 +82,11 @@ def platform_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not EXTERNAL:
         home = tmp_path_factory.mktemp("conveyor")
         data["runtime"]["home"] = str(home / "home")
-        data["runtime"]["base_port"] = int(os.environ.get("CONVEYOR_TEST_BASE_PORT", "29092"))
+        data["runtime"]["base_port"] = base_port()
         # A loaded CI machine starts six JVMs slowly; fail on a real fault, not on a busy host.
         data["runtime"]["start_timeout"] = 300
-        # The same tests against central secured (SCRAM over TLS, the authorizer on; docs/security.md).
+        # Central runs as the demo's does, secured (SCRAM over TLS, the authorizer on; docs/security.md);
+        # CONVEYOR_TEST_CENTRAL_SECURITY=plaintext runs the same tests against it in clear.
         if os.environ.get("CONVEYOR_TEST_CENTRAL_SECURITY"):
             data["clusters"]["central"]["security"] = os.environ["CONVEYOR_TEST_CENTRAL_SECURITY"]
     return data
@@ -145,9 +154,23 @@ def topic_factory(platform: Platform, local_platform: LocalPlatform | None) -> I
 @pytest.fixture(scope="session")
 def provisioned(platform: Platform, local_platform: LocalPlatform | None) -> Platform:
     """The platform with every declared topic on every cluster."""
+    from conveyor.acls import provisioner as acls
     from conveyor.topics import provisioner
 
     provisioner.apply(platform, provisioner.plan(platform))
+    acls.apply_secured(platform)
+    return platform
+
+
+def platform_variant(data: dict[str, Any], path: Path) -> Platform:
+    """A variant of the session's platform (its own routes, topics, settings) written to ``path``
+    for processes the test starts, with the users and ACLs its parts need on secured clusters
+    granted: what `topics apply` does after an edit of platform.yaml."""
+    from conveyor.acls import provisioner as acls
+
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    platform = load_platform(path)
+    acls.apply_secured(platform)
     return platform
 
 

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from conveyor import kafka
-from conveyor.config import Platform, load_platform
+from conveyor.config import Platform
 from conveyor.dispatch.server import DispatchNode
-from tests.conftest import eventually
+from tests.conftest import eventually, platform_variant
 
 MAILER_TOKEN = "demo-mailer-token"
 NOTIFIER_TOKEN = "demo-notifier-token"
@@ -33,8 +32,7 @@ def dispatch_platform(platform_file: Path, platform_data: dict[str, Any], topic:
                              "clusters": ["central"]}
     data["dispatch"] = {**data.get("dispatch", {}), **dispatch}
     path = platform_file.parent / f"dispatch-{topic}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path, load_platform(path)
+    return path, platform_variant(data, path)
 
 
 def topic_maker(platform_file: Path, platform_data: dict[str, Any], topic_factory: Callable[..., str],

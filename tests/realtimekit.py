@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from conveyor.config import Platform, load_platform
+from conveyor.config import Platform
 from conveyor.pipeline.realtime.store import RedisTarget, connect, connect_to
-from tests.conftest import demo_event, eventually
+from tests.conftest import demo_event, eventually, platform_variant
 from tests.lakekit import CONTRACT
 
 WINDOW_SECONDS = 60
@@ -134,8 +133,7 @@ def realtime_case(platform_data: dict[str, Any], platform_file: Path, local_plat
             "views": views_of(topic, ctr_lateness, interest_lateness), **settings,
         }
         path = tmp_path / "platform.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        return RealtimeCase(load_platform(path), path, topic, f"ctr-{topic}", f"interests-{topic}", rejects)
+        return RealtimeCase(platform_variant(data, path), path, topic, f"ctr-{topic}", f"interests-{topic}", rejects)
 
     return make
 

@@ -22,12 +22,12 @@ from typing import Any
 
 import orjson
 import pytest
-import yaml
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
-from conveyor.config import Platform, parse_platform
+from conveyor.config import Platform
+from tests.conftest import platform_variant
 
 ROUTES = ("dc1-central", "dc2-central")
 BASE = "rep-base"
@@ -38,8 +38,7 @@ def route_platform_file(platform_data, platform_file: Path, pattern: str, mode: 
     for name in ROUTES:
         data["routes"][name] = {**data["routes"][name], "topics": [], "pattern": pattern, "buckets": 6, "mode": mode}
     path = platform_file.parent / f"replicate-{pattern.split('-')[0]}-{mode}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return parse_platform(data, root=platform_file.parent), path
+    return platform_variant(data, path), path
 
 
 class Workers:

@@ -86,11 +86,14 @@ def dispatcher(platform: Platform, cluster_name: str, dispatch_cluster: str | No
     part = Part.dispatcher
     grants = _on(part, Resource.group, DISPATCH_NODES_GROUP_PREFIX, ("READ", "DESCRIBE"), Pattern.prefixed)
     template = platform.dispatch.dead_letter_topic
+    # The share backend sets its share group's configs (share.auto.offset.reset...) before reading.
+    group_operations = ("READ", "DESCRIBE", *(("ALTER_CONFIGS", "DESCRIBE_CONFIGS")
+                                              if platform.dispatch.backend == "share" else ()))
     for topic_name, topic in platform.topics_on(cluster_name).items():
         for service in topic.consumers:
             grants |= _topics(part, [topic_name], CONSUME)
-            grants |= _on(part, Resource.group, service, ("READ", "DESCRIBE"))
-            grants |= _on(part, Resource.group, f"{service}.", ("READ", "DESCRIBE"), Pattern.prefixed)
+            grants |= _on(part, Resource.group, service, group_operations)
+            grants |= _on(part, Resource.group, f"{service}.", group_operations, Pattern.prefixed)
             # Every dead-letter topic of the service's groups starts like this (groups start with it).
             prefix = template[:template.index("{group}") + len("{group}")].format(topic=topic_name, group=service)
             grants |= _on(part, Resource.topic, prefix, (*PRODUCE, "CREATE"), Pattern.prefixed)

@@ -8,7 +8,6 @@ import typer
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Report, Section,
                                  YesOption, confirm, platform_from, render)
 from conveyor.acls import provisioner as acl_provisioner
-from conveyor.acls.grants import is_secured
 from conveyor.topics import provisioner
 from conveyor.topics.plan import ChangeKind, ClusterPlan
 
@@ -95,8 +94,7 @@ def apply(
     done = provisioner.apply(platform_model, plans)
     report.say(f"applied {len(done)} change(s)" if done else "nothing to change")
     # New topics need their producers' and consumers' ACLs on secured clusters before anyone can use them.
-    secured = [name for name in cluster or platform_model.clusters if is_secured(platform_model.cluster(name))]
-    granted = acl_provisioner.apply(platform_model, acl_provisioner.plan(platform_model, secured)) if secured else 0
+    secured, granted = acl_provisioner.apply_secured(platform_model, cluster)
     if granted:
         report.say(f"applied {granted} ACL and user change(s) on {', '.join(secured)} (`conveyor acl plan`)")
     report.close(applied=len(done), acl_changes=granted)

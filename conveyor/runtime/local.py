@@ -218,6 +218,12 @@ class LocalPlatform:
             started.append("postgres")
 
         self.wait_ready(progress)
+        if self.security is not None:
+            # Every part and service has its user and ACLs from the start, topics or not: a part
+            # started right after `up` (a benchmark's, a test's) connects as itself at once.
+            from conveyor.acls.provisioner import apply_secured
+
+            apply_secured(self.platform, list(self.platform.local_clusters()))
         return self.state(tuple(started))
 
     def _format(self, nodes: list[Node], progress: Progress) -> None:

@@ -18,12 +18,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conveyor import kafka
-from conveyor.config import Platform, parse_platform
+from conveyor.config import Platform
 from conveyor.positions import group_name
-from tests.conftest import eventually
+from tests.conftest import eventually, platform_variant
 from tests.positionkit import end_offsets, monitored
 from tests.replicatekit import (
     BASE,
@@ -141,8 +140,7 @@ def test_a_record_too_large_stops_its_partition_and_loses_nothing_else(provision
     data = copy.deepcopy(platform_data)
     data["routes"] = {"dc1-big": {"source": "dc1", "destination": "central", "pattern": "big-.*", "buckets": 1}}
     path = platform_file.parent / "replicate-big.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    platform = parse_platform(data, root=platform_file.parent)
+    platform = platform_variant(data, path)
     create_topic(platform, "dc1", base, 6)
     workers = Workers(path, tmp_path, random.Random(0))  # one worker, never killed: nothing to choose
     workers.start("dc1-big-w0")

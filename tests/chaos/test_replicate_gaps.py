@@ -11,11 +11,10 @@ import time
 import uuid
 
 import pytest
-import yaml
 from confluent_kafka import TopicPartition
 
 from conveyor import kafka
-from conveyor.config import parse_platform
+from tests.conftest import platform_variant
 from tests.replicatekit import create_topic, read_records, wait_until_led, wait_until_replicated
 
 pytestmark = pytest.mark.chaos
@@ -56,8 +55,7 @@ def test_offsets_retention_deleted_before_they_were_copied_are_a_recorded_gap(pr
     data = copy.deepcopy(platform_data)
     data["routes"] = {route: {"source": "dc1", "destination": "central", "pattern": "gap-.*", "buckets": 2}}
     path = platform_file.parent / "replicate-gap.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    platform = parse_platform(data, root=platform_file.parent)
+    platform = platform_variant(data, path)
     create_topic(platform, "dc1", topic, 3)
     producer = kafka.producer(platform, "dc1", "gap", {"linger.ms": 0})
     wait_until_led(producer, topic, 3)

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from conveyor.config import load_platform
 from conveyor.runtime import postgres
 from conveyor.runtime.postgres import PostgresLayout
-from tests.conftest import demo_event
+from tests.conftest import demo_event, platform_variant
 from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.tables import current_commit, data_table
 from tests.lakekit import lake_case, lake_data, lake_folder, lake_spark, produce, rows_of  # noqa: F401
@@ -99,8 +98,12 @@ def _platform_files(platform_data: dict[str, Any], platform_file: Path, folder: 
         data["runtime"]["home"] = str(folder / host)
         data["pipeline"]["catalog"] = {"type": "jdbc", "uri": server.url, "warehouse": str(folder / "warehouse"),
                                        "options": {"jdbc.user": server.user}}
+        # A host of its own holds the platform's credentials too (a secured central asks for them).
+        security = Path(platform_data["runtime"]["home"]) / "security"
+        if security.exists():
+            shutil.copytree(security, folder / host / "security", dirs_exist_ok=True)
         path = folder / f"{host}.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        platform_variant(data, path)
         paths.append(path)
     return paths
 

@@ -16,16 +16,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from prometheus_client.parser import text_string_to_metric_families
 
 from conveyor import kafka
-from conveyor.config import Platform, parse_platform
+from conveyor.config import Platform
 from conveyor.replicate.status import route_status
 from conveyor.replicate.topic_configs import MIRRORED
-from tests.conftest import eventually
+from tests.conftest import eventually, platform_variant
 
 pytestmark = pytest.mark.integration
 ROUTE = "dc1-cfg"
@@ -85,8 +84,7 @@ def cfg_route(provisioned: Platform, platform_data, platform_file: Path) -> Iter
     data["routes"] = {ROUTE: {"source": "dc1", "destination": "central", "pattern": f"cfg-{run}-.*", "buckets": 2,
                               "discovery_interval": "1s"}}
     path = platform_file.parent / f"replicate-cfg-{run}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    platform = parse_platform(data, root=platform_file.parent)
+    platform = platform_variant(data, path)
     yield platform, path, run
     for cluster in ("dc1", "central"):
         admin = kafka.admin(platform, cluster)

@@ -5,14 +5,18 @@ factories, so that what is proved is that the broker refuses."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, UserScramCredentialUpsertion, ScramCredentialInfo, ScramMechanism
@@ -21,30 +25,37 @@ from conveyor import kafka
 import yaml
 
 from conveyor.config import Platform, load_platform
+from conveyor.acls.parts import part_grants
 from conveyor.runtime.local import LocalPlatform
 from conveyor.runtime.security import local_security
+from tests.conftest import base_port, demo_event
 
 pytestmark = pytest.mark.integration
 
-PORT = int(os.environ.get("CONVEYOR_TEST_SECURE_PORT", "28500"))
+PORT = int(os.environ.get("CONVEYOR_TEST_SECURE_PORT", base_port() - 600))
 
 
-_TOKEN = "0" * 64  # services need a token digest; the gateway is not part of these tests
+SHOP_TOKEN = "shop-token"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def platform_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two services: shop writes orders, billing reads them and writes invoices."""
+    """Two services: shop writes orders (through a gateway), billing reads them and writes invoices."""
     folder = tmp_path_factory.mktemp("secured")
+    shutil.copytree(ROOT / "contracts", folder / "contracts")
     path = folder / "platform.yaml"
     path.write_text(yaml.safe_dump({
         "name": "secured-test",
         "runtime": {"home": str(folder / "home"), "base_port": PORT, "start_timeout": 300,
                     "redis": {"enabled": False}},
-        "clusters": {"vault": {"role": "read", "brokers": 2, "security": "sasl_ssl"}},
-        "topics": {"orders": {"partitions": 2, "producers": ["shop"], "consumers": ["billing"]},
-                   "invoices": {"partitions": 1, "producers": ["billing"]}},
-        "services": {"shop": {"token_sha256": _TOKEN}, "billing": {"token_sha256": _TOKEN}},
+        "clusters": {"vault": {"role": "writable", "brokers": 2, "security": "sasl_ssl"}},
+        "topics": {"orders": {"partitions": 2, "producers": ["shop"], "consumers": ["billing"],
+                              "contract": "contracts/ad-events.schema.json"},
+                   "invoices": {"partitions": 1, "producers": ["billing"]},
+                   "_audit": {"partitions": 1, "cleanup_policy": "compact", "retention": -1}},
+        "services": {"shop": {"token_sha256": hashlib.sha256(SHOP_TOKEN.encode()).hexdigest()},
+                     "billing": {"token_sha256": "0" * 64}},
     }))
     return path
 
@@ -166,10 +177,10 @@ def test_secrets_are_files_only_their_owner_reads(secured: Platform):
 
 @pytest.fixture(scope="module")
 def provisioned(secured: Platform, platform_path: Path) -> Platform:
-    """`topics apply` creates the topics and, on a secured cluster, the users and ACLs too."""
+    """`up` made the users and ACLs platform.yaml declares; `topics apply` creates the topics (and
+    would grant what a newly declared topic needs)."""
     run = _conveyor(platform_path, "topics", "apply")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "ACL and user change(s) on vault" in run.stdout
     return secured
 
 
@@ -236,3 +247,38 @@ def test_no_log_holds_a_password(provisioned: Platform):
     assert any(p.suffix == ".log" for p in logs), logs
     leaked = [str(p) for p in logs if any(s.encode() in p.read_bytes() for s in secrets)]
     assert leaked == []
+
+
+def _post(url: str, count: int) -> httpx.Response:
+    return httpx.post(f"{url}/v1/topics/orders/events", content=orjson.dumps([demo_event() for _ in range(count)]),
+                      headers={"Authorization": f"Bearer {SHOP_TOKEN}", "Content-Type": "application/json"},
+                      timeout=60)
+
+
+def test_the_gateway_writes_as_its_own_principal_and_only_what_its_acls_allow(
+        provisioned: Platform, platform_path: Path, serve_gateway):
+    """Its grants are derived from the file (WRITE on produced topics and the audit); take its WRITE
+    on orders away by hand and its writes are refused, with nothing written, although the platform's
+    admin could still write: the gateway is not the admin."""
+    gateway_write = [g for g in part_grants(provisioned, "vault")
+                     if g.principal == "User:conveyor-gateway" and g.name == "orders" and g.operation == "WRITE"]
+    assert len(gateway_write) == 1
+    url = serve_gateway(provisioned, "vault")
+    before = _end_offsets(provisioned, "orders")
+    assert _post(url, 20).status_code == 200
+    landed = _end_offsets(provisioned, "orders")
+    assert sum(landed.values()) - sum(before.values()) == 20
+
+    from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    admin = kafka.admin(provisioned, "vault")
+    for future in admin.delete_acls([AclBindingFilter(
+            ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:conveyor-gateway", "*",
+            AclOperation.WRITE, AclPermissionType.ALLOW)]).values():
+        assert len(future.result(15)) == 1
+    refused = _post(url, 5)
+    assert refused.status_code >= 400, refused.text
+    assert _end_offsets(provisioned, "orders") == landed
+    assert _conveyor(platform_path, "acl", "apply").returncode == 0
+    assert _post(url, 5).status_code == 200
+    assert sum(_end_offsets(provisioned, "orders").values()) - sum(landed.values()) == 5

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conveyor import kafka, positions
 from conveyor.acls import parts
-from conveyor.acls.grants import Grant, Pattern, Resource
+from conveyor.acls.grants import Grant, Pattern
 from conveyor.config import Part, Platform, RealtimeView, parse_platform
 from conveyor.dispatch.share_reader import PRESENCE_GROUP
 from conveyor.gateway.audit import AUDIT_TOPIC

@@ -32,9 +32,19 @@ def test_single_broker_clusters_are_combined_and_larger_ones_get_a_controller():
     assert [n.rack for n in central.brokers] == ["r1", "r2", "r3"]
 
 
-def test_broker_defaults_follow_the_mission():
+@pytest.fixture
+def material(tmp_path: Path):
+    """TLS and SASL material for the demo's secured central."""
+    from conveyor.runtime.security import LocalSecurity
+
+    material = LocalSecurity(tmp_path)
+    material.ensure()
+    return material
+
+
+def test_broker_defaults_follow_the_mission(material):
     central = next(layout for layout in plan_layout(PLATFORM) if layout.name == "central")
-    props = server_properties(central, central.brokers[0])
+    props = server_properties(central, central.brokers[0], material)
     assert props["unclean.leader.election.enable"] == "false"
     assert props["auto.create.topics.enable"] == "false"
     assert props["default.replication.factor"] == "3"
@@ -42,15 +52,15 @@ def test_broker_defaults_follow_the_mission():
     assert props["broker.rack"] == "r1"
     assert props["process.roles"] == "broker"
     assert props["listeners"].startswith("CLIENT://127.0.0.1:")
-    controller = server_properties(central, central.controllers[0])
+    controller = server_properties(central, central.controllers[0], material)
     assert controller["process.roles"] == "controller"
     assert "advertised.listeners" not in controller
 
 
-def test_every_listener_is_on_loopback():
+def test_every_listener_is_on_loopback(material):
     for layout in plan_layout(PLATFORM):
         for node in layout.nodes:
-            for listener in server_properties(layout, node)["listeners"].split(","):
+            for listener in server_properties(layout, node, material)["listeners"].split(","):
                 assert "//127.0.0.1:" in listener
 
 
