@@ -29,13 +29,15 @@ from confluent_kafka import (
     AcknowledgeType,
     Consumer,
     IllegalStateException,
+    KafkaError,
     KafkaException,
     Message,
     ShareConsumer,
     TopicPartition,
 )
 from confluent_kafka import ConsumerGroupState
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConsumerGroupDescription,
+                                  ResourceType)
 
 from conveyor import kafka
 from conveyor.config import Dispatch, Platform
@@ -99,7 +101,7 @@ class ShareReader(Source):
 
     def start(self) -> None:
         admin = kafka.admin(self._platform, self._cluster)
-        existing = admin.describe_consumer_groups([self.group], request_timeout=10)[self.group].result()
+        existing = _describe_group(admin, self.group)
         if existing.state != ConsumerGroupState.DEAD:
             raise GroupInUse(f"group {self.group!r} is a consumer group already ({existing.state.name.lower()}), "
                              "for example of the classic backend: the share backend needs a group name no "
@@ -269,3 +271,21 @@ def _never_fetch(consumer: Consumer, partitions: list[TopicPartition]) -> None:
     """The presence consumer takes its partitions paused: membership is all it is for."""
     consumer.incremental_assign(partitions)
     consumer.pause(partitions)
+
+
+#: Coordinator answers that mean "ask again shortly" (a group coordinator still loading its
+#: partition after a broker start, or moved): the first subscription of a fresh cluster meets them.
+_COORDINATOR_BUSY = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
+                     KafkaError.COORDINATOR_NOT_AVAILABLE}
+
+
+def _describe_group(admin: AdminClient, group: str, patience: float = 30.0) -> ConsumerGroupDescription:
+    """The group's description, asked again while its coordinator is busy, for up to ``patience`` s."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+        except KafkaException as exc:
+            if exc.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
