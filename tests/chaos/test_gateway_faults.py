@@ -22,7 +22,7 @@ from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.runtime import processes
 from conveyor.runtime.local import LocalPlatform
-from tests.conftest import demo_event, read_topic
+from tests.conftest import demo_event, platform_variant, read_topic
 
 pytestmark = pytest.mark.chaos
 ADSERVER = {"Authorization": "Bearer demo-adserver-token", "Content-Type": "application/json"}
@@ -95,7 +95,8 @@ def test_a_topic_stuck_on_a_frozen_broker_does_not_slow_another(provisioned: Pla
         data["topics"][name] = {"partitions": 2, "contract": "contracts/ad-events.schema.json",
                                 "producers": ["adserver"], "clusters": ["central"],
                                 "replication_factor": 1 if name == slow else 2, "min_insync_replicas": 1}
-    platform = parse_platform(data, root=platform_file.parent)
+    # Central turned writable: the gateway's principal is granted its topics there (a secured central).
+    platform = platform_variant(data, platform_file.parent / "gateway-faults.yaml")
     admin = kafka.admin(platform, "central")
     futures = admin.create_topics([
         NewTopic(slow, num_partitions=2, replica_assignment=[[3], [3]], config={"min.insync.replicas": "1"}),

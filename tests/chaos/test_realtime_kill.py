@@ -117,7 +117,8 @@ def _job(path: Path, log: Path, *extra: str) -> subprocess.Popen:
 
 
 def _batches_logged(log: Path) -> int:
-    return log.read_text(errors="replace").count(" conveyor.realtime batch ")
+    """Batches the job logged (conveyor.service's text format: ``<time> INFO conveyor.realtime: batch 3: ...``)."""
+    return log.read_text(errors="replace").count(" conveyor.realtime: batch ")
 
 
 def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: int = KILLS) -> tuple[Sent, str]:
@@ -135,8 +136,10 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
             else:  # mostly while batches are written: wait for one, then kill within the next few
                 seen = _batches_logged(log)
                 deadline = time.monotonic() + 240
-                while _batches_logged(log) == seen and time.monotonic() < deadline:
+                while _batches_logged(log) == seen:
                     assert process.poll() is None, f"seed {seed}: {log.read_text()[-3000:]}"
+                    # No batch in 4 minutes is a wedged job, not a slow one: fail rather than kill blind.
+                    assert time.monotonic() < deadline, f"seed {seed}: no batch logged: {log.read_text()[-3000:]}"
                     time.sleep(0.1)
                 delay = rng.uniform(0, 3)
             time.sleep(delay)
