@@ -21,6 +21,16 @@ def arguments(doc: str, base_port: int) -> argparse.ArgumentParser:
     return parser
 
 
+def provision(platform: Any) -> None:
+    """What `conveyor topics apply` does: every declared topic, then, on secured clusters, the
+    users and ACLs (a bench's lake or view topic needs its part's grants on a secured central)."""
+    from conveyor.acls import provisioner as acls
+    from conveyor.topics import provisioner
+
+    provisioner.apply(platform, provisioner.plan(platform))
+    acls.apply_secured(platform)
+
+
 def host() -> dict[str, Any]:
     """The machine a figure was measured on, and how busy it was."""
     return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),

@@ -29,13 +29,12 @@ from pathlib import Path
 import orjson
 import yaml
 
-from bench.common import arguments, write_results
+from bench.common import arguments, provision, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.gateway.generate import AdTraffic
 from conveyor.service import wait_healthy
 from conveyor.runtime.local import LocalPlatform
-from conveyor.topics import provisioner
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "ad-events"
@@ -175,7 +174,7 @@ def run(seconds: int, base_port: int, runs: int = 3, warmup: int = 60) -> dict:
         local.up()
         gateway = None
         try:
-            provisioner.apply(platform, provisioner.plan(platform))
+            provision(platform)
             port = platform.gateway.port
             url = f"http://127.0.0.1:{port}"
             gateway = subprocess.Popen([sys.executable, "-m", "conveyor", "gateway", "serve", "--dc", "dc1",

@@ -40,6 +40,7 @@ from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from bench.common import provision
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.pipeline.guard import state_dir
@@ -50,7 +51,6 @@ from conveyor.pipeline.schema import contract_columns, read_schema
 from conveyor.pipeline.spark import spark_session
 from conveyor.pipeline.tables import GAPS_TABLE, data_table, quarantine_table
 from conveyor.runtime.local import LocalPlatform
-from conveyor.topics import provisioner
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "lake_ingest.json"
@@ -200,7 +200,7 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
         local = LocalPlatform(platform)
         local.up()
         try:
-            provisioner.apply(platform, provisioner.plan(platform))
+            provision(platform)
             produced_bytes = produce(platform, events, size)
             spark = spark_session(platform, "lake-bench")
             seconds = {"librdkafka": _librdkafka(platform, events)}

@@ -41,6 +41,7 @@ from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from bench.common import provision
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.gateway.generate import AdTraffic
@@ -51,7 +52,6 @@ from conveyor.pipeline.realtime.plan import job_id, job_views
 from conveyor.pipeline.realtime.store import ViewStore, connect
 from conveyor.pipeline.spark import spark_session
 from conveyor.runtime.local import LocalPlatform
-from conveyor.topics import provisioner
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "realtime_views.json"
@@ -269,7 +269,7 @@ def run(rate: int, duration: float, base_port: int, warmup: float) -> dict:
         local = LocalPlatform(platform)
         local.up()
         try:
-            provisioner.apply(platform, provisioner.plan(platform))
+            provision(platform)
             load.start()
             results = {"realtime": measure_realtime(platform, rate, duration, warmup), "naive": _naive(platform, rate, duration)}
             load.stop.set()

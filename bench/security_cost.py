@@ -25,15 +25,13 @@ from pathlib import Path
 import orjson
 import yaml
 
-from bench.common import arguments, host, write_results
+from bench.common import arguments, host, provision, write_results
 from bench.gateway_throughput import _wrk
 from bench.replicate_vs_mm2 import _copied_ours, _create, _preload, _start_ours, throughput
-from conveyor.acls import provisioner as acls
 from conveyor.config import Platform, parse_platform
 from conveyor.gateway.generate import AdTraffic
 from conveyor.runtime.local import LocalPlatform
 from conveyor.service import wait_healthy
-from conveyor.topics import provisioner
 
 ROOT = Path(__file__).resolve().parents[1]
 #: (writable cluster, its route's read cluster) per security setting.
@@ -122,8 +120,7 @@ def run(seconds: int, runs: int, warmup: int, records: int, base_port: int) -> d
         local = LocalPlatform(platform)
         local.up()
         try:
-            provisioner.apply(platform, provisioner.plan(platform))
-            acls.apply_secured(platform)
+            provision(platform)
             return {"host": host(), "gateway": gateways(platform_file, tmp, base_port, seconds, runs, warmup),
                     "replicator": replicators(platform, platform_file, tmp, records)}
         finally:

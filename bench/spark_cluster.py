@@ -35,14 +35,13 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import arguments, host, write_results
+from bench.common import arguments, host, provision, write_results
 from bench.lake_ingest import lake_platform, lake_seconds, produce
 from bench.realtime_views import measure_realtime, realtime_platform
 from conveyor.config import Platform
 from conveyor.pipeline.spark import spark_session
 from conveyor.runtime.local import LocalPlatform
 from conveyor.runtime.spark_standalone import StandaloneCluster, StandaloneSettings
-from conveyor.topics import provisioner
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The standalone master's port is base_port + this (and its UI, the worker, the worker's UI the next three).
@@ -122,7 +121,7 @@ def run(bench: ClusterBench) -> dict[str, Any]:
         local.up()
         try:
             for platform in (*lakes.values(), *views.values()):
-                provisioner.apply(platform, provisioner.plan(platform))
+                provision(platform)
             produced_bytes = produce(lakes["local"], bench.events, bench.size)
             with cluster:
                 lake = {name: _lake(platform, bench.events, bench.rounds) for name, platform in lakes.items()}
