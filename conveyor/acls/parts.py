@@ -14,16 +14,18 @@ from collections.abc import Iterable
 
 from conveyor.acls.grants import CONSUME, PRODUCE, Grant, Pattern, Resource, principal, wanted_grants, wanted_users
 from conveyor.config import ClusterRole, ConfigError, Part, Platform
+from conveyor.gateway.audit import AUDIT_TOPIC
+from conveyor.replicate import plan
 
 #: The cluster resource's only name in Kafka.
 CLUSTER = "kafka-cluster"
 #: Any name (Kafka's wildcard); used only for the ops part's read-only describes.
 ANY = "*"
-#: Kept in step with conveyor.gateway.audit, conveyor.replicate.plan and conveyor.positions, which
-#: import the Kafka client; a unit test checks the names agree.
-AUDIT_TOPIC = "_audit"
-ROUTE_TOPIC_PREFIX = "_conveyor_replicate_"
-REPLICATE_GROUP_PREFIX = "conveyor-replicate-"
+#: Every route topic and every replicator group starts with these.
+ROUTE_TOPIC_PREFIX = plan.route_topic("")
+REPLICATE_GROUP_PREFIX = plan.group_id("")
+#: Kept in step with conveyor.dispatch.share_reader and conveyor.positions, which import the Kafka
+#: client; a unit test checks the names agree.
 DISPATCH_NODES_GROUP_PREFIX = "conveyor-dispatch-nodes."
 TOPIC_ADMIN = ("CREATE", "ALTER", "ALTER_CONFIGS", "DESCRIBE_CONFIGS")
 
@@ -66,13 +68,13 @@ def replicator(platform: Platform, cluster_name: str) -> set[Grant]:
             grants |= _on(part, Resource.topic, ANY, copied_operations)
         grants |= _topics(part, route.topics, copied_operations)
         if route.source == cluster_name:
-            grants |= _on(part, Resource.group, f"{REPLICATE_GROUP_PREFIX}{name}", ("READ",), Pattern.prefixed)
+            grants |= _on(part, Resource.group, plan.group_id(name), ("READ",), Pattern.prefixed)
             grants |= _on(part, Resource.group, feed_group("replicate", name), ("READ",))
         if route.destination == cluster_name:
-            grants |= _topics(part, [f"{ROUTE_TOPIC_PREFIX}{name}"], (*CONSUME, *PRODUCE, *TOPIC_ADMIN))
-            grants |= _on(part, Resource.group, f"{REPLICATE_GROUP_PREFIX}{name}", ("READ", "DESCRIBE"),
+            grants |= _topics(part, [plan.route_topic(name)], (*CONSUME, *PRODUCE, *TOPIC_ADMIN))
+            grants |= _on(part, Resource.group, plan.group_id(name), ("READ", "DESCRIBE"),
                           Pattern.prefixed)
-            grants |= _on(part, Resource.transactional_id, f"{REPLICATE_GROUP_PREFIX}{name}-bucket-",
+            grants |= _on(part, Resource.transactional_id, plan.transactional_prefix(name),
                           ("WRITE", "DESCRIBE"), Pattern.prefixed)
     return grants
 

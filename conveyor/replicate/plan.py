@@ -31,9 +31,14 @@ def group_id(route: str) -> str:
     return f"conveyor-replicate-{route}"
 
 
+def transactional_prefix(route: str) -> str:
+    """What every transactional id of the route starts with (its ACL is granted by this prefix)."""
+    return f"{group_id(route)}-bucket-"
+
+
 def transactional_id(route: str, bucket: int) -> str:
     """Stable per (route, bucket): a worker taking a bucket fences whoever had it before."""
-    return f"conveyor-replicate-{route}-bucket-{bucket}"
+    return f"{transactional_prefix(route)}{bucket}"
 
 
 def offset_record(topic: str, partition: int, next_offset: int) -> tuple[bytes, bytes]:
