@@ -170,6 +170,12 @@ class PositionFeed:
         future.add_done_callback(self._done)
         return future
 
+    def committed(self) -> dict[tuple[str, int], int]:
+        """What the monitoring group holds now (every reader's last publish); raises KafkaException."""
+        answer = self.admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(self.group)], request_timeout=self.timeout)[self.group].result()
+        return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
+
     def publish_and_wait(self, positions: Positions, attempts: int = 3) -> bool:
         """Publish now and wait for the answer, trying again after a failure (a new group's
         coordinator answers NOT_COORDINATOR until its lookup settles); True once it is committed.

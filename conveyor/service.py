@@ -143,11 +143,25 @@ def serve(service: Service, endpoint: Endpoint = Endpoint()) -> int:
             server.close()
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to ``sys.stderr`` as it is at each record, not as it was at set-up: a command run
+    in-process (Typer's test runner, a test's capture) swaps stderr and closes its copy, after
+    which a handler holding it failed every record with "I/O operation on closed file"."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: ANN201 (StreamHandler's attribute)
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:  # noqa: ANN001 (StreamHandler.__init__ assigns it)
+        pass
+
+
 def setup_logging(level: str | None = None, fmt: LogFormat = "text") -> None:
     """Every command's logging, to stderr as text lines or one JSON object per line. Without a
     level, Conveyor's own loggers say INFO and libraries (httpx's every request, py4j's
     connections) only WARNING and above."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s",
                                            rename_fields={"levelname": "level", "name": "logger"}))

@@ -24,7 +24,12 @@ ShareGroupCommand (``kafka-share-groups --describe --offsets``, i.e. Java's
 ``Admin.listShareGroupOffsets``) through :class:`~conveyor.ops.kafka_tools.KafkaTools`: one short
 JVM per reading (about 2 s of CPU), hence a reading every 15 s by default and not on every ack.
 The end offsets are read just before it, so a record arriving meanwhile counts as lag (the state's
-lag includes it) rather than hiding.
+lag includes it) rather than hiding. That alone would publish a position below an earlier one
+whenever records arrive during the reading (seen in CI: ten records produced while the JVM ran
+moved a settled group's position back by ten, which ops reads as a rewind). So the ends are read
+again after it: unchanged, the reading is exact; moved, the settled count lies between the two
+ends minus the lag, and the position is the group's last published one kept within those bounds
+(records once settled stay settled, so the feed never moves back on traffic alone).
 
 Client ids, for the throttle: every node's share consumers use ``conveyor-dispatch@<host:port>``,
 and each node is a member of the pair's presence group under that same client id, so the commit
@@ -51,12 +56,19 @@ log = logging.getLogger(__name__)
 STORE = "share-group state"
 
 
-def share_position(offsets: ShareOffsets, end: int | None) -> int:
+def share_position(offsets: ShareOffsets, before: int | None, after: int | None = None,
+                   floor: int | None = None) -> int:
     """The position that makes ops' lag (end minus position) the records the group has still to
-    settle: the end minus the state's lag, never below the start offset. Pure."""
-    if end is None or offsets.lag is None:
+    settle. ``before`` and ``after``: the partition's end offset read just before and just after the
+    state; ``floor``: the position published last. Never below the start offset. Pure."""
+    if before is None or offsets.lag is None:
         return offsets.start
-    return max(end - offsets.lag, offsets.start)
+    lowest = before - offsets.lag
+    if after is not None and after != before and floor is not None:
+        # Records arrived during the reading: the settled count is at least the lowest, at most
+        # after minus the lag; the last published position, kept in those bounds, does not go back.
+        lowest = max(lowest, min(floor, after - offsets.lag))
+    return max(lowest, offsets.start)
 
 
 class SharePositions:
@@ -85,13 +97,15 @@ class SharePositions:
         """Read the group's position on the node's topic and publish it with the readers' client ids;
         what was published. Failures are logged, never raised: the feed never fails the reader."""
         try:
-            ends = self._ends()
+            before = self._ends()
             state = self.tools.share_group_offsets(self.group)
-        except (OpsError, KafkaException) as exc:  # the state or the ends are not readable now
+            after = self._ends()
+            floor = self.feed.committed() if after != before else {}
+        except (OpsError, KafkaException) as exc:  # the state, the ends or the feed are not readable now
             log.warning("share group %s: position not read: %s", self.group, exc)
             return {}
-        positions = {key: share_position(offsets, ends.get(key)) for key, offsets in state.items()
-                     if key[0] == self.topic}
+        positions = {key: share_position(offsets, before.get(key), after.get(key), floor.get(key))
+                     for key, offsets in state.items() if key[0] == self.topic}
         if positions:
             self.feed.name_clients(self._client_ids())
             self.feed.publish(positions)

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -82,13 +83,14 @@ def test_the_server_is_gone_after_serve_returns(restore_signals: None) -> None:
         httpx.get(f"http://127.0.0.1:{seen['port']}/healthz", timeout=2)
 
 
-def test_json_logs_are_one_object_per_line_with_level_and_logger() -> None:
+def test_json_logs_are_one_object_per_line_with_level_and_logger(monkeypatch: pytest.MonkeyPatch) -> None:
     stream = io.StringIO()
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     try:
         setup_logging(None, "json")
-        root.handlers[0].setStream(stream)  # type: ignore[attr-defined]
+        # stderr swapped after set-up (as a CLI test runner does): the logs follow it.
+        monkeypatch.setattr(sys, "stderr", stream)
         logging.getLogger("conveyor.replicate").info("bucket %d started", 4)
         logging.getLogger("httpx").info("a library's chatter stays out at the default level")
         lines = stream.getvalue().splitlines()

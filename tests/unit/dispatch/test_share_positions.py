@@ -34,4 +34,16 @@ def test_the_tools_rows_of_the_group_are_read_and_uninitialised_partitions_left_
     (ShareOffsets(8, 0), None, 8),    # no end known
 ])
 def test_the_position_leaves_exactly_the_unsettled_records_as_lag(offsets, end, position) -> None:
-    assert share_position(offsets, end) == position
+    assert share_position(offsets, end, end, floor=0) == position
+
+
+@pytest.mark.parametrize(("before", "after", "floor", "position"), [
+    # The CI failure: 27 settled, published; 4 arrive between the first end read and the state,
+    # whose lag counts them. Old code published 27 - 4 = 23, a rewind by four.
+    (27, 31, 27, 27),
+    (27, 31, None, 23),  # nothing published yet: the lower bound
+    (27, 31, 20, 23),    # an older publish below the lower bound does not pull it down
+    (27, 31, 40, 27),    # nor does a floor above what can be settled (after minus the lag) lift it past that
+])
+def test_records_arriving_during_the_reading_never_move_the_position_back(before, after, floor, position) -> None:
+    assert share_position(ShareOffsets(0, 4), before, after, floor) == position
