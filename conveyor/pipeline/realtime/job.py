@@ -130,11 +130,17 @@ class BatchWriter:
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        stages = _Stopwatch()
         newest = self.store.state().newest_before(batch_id)
         watermarks = tuple(None if newest is None else newest - v.lateness_ms for v in self.views)
         plan = BatchPlan(self.topics, self.views, watermarks, self.tolerance_ms)
-        result = merge(frame.mapInArrow(partial(project, plan=plan, claims=self.claims), OUTPUT_DDL).toArrow())
+        stages.lap("state")
+        partials = frame.mapInArrow(partial(project, plan=plan, claims=self.claims), OUTPUT_DDL).toArrow()
+        stages.lap("spark")
+        result = merge(partials)
+        stages.lap("merge")
         self.rejects.send(batch_id, result.rejects)
+        stages.lap("rejects")
         applied = self.store.apply(
             batch_id, {key: (self.ttls[view], fields) for key, (view, fields) in result.deltas.items()})
         written_ms = time.time_ns() // 1_000_000
@@ -142,18 +148,33 @@ class BatchWriter:
         if result.duplicates:  # absent rather than 0: the state lists only what happened
             counters["duplicates"] = result.duplicates
         first = self.store.commit(batch_id, result.max_ms, counters)
+        stages.lap("redis")
         saturated = dict(Counter(result.deltas[key][0] for key in applied.saturated))
         report = BatchReport(batch_id, result.records, result.applied, applied.written, len(result.deltas),
                              result.reject_counts(), time.monotonic() - started,
-                             latencies(result.times, written_ms), first, result.duplicates, saturated)
+                             latencies(result.times, written_ms), first, result.duplicates, saturated, stages.laps)
         self.metrics.observe(report)
         latency = report.latency()
         log.info("batch %d%s: %d records, %d events applied to %d keys (%d written), %d duplicates, rejected %s, "
-                 "%.2fs, latency p50 %s p99 %s", batch_id, "" if first else " (replay)", report.records,
+                 "%.2fs (%s), latency p50 %s p99 %s", batch_id, "" if first else " (replay)", report.records,
                  report.applied, report.keys, applied.written, report.duplicates, report.rejects or "none",
-                 report.seconds, seconds_text(latency.get(0.5)), seconds_text(latency.get(0.99)))
+                 report.seconds, " ".join(f"{k} {v:.2f}" for k, v in report.stages.items()),
+                 seconds_text(latency.get(0.5)), seconds_text(latency.get(0.99)))
         if saturated:
             log.warning("batch %d: counters at a 64-bit bound (saturated) in %s", batch_id, saturated)
+
+
+class _Stopwatch:
+    """Seconds since the previous lap, by stage name."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, stage: str) -> None:
+        now = time.monotonic()
+        self.laps[stage] = round(now - self._last, 4)
+        self._last = now
 
 
 def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], writer: BatchWriter,
@@ -214,7 +235,10 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
                 if deadline is not None and time.monotonic() >= deadline:
                     break
                 query.awaitTermination(0.5)
-                feed.publish(batch_positions(query.lastProgress))
+                progress = query.lastProgress
+                if progress is not None:
+                    metrics.observe_trigger(progress.batchId, progress.durationMs)
+                feed.publish(batch_positions(progress))
         finally:
             query.stop()
             writer.rejects.close()

@@ -13,6 +13,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfi
 from conveyor.pipeline.realtime.deltas import quantiles
 
 QUANTILES = (0.5, 0.99)
+#: The batch function's stages: the job's state from Redis, Spark's read and the workers' projection
+#: (mapInArrow to Arrow on the driver), merging the partial sums, the side output, the view writes
+#: and the commit in Redis.
+STAGES = ("state", "spark", "merge", "rejects", "redis")
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,8 @@ class BatchReport:
     duplicates: int = 0
     #: View -> keys written where a batch's sum or a counter reached a 64-bit bound.
     saturated: dict[str, int] = field(default_factory=dict)
+    #: Seconds of the batch function per stage (STAGES), where a batch's time goes.
+    stages: dict[str, float] = field(default_factory=dict)
 
     def latency(self) -> dict[float, float]:
         return {q: ms / 1000 for q, ms in quantiles(self.latencies, QUANTILES).items()}
@@ -66,6 +72,13 @@ class RealtimeMetrics:
         self.duration = Gauge("conveyor_realtime_batch_duration_seconds", "Duration of the last batch.",
                               registry=registry)
         self.size = Gauge("conveyor_realtime_batch_records", "Kafka records in the last batch.", registry=registry)
+        self.stage = Gauge("conveyor_realtime_batch_stage_seconds", "Seconds of the last batch's function per stage.",
+                           ["stage"], registry=registry)
+        self.trigger = Gauge("conveyor_realtime_trigger_stage_seconds",
+                             "Spark's own durations of the last trigger (query progress durationMs), by stage.",
+                             ["stage"], registry=registry)
+        #: Spark's durations (ms) of the latest triggers, by batch id, for a bench's breakdown.
+        self.triggers: dict[int, dict[str, int]] = {}
         self.run_latencies: Tally[int] = Tally()
         #: The latest batches, for the summary of a bounded run.
         self.reports: deque[BatchReport] = deque(maxlen=1000)
@@ -86,6 +99,8 @@ class RealtimeMetrics:
         for q, seconds in report.latency().items():
             self.latency.labels(str(q)).set(seconds)
         self.duration.set(report.seconds)
+        for stage, seconds in report.stages.items():
+            self.stage.labels(stage).set(seconds)
         self.size.set(report.records)
         self.run_latencies.update(report.latencies)
         self.reports.append(report)
@@ -93,6 +108,15 @@ class RealtimeMetrics:
         if self.file is not None:
             self.file.parent.mkdir(parents=True, exist_ok=True)
             write_to_textfile(str(self.file), self.registry)
+
+    def observe_trigger(self, batch_id: int, durations_ms: dict[str, int]) -> None:
+        """Spark's durations of one trigger (addBatch holds the batch function; the rest is Spark's
+        planning, offset and commit logs). Kept for the latest 1,000 batches."""
+        for stage, ms in durations_ms.items():
+            self.trigger.labels(stage).set(ms / 1000)
+        self.triggers[batch_id] = dict(durations_ms)
+        while len(self.triggers) > 1000:
+            del self.triggers[min(self.triggers)]
 
     def run_latency(self) -> dict[float, float]:
         """Quantiles over every event applied since the job started."""

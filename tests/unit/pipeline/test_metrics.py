@@ -50,3 +50,19 @@ def test_the_steady_state_latency_counts_only_the_batches_after_its_start(monkey
     assert steady == {0.5: 0.4, 0.99: 0.6}
     assert metrics.run_latency()[0.99] == 30.0
     assert metrics.latency_since(31.0) == (0, {})
+
+
+def test_where_a_batch_s_time_goes_is_exported_per_stage_and_kept_for_the_latest_triggers():
+    from collections import Counter
+
+    from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics
+
+    metrics = RealtimeMetrics()
+    metrics.observe(BatchReport(7, 10, 10, 1, 1, {}, 1.5, Counter({300: 10}), True,
+                                stages={"spark": 1.2, "redis": 0.3}))
+    for batch_id in range(1002):
+        metrics.observe_trigger(batch_id, {"addBatch": 1500, "walCommit": 40 + batch_id})
+    value = metrics.registry.get_sample_value
+    assert value("conveyor_realtime_batch_stage_seconds", {"stage": "spark"}) == 1.2
+    assert value("conveyor_realtime_trigger_stage_seconds", {"stage": "walCommit"}) == 1.041
+    assert sorted(metrics.triggers)[:1] == [2] and len(metrics.triggers) == 1000
