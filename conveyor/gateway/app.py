@@ -39,7 +39,7 @@ from conveyor.gateway.limits import batch_size, event_limit, read_topic_maxima
 from conveyor.gateway.metrics import GatewayMetrics
 from conveyor.gateway.openapi import topic_paths
 from conveyor.gateway.parsing import media_type, prepare
-from conveyor.gateway.writer import Delivery, Record, Writer
+from conveyor.gateway.writer import Accepted, Record, Writer
 from conveyor.gctune import tune_for_throughput
 from conveyor.topics.contracts import load_contracts
 
@@ -149,11 +149,12 @@ class Gateway:
         prepared = await asyncio.to_thread(prepare, *check) if len(body) > PARSE_OFF_LOOP_BYTES else prepare(*check)
         assert self.bulkheads is not None
         async with self.bulkheads.enter(topic):
-            deliveries = await self.writer.write(topic, prepared.records)
+            accepted = await self.writer.write(topic, prepared.records,
+                                               itemized=len(prepared.records) <= self.settings.summary_above)
         self.audit.add(topic, Counter(prepared.hours))
-        for cluster, count in Counter(d.cluster for d in deliveries).items():
+        for cluster, count in accepted.by_cluster().items():
             self.metrics.accepted.labels(topic, cluster).inc(count)
-        return _answer(deliveries, self.settings.summary_above)
+        return _answer(accepted)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -171,17 +172,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _answer(deliveries: list[Delivery], summary_above: int) -> dict[str, Any]:
-    if len(deliveries) <= summary_above:
-        return {"accepted": len(deliveries),
-                "events": [{"cluster": d.cluster, "partition": d.partition, "offset": d.offset} for d in deliveries]}
-    ranges: dict[tuple[str, int], list[int]] = {}
-    for d in deliveries:
-        span = ranges.setdefault((d.cluster, d.partition), [d.offset, d.offset, 0])
-        span[0], span[1], span[2] = min(span[0], d.offset), max(span[1], d.offset), span[2] + 1
-    return {"accepted": len(deliveries),
+def _answer(accepted: Accepted) -> dict[str, Any]:
+    if accepted.deliveries is not None:
+        return {"accepted": accepted.size,
+                "events": [{"cluster": d.cluster, "partition": d.partition, "offset": d.offset}
+                           for d in accepted.deliveries if d is not None]}
+    return {"accepted": accepted.size,
             "partitions": [{"cluster": c, "partition": p, "first_offset": lo, "last_offset": hi, "count": n}
-                           for (c, p), (lo, hi, n) in sorted(ranges.items())]}
+                           for (c, p), (lo, hi, n) in sorted(accepted.spans.items())]}
 
 
 def create_app(gateway: Gateway) -> FastAPI:

@@ -39,8 +39,12 @@ def _wait_health(client: httpx.Client, url: str, writing_to: str, timeout: float
         time.sleep(0.5)
 
 
+# 20 events: answered per event, each with its own delivery callback; 150 (above summary_above):
+# answered per partition, produced in one batch call whose failed records are found by their bytes.
+@pytest.mark.parametrize("size", [20, 150])
 def test_failover_to_dc2_and_back_loses_no_accepted_event(provisioned: Platform, local: LocalPlatform,
-                                                          platform_data, platform_file: Path, serve_gateway):
+                                                          platform_data, platform_file: Path, serve_gateway,
+                                                          size: int):
     data = copy.deepcopy(platform_data)
     data["gateway"] = {**data.get("gateway", {}), "failover_after": "3s"}
     platform = parse_platform(data, root=platform_file.parent)
@@ -50,11 +54,15 @@ def test_failover_to_dc2_and_back_loses_no_accepted_event(provisioned: Platform,
     with httpx.Client(timeout=60) as client:
         def send(rounds: int) -> None:
             for _ in range(rounds):
-                batch = [demo_event(user_id=f"user-{i}") for i in range(20)]
+                batch = [demo_event(user_id=f"user-{i}") for i in range(size)]
                 answer = _post(client, url, "ad-events", batch)
                 assert answer.status_code == 200, answer.text
                 accepted.extend(e["event_id"] for e in batch)
-                clusters_used.update(e["cluster"] for e in answer.json()["events"])
+                answered = answer.json()
+                assert answered["accepted"] == size
+                placed = answered.get("events") or answered["partitions"]
+                clusters_used.update(e["cluster"] for e in placed)
+                assert sum(p.get("count", 1) for p in placed) == size
 
         send(10)
         local.kill_broker("dc1", 1)  # dc1's only broker: the whole data centre's cluster is gone

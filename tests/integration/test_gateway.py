@@ -126,6 +126,16 @@ def test_ndjson_batch_lands_whole_and_keys_keep_their_partition(url, gw_platform
     for message in landed:
         partitions_of_user[message.key()].add(message.partition())
     assert all(len(p) == 1 for p in partitions_of_user.values())
+    # A request this large is produced in one batch call; a small one record by record. The
+    # partitioner is the same: each user's single event lands where its batch did.
+    for user in range(7):
+        single = post(url, "ad-events", [demo_event(user_id=f"user-{user}")]).json()["events"][0]
+        assert {single["partition"]} == partitions_of_user[f"user-{user}".encode()]
+    # The summary's spans are the partitions' first and last offsets of the batch.
+    spans = {p["partition"]: (p["first_offset"], p["last_offset"], p["count"]) for p in summary["partitions"]}
+    for partition, (first, last, count) in spans.items():
+        offsets = sorted(m.offset() for m in landed if m.partition() == partition)
+        assert (offsets[0], offsets[-1], len(offsets)) == (first, last, count)
     # Per-key order: offsets of one user's events follow the order they were sent in.
     order = {e["event_id"]: i for i, e in enumerate(events)}
     by_user = defaultdict(list)
