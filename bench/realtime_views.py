@@ -12,9 +12,8 @@ produced straight to central at ``--rate`` events/s, each stamped with the time 
 latency is Redis write time minus event time, over every event of the measured ``--duration`` s.
 Spark's start is excluded (the query runs before the traffic starts), and so is the job's cold
 catch-up: the traffic flows until the job is within 10 s of the stream, then ``--duration`` s more
-are measured. A job that never catches up is
-measured all the same and said to be so, with its capacity (records applied per second while it
-was behind). The platform is the demo's central
+are measured. A job that never catches up is measured all the same and said to be so, with its
+capacity (records applied per second while it was behind). The platform is the demo's central
 cluster (3 brokers, RF 3) and a Redis on their own ports and folder. Why Spark 4.1's real-time
 trigger mode is not one of the paths: docs/realtime.md.
 
@@ -210,20 +209,15 @@ def measure_realtime(platform: Platform, rate: int, duration: float, warmup_seco
     time.sleep(warmup_seconds)
     behind_from, behind_records = time.monotonic(), applied()
     limit = behind_from + _WARMUP_LIMIT
-
-    def caught_up() -> bool:
-        return applied() >= traffic.sent - rate * _CAUGHT_UP
-
-    while not caught_up() and time.monotonic() < limit:
+    while not (caught_up := (done := applied()) >= traffic.sent - rate * _CAUGHT_UP) and time.monotonic() < limit:
         time.sleep(0.2)
-    was_caught_up = caught_up()
     warmed = time.monotonic() - warm_from
-    catch_up_rate = (applied() - behind_records) / max(time.monotonic() - behind_from, 1e-9)
+    catch_up_rate = (done - behind_records) / max(time.monotonic() - behind_from, 1e-9)
     metrics.run_latencies.clear()
     warm_reports, warm_sent = len(metrics.reports), traffic.sent
     started = time.monotonic()
     while time.monotonic() - started < duration:
-        applied()
+        assert job.is_alive(), "the real-time job stopped"
         time.sleep(0.5)
     traffic.finish()
     traffic.join()
@@ -236,7 +230,7 @@ def measure_realtime(platform: Platform, rate: int, duration: float, warmup_seco
     result = _summary(metrics.run_latencies, traffic.sent - warm_sent, seconds, traffic)
     result["warmup_seconds"] = round(warmed, 1)
     # Not caught up: the latencies are a backlog's, and the rate it drained at is the job's capacity.
-    result["caught_up"] = was_caught_up
+    result["caught_up"] = caught_up
     result["catch_up_records_per_second"] = round(catch_up_rate)
     result["batches"] = len(reports)
     result["batch_seconds_mean"] = round(sum(r.seconds for r in reports) / len(reports), 2)

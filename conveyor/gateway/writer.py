@@ -280,9 +280,8 @@ class Writer:
         last_error: KafkaError | None = None
         for cluster in self.order[start:]:
             written = await self._producers[cluster].write(topic, [records[i] for i in todo], itemized)
-            for partition, (first, last, count) in written.spans.items():
-                span = accepted.spans.setdefault((cluster, partition), [first, last, 0])
-                span[0], span[1], span[2] = min(span[0], first), max(span[1], last), span[2] + count
+            # Each cluster is written to once per request: its spans are new keys, nothing to merge.
+            accepted.spans.update({(cluster, partition): span for partition, span in written.spans.items()})
             if accepted.deliveries is not None and written.acked is not None:
                 for index, (partition, offset) in written.acked.items():
                     accepted.deliveries[todo[index]] = Delivery(cluster, partition, offset)

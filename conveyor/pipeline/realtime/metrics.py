@@ -13,10 +13,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfi
 from conveyor.pipeline.realtime.deltas import quantiles
 
 QUANTILES = (0.5, 0.99)
-#: The batch function's stages: the job's state from Redis, Spark's read and the workers' projection
-#: (mapInArrow to Arrow on the driver), merging the partial sums, the side output, the view writes
-#: and the commit in Redis.
-STAGES = ("state", "spark", "merge", "rejects", "redis")
 
 
 @dataclass(frozen=True)
@@ -37,7 +33,9 @@ class BatchReport:
     duplicates: int = 0
     #: View -> keys written where a batch's sum or a counter reached a 64-bit bound.
     saturated: dict[str, int] = field(default_factory=dict)
-    #: Seconds of the batch function per stage (STAGES), where a batch's time goes.
+    #: Seconds of the batch function per stage, where a batch's time goes: the job's state from
+    #: Redis ("state"), Spark's read and the workers' projection up to Arrow on the driver ("spark"),
+    #: merging the partial sums ("merge"), the side output ("rejects"), the view writes and commit ("redis").
     stages: dict[str, float] = field(default_factory=dict)
 
     def latency(self) -> dict[float, float]:
@@ -111,7 +109,10 @@ class RealtimeMetrics:
 
     def observe_trigger(self, batch_id: int, durations_ms: dict[str, int]) -> None:
         """Spark's durations of one trigger (addBatch holds the batch function; the rest is Spark's
-        planning, offset and commit logs). Kept for the latest 1,000 batches."""
+        planning, offset and commit logs). Kept for the latest 1,000 batches; a trigger seen before
+        (the job polls the last progress more often than batches end) is not taken again."""
+        if batch_id in self.triggers:
+            return
         for stage, ms in durations_ms.items():
             self.trigger.labels(stage).set(ms / 1000)
         self.triggers[batch_id] = dict(durations_ms)
