@@ -34,6 +34,8 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,7 @@ from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from bench import realtime_mode
 from bench.common import provision
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
@@ -59,7 +62,20 @@ from conveyor.runtime.local import LocalPlatform
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "realtime_views.json"
 PARTITIONS = 6
-TOPICS = {"realtime": "bench-rt-spark", "naive": "bench-rt-naive"}
+TOPICS = {"realtime": "bench-rt-spark", "rtm": "bench-rt-rtm", "naive": "bench-rt-naive"}
+@dataclass(frozen=True)
+class RtmSettings:
+    """The rtm path's settings: Arrow batches of ``rows`` records; real-time batches of
+    ``batch_seconds`` (a new batch starts the tasks again, a pause every batch's events feel)."""
+
+    rows: int = 500
+    batch_seconds: float = 300.0
+
+
+#: ...and it is caught up within this many seconds of the stream: a path that applies records as
+#: they arrive is measured from its steady state, not from the backlog of its cold start (measured
+#: from within 10 s, a run's p99 was 11.5 s, the backlog draining, against 0.85 s once caught up).
+_RTM_CAUGHT_UP = 1.0
 #: The warm-up ends when the job is this many seconds of traffic behind the stream, or less: about
 #: two batches' time in steady state (batches of 2.5-3 s at 20,000/s). Neither a tighter bound (3 s
 #: was never reached) nor one scaled by the last batch (a cold batch of 30 s passed it at once) nor
@@ -79,7 +95,7 @@ def realtime_platform(folder: Path, base_port: int, topic: str = TOPICS["realtim
     demo = yaml.safe_load((ROOT / "platform.yaml").read_text())
     contract = str(ROOT / "contracts" / "ad-events.schema.json")
     views = {f"{name}-{topic}": {**view, "topic": topic} for name, view in demo["pipeline"]["realtime"]["views"].items()}
-    topics = {TOPICS["naive"], topic}
+    topics = set(TOPICS.values())
     data = {
         "name": "realtime-bench",
         "runtime": {**demo["runtime"], "home": str(folder / "home"), "base_port": base_port},
@@ -183,6 +199,64 @@ def _summary(latency_ms: Counter[int], events: int, seconds: float, traffic: Tra
             "latency_p99_seconds": round(q[0.99] / 1000, 2) if q else None}
 
 
+@dataclass(frozen=True)
+class Timeline:
+    """How a live path's run went: whether it caught up with the stream in the warm-up, and when."""
+
+    caught_up: bool
+    warmup_seconds: float
+    #: Records applied per second while behind: the path's capacity when it never caught up.
+    catch_up_records_per_second: int
+    #: Events the measured part applied, and its seconds.
+    events: int
+    seconds: float
+
+
+def _live(traffic: Traffic, rate: int, duration: float, warmup_seconds: float, applied: Callable[[], int],
+          alive: Callable[[], bool], measuring: Callable[[], None], within: float = _CAUGHT_UP,
+          closing: Callable[[], None] | None = None) -> Timeline:
+    """Runs ``traffic`` through a path's warm-up (``warmup_seconds``, then until the path is
+    ``within`` s of the stream, at most _WARMUP_LIMIT s more), calls ``measuring`` and measures
+    ``duration`` s. Then it stops the traffic and waits until the path applied every event, or,
+    with ``closing``, calls that first and counts what the path applied until then: a path that
+    holds records until it has a batch's count of them would hold the last ones until its
+    real-time batch ends, up to minutes after the traffic stopped."""
+    traffic.start()
+    warm_from = time.monotonic()
+    time.sleep(warmup_seconds)
+    behind_from, behind_records = time.monotonic(), applied()
+    limit = behind_from + _WARMUP_LIMIT
+    while not (caught_up := (done := applied()) >= traffic.sent - rate * within) and time.monotonic() < limit:
+        time.sleep(0.2)
+    warmed = time.monotonic() - warm_from
+    catch_up_rate = (done - behind_records) / max(time.monotonic() - behind_from, 1e-9)
+    measuring()
+    sent_before, applied_before = traffic.sent, applied()
+    started = time.monotonic()
+    while time.monotonic() - started < duration:
+        assert alive(), "the path's query stopped"
+        time.sleep(0.5)
+    if closing is not None:
+        closing()
+        events, seconds = applied() - applied_before, time.monotonic() - started
+    traffic.finish()
+    traffic.join()
+    if closing is None:
+        while applied() < traffic.sent:
+            assert alive(), "the path's query stopped"
+            time.sleep(0.2)
+        events, seconds = traffic.sent - sent_before, time.monotonic() - started
+    return Timeline(caught_up, round(warmed, 1), round(catch_up_rate), events, seconds)
+
+
+def _result(latency_ms: Counter[int], traffic: Traffic, timeline: Timeline) -> dict:
+    result = _summary(latency_ms, timeline.events, timeline.seconds, traffic)
+    # Not caught up: the latencies are a backlog's, and the rate it drained at is the path's capacity.
+    result.update(warmup_seconds=timeline.warmup_seconds, caught_up=timeline.caught_up,
+                  catch_up_records_per_second=timeline.catch_up_records_per_second)
+    return result
+
+
 def measure_realtime(platform: Platform, rate: int, duration: float, warmup_seconds: float) -> dict:
     """The real-time job of ``platform`` under live traffic to its views' topic (see the module's doc)."""
     spark = spark_session(platform, "realtime-bench")
@@ -193,45 +267,24 @@ def measure_realtime(platform: Platform, rate: int, duration: float, warmup_seco
     job.start()
     # One stream at the measured rate. Its start is not measured: a job runs for days, so the JVM's
     # just-in-time compilation, the Python workers' start and the backlog they leave are excluded
-    # like Spark's start. The warm-up lasts ``warmup_seconds`` and then until the job has caught
-    # up with the stream (at most _WARMUP_LIMIT more seconds; the figure says how
-    # long it took). Stopping the traffic after a warm-up and starting it again, as this bench did
-    # before, measured the restart instead: the new traffic process's start slowed the next batches.
+    # like Spark's start (see _live). Stopping the traffic after a warm-up and starting it again,
+    # as this bench did before, measured the restart instead: the new traffic process's start
+    # slowed the next batches.
     store = ViewStore(connect(platform), job_id(views))
+    marks = {}
 
-    def applied() -> int:
-        assert job.is_alive(), "the real-time job stopped"
-        return store.state().counters.get("records", 0)
+    def measuring() -> None:
+        metrics.run_latencies.clear()
+        marks["reports"] = len(metrics.reports)
 
     traffic = Traffic(platform, topic, rate, warmup_seconds + _WARMUP_LIMIT + duration)
-    traffic.start()
-    warm_from = time.monotonic()
-    time.sleep(warmup_seconds)
-    behind_from, behind_records = time.monotonic(), applied()
-    limit = behind_from + _WARMUP_LIMIT
-    while not (caught_up := (done := applied()) >= traffic.sent - rate * _CAUGHT_UP) and time.monotonic() < limit:
-        time.sleep(0.2)
-    warmed = time.monotonic() - warm_from
-    catch_up_rate = (done - behind_records) / max(time.monotonic() - behind_from, 1e-9)
-    metrics.run_latencies.clear()
-    warm_reports, warm_sent = len(metrics.reports), traffic.sent
-    started = time.monotonic()
-    while time.monotonic() - started < duration:
-        assert job.is_alive(), "the real-time job stopped"
-        time.sleep(0.5)
-    traffic.finish()
-    traffic.join()
-    while applied() < traffic.sent:
-        time.sleep(0.2)
-    seconds = time.monotonic() - started
+    timeline = _live(traffic, rate, duration, warmup_seconds, lambda: store.state().counters.get("records", 0),
+                     job.is_alive, measuring)
     stop.set()
     job.join(120)
-    reports = list(metrics.reports)[warm_reports:]
-    result = _summary(metrics.run_latencies, traffic.sent - warm_sent, seconds, traffic)
-    result["warmup_seconds"] = round(warmed, 1)
-    # Not caught up: the latencies are a backlog's, and the rate it drained at is the job's capacity.
-    result["caught_up"] = caught_up
-    result["catch_up_records_per_second"] = round(catch_up_rate)
+    spark.stop()
+    reports = list(metrics.reports)[marks["reports"]:]
+    result = _result(metrics.run_latencies, traffic, timeline)
     result["batches"] = len(reports)
     result["batch_seconds_mean"] = round(sum(r.seconds for r in reports) / len(reports), 2)
     result["records_per_batch_mean"] = round(sum(r.records for r in reports) / len(reports))
@@ -240,6 +293,31 @@ def measure_realtime(platform: Platform, rate: int, duration: float, warmup_seco
     measured = {r.batch_id for r in reports}
     result["trigger_stage_seconds_mean"] = _means([d for b, d in metrics.triggers.items() if b in measured], 1000)
     return result
+
+
+def measure_rtm(platform: Platform, rate: int, duration: float, warmup_seconds: float, settings: RtmSettings) -> dict:
+    """The views' work in Spark's real-time mode (bench.realtime_mode; not exactly once) under the
+    same live traffic, one task per partition."""
+    spark = spark_session(platform, "realtime-mode-bench")
+    views = job_views(platform)
+    [topic] = {view.topic for view in views.values()}
+    client = connect(platform)
+    client.delete(realtime_mode.LATENCY_KEY, realtime_mode.COUNTS_KEY)
+    query = realtime_mode.start(spark, platform, views, str(platform.home / "rtm-checkpoint"), settings.rows,
+                                settings.batch_seconds)
+    traffic = Traffic(platform, topic, rate, warmup_seconds + _WARMUP_LIMIT + duration)
+    latency_ms: Counter[int] = Counter()
+
+    def closing() -> None:
+        latency_ms.update({int(k): int(v) for k, v in client.hgetall(realtime_mode.LATENCY_KEY).items()})
+
+    timeline = _live(traffic, rate, duration, warmup_seconds,
+                     lambda: int(client.hget(realtime_mode.COUNTS_KEY, "records") or 0), lambda: query.isActive,
+                     lambda: client.delete(realtime_mode.LATENCY_KEY), within=_RTM_CAUGHT_UP, closing=closing)
+    query.stop()
+    spark.stop()
+    return {**_result(latency_ms, traffic, timeline), "arrow_batch_records": settings.rows,
+            "realtime_batch_seconds": settings.batch_seconds}
 
 
 def _means(samples: list[dict[str, float]], unit: float) -> dict[str, float]:
@@ -300,16 +378,21 @@ class LoadSampler(threading.Thread):
 
 
 def run(rate: int, duration: float, base_port: int, warmup: float, paths: tuple[str, ...] = ("realtime", "naive"),
-        realtime: dict | None = None) -> dict:
+        realtime: dict | None = None, rtm_settings: RtmSettings = RtmSettings()) -> dict:
     load = LoadSampler()
     with tempfile.TemporaryDirectory(prefix="conveyor-realtime-bench-") as tmp:
         platform = realtime_platform(Path(tmp), base_port, realtime=realtime)
+        # Real-time mode runs every partition's task at once: a Spark thread per partition.
+        rtm = realtime_platform(Path(tmp), base_port, TOPICS["rtm"], realtime=realtime,
+                                spark={**platform.pipeline.spark.model_dump(exclude_none=True), "master": f"local[{PARTITIONS}]"})
         local = LocalPlatform(platform)
         local.up()
         try:
             provision(platform)
+            provision(rtm)
             load.start()
             measures = {"realtime": lambda: measure_realtime(platform, rate, duration, warmup),
+                        "rtm": lambda: measure_rtm(rtm, rate, duration, warmup, rtm_settings),
                         "naive": lambda: _naive(platform, rate, duration)}
             results = {name: measures[name]() for name in paths}
             load.stop.set()
@@ -331,14 +414,19 @@ def main() -> None:
                         help="which paths to measure, comma-separated (the naive peer takes minutes to drain)")
     parser.add_argument("--dedup-window", help="pipeline.realtime.dedup_window instead of platform.yaml's (0s: off)")
     parser.add_argument("--trigger", help="pipeline.realtime.trigger instead of platform.yaml's")
+    parser.add_argument("--rtm-rows", type=int, default=RtmSettings.rows,
+                        help="rtm path: records per Arrow batch, each added to Redis when aggregated")
+    parser.add_argument("--rtm-batch-seconds", type=float, default=RtmSettings.batch_seconds,
+                        help="rtm path: length of a real-time batch (its tasks start again after each)")
     args = parser.parse_args()
     settings = {k: v for k, v in (("dedup_window", args.dedup_window), ("trigger", args.trigger)) if v is not None}
     paths = tuple(p.strip() for p in args.paths.split(","))
-    if unknown := set(paths) - {"realtime", "naive"}:
-        parser.error(f"unknown path(s) {', '.join(sorted(unknown))}: choose from realtime, naive")
+    if unknown := set(paths) - set(TOPICS):
+        parser.error(f"unknown path(s) {', '.join(sorted(unknown))}: choose from {', '.join(TOPICS)}")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("conveyor.realtime").setLevel(logging.INFO)  # one line per batch
-    result = run(args.rate, args.duration, args.base_port, args.warmup, paths, settings)
+    result = run(args.rate, args.duration, args.base_port, args.warmup, paths, settings,
+                 RtmSettings(args.rtm_rows, args.rtm_batch_seconds))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
     table = Table(title=f"real-time views: {args.rate:,} events/s offered for {args.duration:.0f}s "

@@ -106,27 +106,35 @@ class RejectsOutput:
                                 f"({failed[0].str() if failed else 'timeout'})")
 
 
+def topic_plans(platform: Platform, views: Mapping[str, RealtimeView]) -> tuple[TopicPlan, ...]:
+    """The contracts of the views' topics, as the Python workers get them."""
+    plans = []
+    for topic in sorted({v.topic for v in views.values()}):
+        schema = read_schema(platform, topic)
+        plans.append(TopicPlan(topic, json.dumps(schema, sort_keys=True), contract_columns(topic, schema)))
+    return tuple(plans)
+
+
+def event_claims(platform: Platform, views: Mapping[str, RealtimeView]) -> EventClaims | None:
+    """The job's de-duplication claims in Redis; None with ``dedup_window: 0s``."""
+    window = platform.pipeline.realtime.dedup_window
+    return EventClaims(redis_target(platform), claims_prefix(job_id(views)), math.ceil(window)) if window > 0 else None
+
+
 class BatchWriter:
     """foreachBatch: aggregate the micro-batch to deltas, write them and the rejects, commit."""
 
     def __init__(self, platform: Platform, views: Mapping[str, RealtimeView], metrics: RealtimeMetrics) -> None:
         settings = platform.pipeline.realtime
         self.views = tuple(ViewPlan.of(name, view) for name, view in views.items())
-        self.topics = tuple(self._topic_plan(platform, t) for t in sorted({v.topic for v in self.views}))
+        self.topics = topic_plans(platform, views)
         self.ttls = {v.name: v.ttl_seconds for v in self.views}
         self.tolerance_ms = round(settings.future_tolerance * 1000)
         self.store = ViewStore(connect(platform), job_id(views))
-        window = settings.dedup_window
-        self.claims = (EventClaims(redis_target(platform), claims_prefix(job_id(views)), math.ceil(window))
-                       if window > 0 else None)
+        self.claims = event_claims(platform, views)
         self.rejects = RejectsOutput(platform, source_cluster(platform), settings.rejects_topic)
         self.metrics = metrics
         tune_for_throughput()  # the driver merges every batch's partial sums in Python
-
-    @staticmethod
-    def _topic_plan(platform: Platform, topic: str) -> TopicPlan:
-        schema = read_schema(platform, topic)
-        return TopicPlan(topic, json.dumps(schema, sort_keys=True), contract_columns(topic, schema))
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
