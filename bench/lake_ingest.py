@@ -9,6 +9,10 @@
   ``from_json`` with the contract's columns, appended to an Iceberg table partitioned by event
   hour, trigger availableNow with its checkpoint (Spark's own exactly-once); no contract checks,
   no quarantine, no gaps, no de-duplication;
+- ``user_job_merge``: the same job de-duplicating as a user would with Iceberg: ``foreachBatch``,
+  ``dropDuplicates`` on event_id, then ``MERGE INTO`` the table on event_id within an hour either
+  side of the event's time, ``WHEN NOT MATCHED THEN INSERT``; the route the lake's de-duplication
+  has not taken yet (README, "Lake"), measured before choosing it;
 - ``lake`` and ``lake_no_dedup``: ``conveyor pipeline lake`` (one run of :func:`run_once`): parse
   and check every record against the contract, quarantine, Iceberg commits carrying the offsets,
   with and without the event_id de-duplication window.
@@ -123,11 +127,11 @@ def _plain_sink(spark, platform: Platform, folder: Path) -> float:
     return seconds
 
 
-def _user_job(spark, platform: Platform, folder: Path, events: int) -> float:
+def _user_job(spark, platform: Platform, folder: Path, events: int, merge: bool = False) -> float:
     from pyspark.sql.functions import col, from_json
 
     columns = contract_columns(TOPIC, read_schema(platform, TOPIC))
-    table = "lake.bench.user_job"
+    table = "lake.bench.user_job_merge" if merge else "lake.bench.user_job"
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.bench")
     spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
     spark.sql(f"CREATE TABLE {table} ({', '.join(c.ddl for c in columns)}) USING iceberg "
@@ -136,9 +140,20 @@ def _user_job(spark, platform: Platform, folder: Path, events: int) -> float:
     stream = (spark.readStream.format("kafka").options(**java_client_options(platform, "central"))
               .option("subscribe", TOPIC).option("startingOffsets", "earliest").load())
     parsed = stream.select(from_json(col("value").cast("string"), ", ".join(c.ddl for c in columns)).alias("e"))
+
+    def merge_batch(frame, _batch_id: int) -> None:  # noqa: ANN001 (a PySpark DataFrame)
+        view = f"incoming_{uuid.uuid4().hex[:6]}"
+        frame.dropDuplicates(["event_id"]).createOrReplaceTempView(view)
+        frame.sparkSession.sql(
+            f"MERGE INTO {table} t USING {view} s ON t.event_id = s.event_id "
+            "AND t.event_time BETWEEN s.event_time - INTERVAL 1 HOUR AND s.event_time + INTERVAL 1 HOUR "
+            "WHEN NOT MATCHED THEN INSERT *")
+
+    writer = parsed.select("e.*").writeStream.option("checkpointLocation", str(out / "checkpoint"))
+    writer = writer.trigger(availableNow=True)
     started = time.monotonic()
-    query = (parsed.select("e.*").writeStream.format("iceberg").outputMode("append")
-             .option("checkpointLocation", str(out / "checkpoint")).trigger(availableNow=True).toTable(table))
+    query = (writer.foreachBatch(merge_batch).start() if merge
+             else writer.format("iceberg").outputMode("append").toTable(table))
     query.awaitTermination()
     seconds = time.monotonic() - started
     landed = spark.table(table).count()
@@ -207,6 +222,7 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
             for name, measure in (
                 ("plain_sink", lambda: _plain_sink(spark, platform, folder)),
                 ("user_job", lambda: _user_job(spark, platform, folder, events)),
+                ("user_job_merge", lambda: _user_job(spark, platform, folder, events, merge=True)),
                 ("lake", lambda: lake_seconds(spark, platform, events)),
                 ("lake_no_dedup", lambda: lake_seconds(spark, no_dedup, events)),
             ):
