@@ -71,8 +71,9 @@ def start(spark, platform: Platform, views: Mapping[str, RealtimeView], checkpoi
     frame = (spark.readStream.format("kafka").options(**java_client_options(platform, source_cluster(platform)))
              .option("subscribe", ",".join(topics)).option("startingOffsets", "latest").load()
              .select("topic", "partition", "offset", "timestamp", "value"))
-    stream = (frame.mapInArrow(partial(_apply_live, plan=plan, claims=event_claims(platform, views), url=url), "records bigint")
-              .writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint))
+    live = partial(_apply_live, plan=plan, claims=event_claims(platform, views), url=url)
+    stream = (frame.mapInArrow(live, "records bigint").writeStream.format("noop").outputMode("update")
+              .option("checkpointLocation", checkpoint))
     # PySpark 4.1.1 has no realTime argument to trigger(); the JVM's Trigger.RealTime is the same setting.
     trigger = spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(f"{round(batch_seconds * 1000)} milliseconds")
     stream._jwrite = stream._jwrite.trigger(trigger)

@@ -386,8 +386,8 @@ def run(rate: int, duration: float, base_port: int, warmup: float, paths: tuple[
     with tempfile.TemporaryDirectory(prefix="conveyor-realtime-bench-") as tmp:
         platform = realtime_platform(Path(tmp), base_port, realtime=realtime)
         # Real-time mode runs every partition's task at once: a Spark thread per partition.
-        rtm = realtime_platform(Path(tmp), base_port, TOPICS["rtm"], realtime=realtime,
-                                spark={**platform.pipeline.spark.model_dump(exclude_none=True), "master": f"local[{PARTITIONS}]"})
+        spark = {**platform.pipeline.spark.model_dump(exclude_none=True), "master": f"local[{PARTITIONS}]"}
+        rtm = realtime_platform(Path(tmp), base_port, TOPICS["rtm"], realtime=realtime, spark=spark)
         local = LocalPlatform(platform)
         local.up()
         try:
