@@ -66,19 +66,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "realtime_views.json"
 PARTITIONS = 6
 TOPICS = {"realtime": "bench-rt-spark", "rtm": "bench-rt-rtm", "naive": "bench-rt-naive"}
-@dataclass(frozen=True)
-class RtmSettings:
-    """The rtm path's settings: Arrow batches of ``rows`` records; real-time batches of
-    ``batch_seconds`` (a new batch starts the tasks again, a pause every batch's events feel)."""
-
-    rows: int = 500
-    batch_seconds: float = 300.0
-
-
-#: ...and it is caught up within this many seconds of the stream: a path that applies records as
-#: they arrive is measured from its steady state, not from the backlog of its cold start (measured
-#: from within 10 s, a run's p99 was 11.5 s, the backlog draining, against 0.85 s once caught up).
-_RTM_CAUGHT_UP = 1.0
 #: The warm-up ends when the job is this many seconds of traffic behind the stream, or less: about
 #: two batches' time in steady state (batches of 2.5-3 s at 20,000/s). Neither a tighter bound (3 s
 #: was never reached) nor one scaled by the last batch (a cold batch of 30 s passed it at once) nor
@@ -86,8 +73,22 @@ _RTM_CAUGHT_UP = 1.0
 _CAUGHT_UP = 10.0
 #: ...or this many seconds after ``--warmup``, whichever comes first.
 _WARMUP_LIMIT = 240.0
+#: The rtm path's warm-up ends within this many seconds of the stream instead: a path that applies
+#: records as they arrive is measured from its steady state, not from the backlog of its cold start
+#: (measured from within 10 s, a run's p99 was 11.5 s, the backlog draining, against 0.85 s once
+#: caught up).
+_RTM_CAUGHT_UP = 1.0
 #: Events are serialised once with this time and stamped at produce time (a fixed-width splice).
 _PLACEHOLDER = b"2000-01-01T00:00:00.000Z"
+
+
+@dataclass(frozen=True)
+class RtmSettings:
+    """The rtm path's settings: Arrow batches of ``rows`` records; real-time batches of
+    ``batch_seconds`` (a new batch starts the tasks again, a pause every batch's events feel)."""
+
+    rows: int = 500
+    batch_seconds: float = 300.0
 
 
 def realtime_platform(folder: Path, base_port: int, topic: str = TOPICS["realtime"],
@@ -242,9 +243,11 @@ def _live(traffic: Traffic, rate: int, duration: float, warmup_seconds: float, a
     if closing is not None:
         closing()
         events, seconds = applied() - applied_before, time.monotonic() - started
-    traffic.finish()
-    traffic.join()
-    if closing is None:
+        traffic.finish()
+        traffic.join()
+    else:
+        traffic.finish()
+        traffic.join()
         while applied() < traffic.sent:
             assert alive(), "the path's query stopped"
             time.sleep(0.2)
@@ -274,7 +277,7 @@ def measure_realtime(platform: Platform, rate: int, duration: float, warmup_seco
     # as this bench did before, measured the restart instead: the new traffic process's start
     # slowed the next batches.
     store = ViewStore(connect(platform), job_id(views))
-    marks = {}
+    marks: dict[str, int] = {}
 
     def measuring() -> None:
         metrics.run_latencies.clear()
