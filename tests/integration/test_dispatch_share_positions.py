@@ -19,6 +19,8 @@ from conveyor.dispatch.client import Subscriber
 from conveyor.dispatch.share_positions import STORE
 from conveyor.dispatch.source import CLIENT_ID_PREFIX
 from conveyor.ops.kafka_tools import KafkaTools
+from conveyor.ops.tracker import GroupReport
+from conveyor.ops.watch import ClusterWatch
 from conveyor.positions import client_ids, group_name
 from tests.conftest import eventually
 from tests.dispatchkit import MAILER_TOKEN, Ledger, produce, start_node, topic_maker
@@ -40,6 +42,13 @@ def _commit_metadata(platform: Platform, group: str) -> set[tuple[str, ...]]:
     admin = kafka.admin(platform, "central")
     answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
     return {client_ids(tp.metadata) for tp in answer.topic_partitions if tp.offset >= 0}
+
+
+def _lag_shown(watch: ClusterWatch, group: str, lag: int) -> GroupReport | None:
+    """The group's report of a new round, if it shows ``lag``."""
+    report = watch.cycle()
+    shown = next(g for g in report.groups if g.group == group)
+    return shown if shown.status.total_lag == lag else None
 
 
 def test_the_share_groups_start_offsets_reach_ops_with_the_right_lag(setup, nodes) -> None:
@@ -76,6 +85,7 @@ def test_the_share_groups_start_offsets_reach_ops_with_the_right_lag(setup, node
         assert sum(later.values()) - sum(ends.values()) == 10
         time.sleep(3)  # three publishing intervals: nothing to wait for, the position must not move
         assert monitored(platform, "central", feed_group)[0] == ends
-        report = watch.cycle()
-        shown = next(g for g in report.groups if g.group == feed_group)
-        assert shown.status.total_lag == 10, shown.status
+        # A round whose ListOffsets fails for a partition keeps its last reading (ops/sampler.py); the
+        # run that failed here logged NOT_LEADER from leaders moving back to a restarted broker.
+        shown = eventually(lambda: _lag_shown(watch, feed_group, 10), 30, "ops to show a lag of 10")
+        assert shown.status.total_lag == 10 and monitored(platform, "central", feed_group)[0] == ends
