@@ -21,7 +21,7 @@ disk space, never a row. The age keeps the files of runs still in progress (on a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any
 from conveyor.config import Platform
 from conveyor.pipeline.catalog import local_warehouse
 from conveyor.pipeline.errors import LakeConflictError
-from conveyor.pipeline.tables import append
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 #: Branches of lake runs: ``conveyor_run_<run id>_<attempt>``.
 BRANCH_PREFIX = "conveyor_run_"
@@ -101,22 +100,27 @@ def _ref_commit(spark: SparkSession, table: str, change: Any) -> None:
             time.sleep(0.05 * (attempt + 1))
 
 
-def conditional_append(
-    spark: SparkSession, rows: DataFrame, table: str, properties: dict[str, str], base: int, branch: str
-) -> int:
-    """Append ``rows`` with the snapshot ``properties`` as the next commit after snapshot ``base``;
-    :class:`LakeConflictError` when ``main`` moved past ``base`` first. Returns the rows added."""
+def conditional_commit(spark: SparkSession, table: str, base: int, branch: str, write: Callable[[str], None]) -> int:
+    """Make the commits ``write(branch)`` makes to ``branch`` the next ones after snapshot ``base``:
+    :class:`LakeConflictError` when ``main`` moved past ``base`` first. Returns the rows they added
+    (less those they deleted)."""
     _ref_commit(spark, table, lambda manage: manage.createBranch(branch, base))
     try:
         with conflicts(table):
-            append(rows, table, properties, branch)
-        head = iceberg_table(spark, table).snapshot(branch)
-        added = int(head.summary().getOrDefault("added-records", "0"))
+            write(branch)
+        iceberg = iceberg_table(spark, table)
+        added = _records(iceberg.snapshot(branch)) - _records(iceberg.snapshot(base))
         _ref_commit(spark, table, lambda manage: manage.fastForwardBranch("main", branch).removeBranch(branch))
         return added
     except BaseException:
         _drop_branch(spark, table, branch)
         raise
+
+
+def _records(snapshot: Any) -> int:
+    """Rows in the table at ``snapshot``: its data files' records (the lake deletes by rewriting
+    files, so no delete file is left to subtract)."""
+    return int(snapshot.summary().getOrDefault("total-records", "0"))
 
 
 def _drop_branch(spark: SparkSession, table: str, branch: str) -> None:

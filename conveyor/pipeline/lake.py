@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from conveyor.config import Part, Platform
 from conveyor.pipeline import guard
+from conveyor.pipeline.dedup import drop_copies
 from conveyor.pipeline.errors import LakeConfigError, LakeConflictError, spark_failures
 from conveyor.pipeline.kafka_source import list_watermarks, read_range
 from conveyor.pipeline.lake_positions import publish_position
@@ -33,6 +34,7 @@ from conveyor.pipeline.schema import COORDINATES, REASON, Column, contract_colum
 from conveyor.pipeline.catalog import require_catalog
 from conveyor.pipeline.tables import (
     GAPS_TABLE,
+    append,
     commit_properties,
     current_commit,
     data_table,
@@ -45,8 +47,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
     from pyspark.sql import DataFrame, SparkSession
 
-#: Up to this many duplicates, the rows to drop are sent to every task instead of shuffling the rows.
-_BROADCAST_DROPS = 1_000_000
 #: Called with (topic, what the run is doing now) for progress display.
 StepCallback = Callable[[str, str], None]
 
@@ -247,10 +247,11 @@ class _TopicLanding:
         The rows' commit reads and parses the range once, counting it on the way (an observation,
         not another pass). The quarantine's commit reads it again only when that count found bad
         records; otherwise it is an empty commit that moves its offsets. The parsed range is kept
-        on local disk and read back, which costs less than reading and parsing it again, when it
-        will be read twice: with de-duplication (the keys are looked at before the rows are
-        written), and when the quarantine's last commit added rows (``bad_before``: a topic that
-        had bad records likely has more).
+        on local disk and read back, which costs less than reading and parsing it again, when the
+        quarantine's last commit added rows (``bad_before``: a topic that had bad records likely
+        has more). De-duplication adds no pass over the range: the copies are found from the keys
+        of what the append wrote, and deleted before the branch reaches ``main``
+        (conveyor.pipeline.dedup).
         """
         from pyspark import StorageLevel
         from pyspark.sql import Observation
@@ -258,12 +259,9 @@ class _TopicLanding:
         from pyspark.sql.functions import sum as sum_
 
         parsed = parsed_range(self.spark, self.platform, plan, self.columns, self.schema_text)
-        deduplicating = self.data in stale and self.platform.pipeline.lake.dedup_window > 0
-        cached = []
-        both_tables = self.data in stale and self.quarantine in stale
-        if deduplicating or (bad_before and both_tables):
+        cached = bad_before and self.data in stale and self.quarantine in stale
+        if cached:
             parsed = parsed.persist(StorageLevel.DISK_ONLY)
-            cached.append(parsed)
         eligible, rejected = col(REASON).isNull(), col(REASON).isNotNull()
         if plan.needs_filter(self.data):
             eligible = eligible & _at_or_above(plan.floors[self.data])
@@ -280,10 +278,9 @@ class _TopicLanding:
         try:
             if self.data in stale:
                 self.step("reading, parsing and committing rows")
-                rows = counted.where(eligible)
-                if deduplicating:
-                    rows = self._without_duplicates(rows, parsed.where(eligible), listed_at, cached)
-                landed = self._commit(rows.select(*self._table_columns()), self.data, commit)
+                window = self.platform.pipeline.lake.dedup_window
+                since = listed_at - timedelta(seconds=window) if window > 0 else None
+                landed = self._commit(counted.where(eligible).select(*self._table_columns()), self.data, commit, since)
                 stats = observation.get  # only once the observed pass succeeded: it waits for one
                 self._add(LandingCounts(records_read=stats["read"], bytes_read=stats["bytes"], landed=landed,
                                         duplicates_dropped=stats["good"] - landed))
@@ -300,8 +297,8 @@ class _TopicLanding:
                 read = observation.get if self.data not in stale else {"read": 0, "bytes": 0}
                 self._add(LandingCounts(records_read=read["read"], bytes_read=read["bytes"], quarantined=quarantined))
         finally:
-            for frame in cached:
-                frame.unpersist()
+            if cached:
+                parsed.unpersist()
 
     def _add(self, counts: LandingCounts) -> None:
         self._counts = LandingCounts(*(a + b for a, b in zip(astuple(self._counts), astuple(counts), strict=True)))
@@ -309,34 +306,17 @@ class _TopicLanding:
     def _table_columns(self) -> list[str]:
         return [c.name for c in self.columns] + [name for name, _ in COORDINATES]
 
-    def _without_duplicates(
-        self, rows: DataFrame, keys_from: DataFrame, listed_at: datetime, cached: list[DataFrame]
-    ) -> DataFrame:
-        """``rows`` without an event_id seen twice in the range (keeping its first offset) or
-        already landed within the dedup window. Only the keys (of ``keys_from``, the same rows) are
-        shuffled to find them; the rows are joined only when there is something to drop, against a
-        set small enough to broadcast."""
-        from pyspark import StorageLevel
-        from pyspark.sql import Window
-        from pyspark.sql.functions import broadcast, col, row_number
+    def _commit(self, rows: DataFrame, table: str, commit: _CommitPlan, since: datetime | None = None) -> int:
+        """Append ``rows`` right after the snapshot the run started from (with ``since``, less the
+        copies of event ids landed since then, conveyor.pipeline.dedup); the rows it added."""
+        base = commit.bases[table]
 
-        coordinates = ["kafka_partition", "kafka_offset"]
-        keys = keys_from.select("event_id", *coordinates)
-        first = Window.partitionBy("event_id").orderBy(*coordinates)
-        repeated = keys.withColumn("n", row_number().over(first)).where(col("n") > 1).select(*coordinates)
-        since = listed_at - timedelta(seconds=self.platform.pipeline.lake.dedup_window)
-        landed = self.spark.table(self.data).where(col("event_time") >= since).select("event_id")
-        seen = keys.join(landed, "event_id", "left_semi").select(*coordinates)
-        drop = repeated.unionByName(seen).persist(StorageLevel.DISK_ONLY)
-        cached.append(drop)
-        dropping = drop.count()
-        if dropping == 0:
-            return rows
-        return rows.join(broadcast(drop) if dropping <= _BROADCAST_DROPS else drop, coordinates, "left_anti")
+        def write(branch: str) -> None:
+            append(rows, table, commit.properties, branch)
+            if since is not None:
+                drop_copies(self.spark, table, branch, base, since)
 
-    def _commit(self, rows: DataFrame, table: str, commit: _CommitPlan) -> int:
-        """Append ``rows`` right after the snapshot the run started from; the rows it added."""
-        return guard.conditional_append(self.spark, rows, table, commit.properties, commit.bases[table], commit.branch)
+        return guard.conditional_commit(self.spark, table, base, commit.branch, write)
 
 
 def _noop(topic: str, step: str) -> None:

@@ -171,11 +171,16 @@ def commit_properties(positions: Positions, listed_at: datetime, run_id: str) ->
     }
 
 
+def on_branch(table: str, branch: str | None) -> str:
+    """The identifier that reads and writes ``branch`` of ``table`` (``main`` for None)."""
+    # Iceberg 1.11 names a branch in the table's identifier (its "branch" write option came later).
+    return table if branch is None else f"{table}.`branch_{branch}`"
+
+
 def append(rows: DataFrame, table: str, properties: Mapping[str, str], branch: str | None = None) -> None:
     """One Iceberg commit (to ``branch``, else to main): the rows and the properties land together
     or not at all."""
-    # Iceberg 1.11 names a branch in the table's identifier (its "branch" write option came later).
-    writer = rows.writeTo(table if branch is None else f"{table}.`branch_{branch}`")
+    writer = rows.writeTo(on_branch(table, branch))
     for key, value in properties.items():
         writer = writer.option(f"snapshot-property.{key}", value)
     writer.append()
