@@ -118,9 +118,10 @@ def conditional_commit(spark: SparkSession, table: str, base: int, branch: str, 
 
 
 def _records(snapshot: Any) -> int:
-    """Rows in the table at ``snapshot``: its data files' records (the lake deletes by rewriting
-    files, so no delete file is left to subtract)."""
-    return int(snapshot.summary().getOrDefault("total-records", "0"))
+    """Rows in the table at ``snapshot``: its data files' records less the rows its position delete
+    files remove (the lake's deletes rewrite files unless the table asks for merge-on-read)."""
+    summary = snapshot.summary()
+    return int(summary.getOrDefault("total-records", "0")) - int(summary.getOrDefault("total-position-deletes", "0"))
 
 
 def _drop_branch(spark: SparkSession, table: str, branch: str) -> None:
