@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson
-import pandas as pd
+import pyarrow as pa
 import yaml
 from confluent_kafka import TopicPartition
 from rich.console import Console
@@ -176,15 +176,15 @@ def lake_seconds(spark, platform: Platform, events: int, steps: dict[str, float]
     return summary.seconds
 
 
-def _values_to_python(values: pd.Series) -> pd.Series:
+def _values_to_python(values: pa.Array) -> pa.Array:
     """The lake's way to Python (the values, in Arrow batches) with nothing to do there."""
-    return pd.Series(0, index=values.index, dtype="int64")
+    return pa.nulls(len(values), pa.int64())
 
 
 def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
     """Where the lake's time goes: Spark's Kafka read of the whole topic alone, with the values
     sent to Python and nothing done there, and with the lake's parser (each into a noop sink)."""
-    from pyspark.sql.functions import pandas_udf
+    from pyspark.sql.functions import arrow_udf
 
     _, marks = list_watermarks(platform, TOPIC)
     plan = plan_ranges(TOPIC, {"bench": None}, marks)
@@ -192,7 +192,7 @@ def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
     raw = read_range(spark, platform, plan)
     frames = {
         "kafka_read": raw,
-        "kafka_read_values_to_python": raw.select("*", pandas_udf(_values_to_python, "bigint")("value")),
+        "kafka_read_values_to_python": raw.select("*", arrow_udf(_values_to_python, "bigint")("value")),
         "kafka_read_parse": parsed_range(spark, platform, plan, contract_columns(TOPIC, schema),
                                     json.dumps(schema, sort_keys=True)),
     }
