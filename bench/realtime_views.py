@@ -127,7 +127,7 @@ def _templates(count: int) -> list[tuple[bytes, bytes, int, int]]:
 
 
 class Traffic:
-    """Produces ``rate`` events/s for ``seconds`` s or until :meth:`finish`, each stamped with the time
+    """Produces ``rate`` events/s for ``seconds`` s or until :meth:`stop`, each stamped with the time
     it is produced, from a process of its own: in the measuring process it would compete for the GIL
     with the path measured."""
 
@@ -153,11 +153,9 @@ class Traffic:
     def is_alive(self) -> bool:
         return self._process.is_alive()
 
-    def finish(self) -> None:
-        """Stop producing now (the events sent so far are flushed)."""
+    def stop(self) -> None:
+        """Stop producing now and wait for the process (the events sent so far are flushed)."""
         self._finish.set()
-
-    def join(self) -> None:
         self._process.join()
         assert self._process.exitcode == 0, f"the traffic process failed ({self._process.exitcode})"
 
@@ -243,11 +241,9 @@ def _live(traffic: Traffic, rate: int, duration: float, warmup_seconds: float, a
     if closing is not None:
         closing()
         events, seconds = applied() - applied_before, time.monotonic() - started
-        traffic.finish()
-        traffic.join()
+        traffic.stop()
     else:
-        traffic.finish()
-        traffic.join()
+        traffic.stop()
         while applied() < traffic.sent:
             assert alive(), "the path's query stopped"
             time.sleep(0.2)
