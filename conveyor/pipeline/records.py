@@ -78,10 +78,12 @@ class RecordParser:
 
     def __init__(self, topic: str, schema_text: str, columns: tuple[Column, ...]) -> None:
         self._contract = _contract(topic, schema_text)
-        self._fields = [(c.name, _converter(c)) for c in columns]
+        self._names = [c.name for c in columns]
+        self._converted = [(c.name, convert) for c in columns if (convert := _converter(c)) is not None]
         self._nothing = (None,) * len(columns)
 
-    def _row(self, value: bytes | None) -> tuple[Any, ...]:
+    def _event(self, value: bytes | None) -> dict[str, Any]:
+        """The event, its fields converted to their columns' types where they need it."""
         if value is None:
             raise _Reject("no value (null record)")
         try:
@@ -93,18 +95,37 @@ class RecordParser:
         violation = self._contract.check(event)
         if violation is not None:
             raise _Reject(f"breaks the contract: {violation.message} (rule {violation.rule})")
-        row = []
-        for name, convert in self._fields:
+        for name, convert in self._converted:
             field = event.get(name)
-            row.append(field if convert is None or field is None else convert(field))
-        return tuple(row)
+            if field is not None:
+                event[name] = convert(field)
+        return event
 
     def parse(self, value: bytes | None) -> tuple[Any, ...]:
         """``(None, *column values)`` for a good record, ``(reason, None, ...)`` for a bad one."""
         try:
-            return (None, *self._row(value))
+            event = self._event(value)
         except _Reject as reject:
             return (reject.args[0], *self._nothing)
+        return (None, *[event.get(name) for name in self._names])
+
+    def columns(self, values: list[bytes | None]) -> list[list[Any]]:
+        """The verdicts of ``values`` and the contract's columns, column by column (a comprehension
+        per column costs a third of building rows and transposing them)."""
+        reasons: list[str | None] = []
+        events: list[dict[str, Any]] = []
+        for value in values:
+            try:
+                events.append(self._event(value))
+                reasons.append(None)
+            except _Reject as reject:
+                events.append(_NO_EVENT)
+                reasons.append(reject.args[0])
+        return [reasons] + [[event.get(name) for event in events] for name in self._names]
+
+
+#: A bad record's place in the columns: every column null.
+_NO_EVENT: dict[str, Any] = {}
 
 
 def parse_value(value: bytes | None, *, topic: str, schema_text: str, columns: tuple[Column, ...]) -> tuple[Any, ...]:
@@ -126,10 +147,8 @@ def values_parser(topic: str, schema_text: str, columns: tuple[Column, ...]) -> 
     schema = arrow_schema(columns)
 
     def parse(values: pa.Array) -> pa.Array:
-        parser = RecordParser(topic, schema_text, columns)
-        rows = [parser.parse(value) for value in values.to_pylist()]
-        # A comprehension per column: 0.3 us a row, where zip(*rows) took 1 us.
-        arrays = [pa.array([row[i] for row in rows], type=field.type) for i, field in enumerate(schema)]
+        built = RecordParser(topic, schema_text, columns).columns(values.to_pylist())
+        arrays = [pa.array(column, type=field.type) for column, field in zip(built, schema, strict=True)]
         return pa.StructArray.from_arrays(arrays, fields=list(schema))
 
     return parse

@@ -10,8 +10,8 @@ The first test keeps the views in the session's Redis server; the duplicates tes
 Cluster of three masters (tests/realtimekit.py), where the views' writes go per hash slot and the
 claims per hash-tag bucket (the integration tests run the Lua scripts on both kinds).
 
-CONVEYOR_REALTIME_CHAOS_KILLS sets the number of kills of the first test (default 3; the issue's
-full count is 10), CONVEYOR_REALTIME_CLUSTER_KILLS those of the Redis Cluster test (default 3).
+CONVEYOR_REALTIME_CHAOS_KILLS sets the number of kills of the first test (default 2; the issue's
+full count is 10), CONVEYOR_REALTIME_CLUSTER_KILLS those of the Redis Cluster test (default 2).
 CONVEYOR_CHAOS_SEED replays a run's kill points and traffic.
 """
 
@@ -40,8 +40,8 @@ from tests.realtimekit import counters_in_redis, event_at, expected_counters, re
 
 pytestmark = pytest.mark.chaos
 
-KILLS = int(os.environ.get("CONVEYOR_REALTIME_CHAOS_KILLS", "3"))
-CLUSTER_KILLS = int(os.environ.get("CONVEYOR_REALTIME_CLUSTER_KILLS", "3"))
+KILLS = int(os.environ.get("CONVEYOR_REALTIME_CHAOS_KILLS", "2"))
+CLUSTER_KILLS = int(os.environ.get("CONVEYOR_REALTIME_CLUSTER_KILLS", "2"))
 #: Every this many events, one record that is not JSON.
 BAD_EVERY = 40
 #: The share of events sent a second time in the duplicates test.
