@@ -137,10 +137,14 @@ def test_an_event_id_seen_again_within_the_window_lands_once(lake_spark, lake_ca
     assert (first.records_read, first.landed, first.duplicates_dropped, first.quarantined) == (4, 2, 1, 1)
     assert [bytes(q.raw_value) for q in quarantine_of(lake_spark, case.topic)] == [b"broken"]
 
-    produce(case.platform, case.topic, [event, event])  # and twice again in a later run
+    # Twice again in a later run, beside an event of 50 minutes ago sent twice: the copies' event
+    # times span more than one instant (and often two hours), all of which the delete must cover.
+    earlier = demo_event(event_time=(datetime.now(timezone.utc) - timedelta(minutes=50)).isoformat())
+    produce(case.platform, case.topic, [event, earlier, event, earlier])
     second = run_once(lake_spark, case.platform).topics[0]
-    assert (second.records_read, second.landed, second.duplicates_dropped) == (2, 0, 2)
-    assert [r.event_id for r in rows_of(lake_spark, case.topic)].count(event["event_id"]) == 1
+    assert (second.records_read, second.landed, second.duplicates_dropped) == (4, 1, 3)
+    ids = [r.event_id for r in rows_of(lake_spark, case.topic)]
+    assert (ids.count(event["event_id"]), ids.count(earlier["event_id"])) == (1, 1)
 
 
 def test_status_shows_totals_last_run_and_the_last_complete_hour(lake_spark, lake_case):
