@@ -217,7 +217,8 @@ if TYPE_CHECKING:
     from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 
 
-def _print_realtime_summary(metrics: RealtimeMetrics, started: float, ended: float, output: OutputFormat) -> None:
+def _print_realtime_summary(metrics: RealtimeMetrics, started: float, ended: float, behind: int,
+                            output: OutputFormat) -> None:
     from conveyor.pipeline.realtime.metrics import seconds_text
 
     seconds = ended - started
@@ -239,11 +240,15 @@ def _print_realtime_summary(metrics: RealtimeMetrics, started: float, ended: flo
     render(output, Section("batches", f"real-time views: the last batches of {len(reports)} in {seconds:.0f}s",
                            columns, rows),
            records=records, seconds=seconds, steady_events=events, steady_latency_p50_s=steady.get(0.5),
-           steady_latency_p99_s=steady.get(0.99), latency_p50_s=overall.get(0.5), latency_p99_s=overall.get(0.99))
+           steady_latency_p99_s=steady.get(0.99), latency_p50_s=overall.get(0.5), latency_p99_s=overall.get(0.99),
+           records_behind=behind)
     say(output, f"{records:,} records ({records / seconds:,.0f}/s). Latency from event time to Redis write, "
         f"steady state (the last {seconds / 2:.0f}s, {events:,} events): p50 {seconds_text(steady.get(0.5))}, "
         f"p99 {seconds_text(steady.get(0.99))}; whole run, start-up and any backlog included: "
         f"p50 {seconds_text(overall.get(0.5))}, p99 {seconds_text(overall.get(0.99))}")
+    if behind:
+        say(output, f"still {behind:,} records behind the stream at the last batch: the job was catching up, "
+            "so these latencies are not yet its steady state")
 
 
 @app.command()
@@ -293,8 +298,8 @@ def realtime(
     def stream(stop: threading.Event) -> int:
         started = time.monotonic()
         say(output, f"real-time views {', '.join(chosen)}: streaming from {model.pipeline.source}")
-        run(spark, model, chosen, metrics, stop, seconds, available_now)
-        _print_realtime_summary(metrics, started, time.monotonic(), output)
+        behind = run(spark, model, chosen, metrics, stop, seconds, available_now)
+        _print_realtime_summary(metrics, started, time.monotonic(), behind, output)
         return 0
 
     raise typer.Exit(serve(Loop(metrics.registry, stream), endpoint(metrics_host, metrics_port)))

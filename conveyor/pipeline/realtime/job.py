@@ -214,21 +214,34 @@ def batch_positions(progress: object) -> dict[tuple[str, int], int]:
     """The next offset per partition after the batch a query progress reports: the Kafka source's
     ``endOffset`` (``{"topic": {"0": 42}}``) from the progress's JSON, since PySpark's
     ``SourceProgress.endOffset`` is the Python text of a dict; empty without a progress."""
+    return _source_offsets(progress, "endOffset")
+
+
+def records_behind(progress: object) -> int:
+    """Records the partitions held at the batch's start beyond what the batch read: more than none
+    only while ``max_records_per_batch`` holds the job back, that is while it catches up."""
+    ends = batch_positions(progress)
+    latest = _source_offsets(progress, "latestOffset")
+    return sum(max(0, offset - ends.get(partition, offset)) for partition, offset in latest.items())
+
+
+def _source_offsets(progress: object, field: str) -> dict[tuple[str, int], int]:
     if progress is None:
         return {}
     positions: dict[tuple[str, int], int] = {}
     for source in json.loads(progress.json).get("sources", ()):
-        end = source.get("endOffset")
-        offsets = json.loads(end) if isinstance(end, str) else end
+        offsets = source.get(field)
+        offsets = json.loads(offsets) if isinstance(offsets, str) else offsets
         for topic, partitions in (offsets or {}).items():
             positions.update({(topic, int(p)): int(o) for p, o in partitions.items()})
     return positions
 
 
 def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], metrics: RealtimeMetrics,
-        stop: threading.Event, seconds: float | None = None, available_now: bool = False) -> None:
+        stop: threading.Event, seconds: float | None = None, available_now: bool = False) -> int:
     """Run the query until ``stop`` is set, ``seconds`` have passed, or (``available_now``) it has
-    read everything; a failure inside Spark becomes a RunFailedError (the checkpoint replays it)."""
+    read everything; a failure inside Spark becomes a RunFailedError (the checkpoint replays it).
+    Returns the records the job was behind at its last batch (:func:`records_behind`)."""
     platform = platform.acting_as(Part.realtime)
     with spark_failures(f"real-time job {job_id(views)} (restart it: the checkpoint replays the failed batch)"):
         writer = BatchWriter(platform, views, metrics)
@@ -256,3 +269,4 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
         failure = query.exception()
         if failure is not None:
             raise failure
+        return records_behind(query.lastProgress)

@@ -8,13 +8,13 @@ import uuid
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from conveyor.pipeline.lake_positions import lowest
-from conveyor.pipeline.realtime.job import batch_positions
+from conveyor.pipeline.realtime.job import batch_positions, records_behind
 from conveyor.positions import client_ids, group_name, kept_in, metadata, spark_client_id
 
 
-def _progress(end_offset: object) -> StreamingQueryProgress:
+def _progress(end_offset: object, latest_offset: object = None) -> StreamingQueryProgress:
     source = {"description": "KafkaV2[Subscribe[ads]]", "startOffset": None, "endOffset": end_offset,
-              "latestOffset": end_offset, "numInputRows": 3, "inputRowsPerSecond": 1.0,
+              "latestOffset": latest_offset or end_offset, "numInputRows": 3, "inputRowsPerSecond": 1.0,
               "processedRowsPerSecond": 1.0, "metrics": {}}
     return StreamingQueryProgress.fromJson({
         "id": str(uuid.uuid4()), "runId": str(uuid.uuid4()), "name": "q", "timestamp": "2026-01-01T00:00:00.000Z",
@@ -28,6 +28,12 @@ def test_batch_positions_read_the_progress_json_not_pysparks_text():
     assert progress.sources[0].endOffset == "{'ads': {'0': 42, '1': 7}}"  # why the JSON is read instead
     assert batch_positions(progress) == {("ads", 0): 42, ("ads", 1): 7}
     assert batch_positions(None) == {}
+
+
+def test_a_job_is_behind_by_what_its_partitions_held_beyond_its_last_batch():
+    assert records_behind(_progress({"ads": {"0": 42, "1": 7}})) == 0  # it read all there was
+    assert records_behind(_progress({"ads": {"0": 42, "1": 7}}, {"ads": {"0": 50, "1": 10}})) == 11
+    assert records_behind(None) == 0
 
 
 def test_the_lake_shows_the_lowest_position_of_its_tables():
