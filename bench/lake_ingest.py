@@ -15,7 +15,9 @@
   has not taken yet (README, "Lake"), measured before choosing it;
 - ``lake`` and ``lake_no_dedup``: ``conveyor pipeline lake`` (one run of :func:`run_once`): parse
   and check every record against the contract, quarantine, Iceberg commits carrying the offsets,
-  with and without the event_id de-duplication window.
+  with and without the event_id de-duplication window;
+- ``lake_no_dedup_unchecked`` (with ``--stages``): the lake without de-duplication whose parser is
+  Spark's ``from_json``, with no contract check: the bound for any check kept in the JVM.
 
 Spark's start is excluded from every Spark figure (one session serves all); each Spark figure is the
 best of ``--rounds`` runs over the whole topic, into fresh output each time, the creation of the
@@ -37,6 +39,8 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
+from unittest import mock
 
 import orjson
 import pyarrow as pa
@@ -51,11 +55,15 @@ from conveyor.config import Platform, parse_platform
 from conveyor.pipeline.guard import state_dir
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, read_range
 from conveyor.pipeline.lake import parsed_range, run_once
-from conveyor.pipeline.offsets import plan_ranges
-from conveyor.pipeline.schema import contract_columns, read_schema
+from conveyor.pipeline.offsets import RangePlan, plan_ranges
+from conveyor.pipeline.records import PASSED_THROUGH
+from conveyor.pipeline.schema import REASON, Column, contract_columns, read_schema
 from conveyor.pipeline.spark import spark_session
 from conveyor.pipeline.tables import GAPS_TABLE, data_table, quarantine_table
 from conveyor.runtime.local import LocalPlatform
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "lake_ingest.json"
@@ -183,6 +191,20 @@ def _values_to_python(values: pa.Array) -> pa.Array:
     return pa.nulls(len(values), pa.int64())
 
 
+def _from_json_range(spark, platform: Platform, plan: RangePlan, columns: tuple[Column, ...],
+                     schema_text: str) -> DataFrame:
+    """The lake's parsed range with Spark's ``from_json`` in place of its parser: the user's parse,
+    no contract check, every record good. A lake run over it bounds what any contract check kept
+    inside the JVM could reach: such a check can only add to this."""
+    from pyspark.sql.functions import col, from_json, lit
+
+    records = read_range(spark, platform, plan).select(
+        *[col(kafka_name).alias(name) for name, kafka_name in PASSED_THROUGH.items()])
+    parsed = from_json(col("raw_value").cast("string"), ", ".join(c.ddl for c in columns))
+    return records.select(*PASSED_THROUGH, lit(None).cast("string").alias(REASON), parsed.alias("parsed")).select(
+        *PASSED_THROUGH, REASON, "parsed.*")
+
+
 def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
     """Where the lake's time goes: Spark's Kafka read of the whole topic alone, with the values
     sent to Python and nothing done there, and with the lake's parser (each into a noop sink)."""
@@ -231,6 +253,9 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
                 seconds[name] = min(measure() for _ in range(rounds))
             breakdown: dict[str, float] = {}
             if stages:
+                with mock.patch("conveyor.pipeline.lake.parsed_range", _from_json_range):
+                    seconds["lake_no_dedup_unchecked"] = min(lake_seconds(spark, no_dedup, events)
+                                                             for _ in range(rounds))
                 breakdown = _stages(spark, platform, rounds)
                 for label, variant in (("de-dup on", platform), ("de-dup off", no_dedup)):
                     steps: dict[str, float] = {}
@@ -258,7 +283,8 @@ def main() -> None:
     parser.add_argument("--base-port", type=int, default=31700)
     parser.add_argument("--stages", action="store_true",
                         help="also time Spark's read alone, with the values sent to Python, with the parser, and each "
-                             "step of one more lake run with de-duplication and one without")
+                             "step of one more lake run with de-duplication and one without; and the lake without "
+                             "de-duplication with from_json in place of its parser and check (lake_no_dedup_unchecked)")
     args = parser.parse_args()
     result = run(args.events, args.size, args.rounds, args.base_port, args.stages)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
