@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from conveyor.config import Platform
 from conveyor.pipeline.catalog import local_warehouse
 from conveyor.pipeline.errors import LakeConflictError
+from conveyor.pipeline.tables import live_records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -109,19 +110,12 @@ def conditional_commit(spark: SparkSession, table: str, base: int, branch: str, 
         with conflicts(table):
             write(branch)
         iceberg = iceberg_table(spark, table)
-        added = _records(iceberg.snapshot(branch)) - _records(iceberg.snapshot(base))
+        added = live_records(iceberg.snapshot(branch).summary()) - live_records(iceberg.snapshot(base).summary())
         _ref_commit(spark, table, lambda manage: manage.fastForwardBranch("main", branch).removeBranch(branch))
         return added
     except BaseException:
         _drop_branch(spark, table, branch)
         raise
-
-
-def _records(snapshot: Any) -> int:
-    """Rows in the table at ``snapshot``: its data files' records less the rows its position delete
-    files remove (the lake's deletes rewrite files unless the table asks for merge-on-read)."""
-    summary = snapshot.summary()
-    return int(summary.getOrDefault("total-records", "0")) - int(summary.getOrDefault("total-position-deletes", "0"))
 
 
 def _drop_branch(spark: SparkSession, table: str, branch: str) -> None:

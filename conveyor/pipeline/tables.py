@@ -131,6 +131,15 @@ def as_utc(moment: datetime) -> datetime:
     return moment.astimezone(timezone.utc)
 
 
+def live_records(summary: Mapping[str, str]) -> int:
+    """Rows a reader sees at a snapshot (its summary: a dict, or Iceberg's Java map): the data
+    files' records less the rows position delete files remove. The lake's own deletes rewrite files,
+    but an owner may set a table to merge-on-read (say, to erase a user's events), and then the
+    deleted rows stay counted in total-records."""
+    # `or 0`: Iceberg's map, seen through py4j, answers None for a missing key instead of a default.
+    return int(summary.get("total-records") or 0) - int(summary.get("total-position-deletes") or 0)
+
+
 def current_commit(spark: SparkSession, table: str) -> Commit | None:
     """The table's current snapshot, and the offsets of the latest one in its ancestry that has
     them (a maintenance commit such as a compaction carries none). None for a table never written."""
@@ -153,7 +162,7 @@ def current_commit(spark: SparkSession, table: str) -> Commit | None:
     return Commit(
         snapshot_id=int(rows[0].snapshot_id),
         committed_at=as_utc(rows[0].committed_at),
-        records=int(current.get("total-records", 0)),
+        records=live_records(current),
         files=int(current.get("total-data-files", 0)),
         bytes=int(current.get("total-files-size", 0)),
         added_records=int(current.get("added-records", 0)),

@@ -167,3 +167,19 @@ def test_status_shows_totals_last_run_and_the_last_complete_hour(lake_spark, lak
 
     produce(case.platform, case.topic, [demo_event() for _ in range(3)])
     assert topic_status(lake_spark, case.platform, case.topic).pending == 3
+
+
+def test_status_counts_the_rows_a_reader_sees_after_a_merge_on_read_delete(lake_spark, lake_case):
+    # An owner erasing a user's events on a table set to merge-on-read: the delete adds position
+    # deletes and leaves the data files, so the snapshot's total-records still counts the rows.
+    case = lake_case(partitions=1)
+    events = [demo_event() for _ in range(5)]
+    produce(case.platform, case.topic, events)
+    run_once(lake_spark, case.platform)
+    table = data_table(case.topic)
+    lake_spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
+    lake_spark.sql(f"DELETE FROM {table} WHERE event_id = '{events[0]['event_id']}'")
+    assert "position-deletes" in json.dumps(_snapshots(lake_spark, table)[-1].summary)  # the delete kept its files
+
+    assert topic_status(lake_spark, case.platform, case.topic).rows == lake_spark.table(table).count() == 4
+    assert current_commit(lake_spark, table).records == 4
