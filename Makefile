@@ -46,7 +46,7 @@ demo: setup
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
 	$(BIN)/conveyor pipeline lake --once --metrics-file .conveyor/metrics/lake.prom
 	$(BIN)/conveyor pipeline audit
-	$(BIN)/conveyor gateway generate --rate 2000 --duration 150 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 90s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; wait
+	$(BIN)/conveyor gateway generate --rate 2000 --duration 210 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 180s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; wait
 	$(BIN)/conveyor status
 	$(BIN)/conveyor ops dashboard
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"

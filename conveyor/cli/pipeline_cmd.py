@@ -219,7 +219,7 @@ if TYPE_CHECKING:
 
 def _print_realtime_summary(metrics: RealtimeMetrics, started: float, ended: float, behind: int,
                             output: OutputFormat) -> None:
-    from conveyor.pipeline.realtime.metrics import seconds_text
+    from conveyor.pipeline.realtime.metrics import CAUGHT_UP_WITHIN, seconds_text
 
     seconds = ended - started
     reports = list(metrics.reports)
@@ -234,21 +234,28 @@ def _print_realtime_summary(metrics: RealtimeMetrics, started: float, ended: flo
                Column("latency p99", cell=lambda r: seconds_text(r["latency_p99_s"]), justify="right"))
     records = sum(r.records for r in reports)
     overall = metrics.run_latency()
-    # Spark's first batches compile and catch up on what arrived while it started; what a user of the
-    # views sees afterwards is the second half of the run.
-    events, steady = metrics.latency_since(started + seconds / 2)
+    steady = metrics.steady_state()
     render(output, Section("batches", f"real-time views: the last batches of {len(reports)} in {seconds:.0f}s",
                            columns, rows),
-           records=records, seconds=seconds, steady_events=events, steady_latency_p50_s=steady.get(0.5),
-           steady_latency_p99_s=steady.get(0.99), latency_p50_s=overall.get(0.5), latency_p99_s=overall.get(0.99),
-           records_behind=behind)
-    say(output, f"{records:,} records ({records / seconds:,.0f}/s). Latency from event time to Redis write, "
-        f"steady state (the last {seconds / 2:.0f}s, {events:,} events): p50 {seconds_text(steady.get(0.5))}, "
-        f"p99 {seconds_text(steady.get(0.99))}; whole run, start-up and any backlog included: "
-        f"p50 {seconds_text(overall.get(0.5))}, p99 {seconds_text(overall.get(0.99))}")
+           records=records, seconds=seconds, caught_up_at_batch=steady.caught_up_at, steady_events=steady.events,
+           steady_latency_p50_s=steady.latency.get(0.5), steady_latency_p99_s=steady.latency.get(0.99),
+           latency_p50_s=overall.get(0.5), latency_p99_s=overall.get(0.99), records_behind=behind)
+    whole = (f"whole run, start-up and backlog included: p50 {seconds_text(overall.get(0.5))}, "
+             f"p99 {seconds_text(overall.get(0.99))}")
+    say(output, f"{records:,} records ({records / seconds:,.0f}/s). Latency from event time to Redis write:")
+    if steady.events:
+        say(output, f"steady state (the batches after batch {steady.caught_up_at}, the first within "
+            f"{CAUGHT_UP_WITHIN:.0f}s of the stream; {steady.events:,} events): "
+            f"p50 {seconds_text(steady.latency.get(0.5))}, p99 {seconds_text(steady.latency.get(0.99))}; {whole}")
+    else:
+        last_p99 = reports[-1].latency().get(0.99) if reports else None
+        where = ("only its last batch" if steady.caught_up_at is not None
+                 else f"no batch (the last one's p99 {seconds_text(last_p99)})")
+        say(output, f"no steady state yet: {where} came within {CAUGHT_UP_WITHIN:.0f}s of the stream, so the job was "
+            f"still working off its start-up backlog; run it longer to see its steady-state latency. {whole}")
     if behind:
-        say(output, f"still {behind:,} records behind the stream at the last batch: the job was catching up, "
-            "so these latencies are not yet its steady state")
+        say(output, f"still {behind:,} records behind the stream at the last batch (its batches were capped at "
+            "pipeline.realtime.max_records_per_batch)")
 
 
 @app.command()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter as Tally
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfi
 from conveyor.pipeline.realtime.deltas import quantiles
 
 QUANTILES = (0.5, 0.99)
+#: A batch whose applied events were all written within this many seconds of their event time has
+#: caught up with the stream (bench.realtime_views ends its warm-up at the same 10 s): Spark's start
+#: and the backlog it left are behind the job from there on.
+CAUGHT_UP_WITHIN = 10.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,17 @@ class BatchReport:
 
     def latency(self) -> dict[float, float]:
         return {q: ms / 1000 for q, ms in quantiles(self.latencies, QUANTILES).items()}
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """The job's latency once it had caught up with the stream."""
+
+    #: The first batch whose p99 was within CAUGHT_UP_WITHIN; None when none was.
+    caught_up_at: int | None
+    #: Events applied by the batches after it, and their latency quantiles (seconds).
+    events: int = 0
+    latency: dict[float, float] = field(default_factory=dict)
 
 
 class RealtimeMetrics:
@@ -80,8 +94,6 @@ class RealtimeMetrics:
         self.run_latencies: Tally[int] = Tally()
         #: The latest batches, for the summary of a bounded run.
         self.reports: deque[BatchReport] = deque(maxlen=1000)
-        #: When each of ``reports`` was observed (monotonic seconds), for the steady-state figure.
-        self.observed_at: deque[float] = deque(maxlen=1000)
 
     def observe(self, report: BatchReport) -> None:
         self.batches.labels("first" if report.first_attempt else "replay").inc()
@@ -102,7 +114,6 @@ class RealtimeMetrics:
         self.size.set(report.records)
         self.run_latencies.update(report.latencies)
         self.reports.append(report)
-        self.observed_at.append(time.monotonic())
         if self.file is not None:
             self.file.parent.mkdir(parents=True, exist_ok=True)
             write_to_textfile(str(self.file), self.registry)
@@ -123,14 +134,20 @@ class RealtimeMetrics:
         """Quantiles over every event applied since the job started."""
         return {q: ms / 1000 for q, ms in quantiles(self.run_latencies, QUANTILES).items()}
 
-    def latency_since(self, started: float) -> tuple[int, dict[float, float]]:
-        """Events applied by the batches observed at or after ``started`` (monotonic seconds), and
-        their latency quantiles: the steady state once the start-up backlog is behind the job."""
+    def steady_state(self) -> SteadyState:
+        """The batches after the first one that caught up with the stream: what a user of the views
+        sees once the job runs as it will, its cold start (tens of seconds on two cores) and the
+        backlog that piled up meanwhile left out, however long those took."""
+        reports = list(self.reports)
+        first = next((i for i, r in enumerate(reports)
+                      if r.applied and r.latency()[0.99] <= CAUGHT_UP_WITHIN), None)
+        if first is None:
+            return SteadyState(None)
         tally: Tally[int] = Tally()
-        for at, report in zip(self.observed_at, self.reports):
-            if at >= started:
-                tally.update(report.latencies)
-        return sum(tally.values()), {q: ms / 1000 for q, ms in quantiles(tally, QUANTILES).items()}
+        for report in reports[first + 1:]:
+            tally.update(report.latencies)
+        return SteadyState(reports[first].batch_id, sum(tally.values()),
+                           {q: ms / 1000 for q, ms in quantiles(tally, QUANTILES).items()})
 
 
 def seconds_text(value: float | None) -> str:

@@ -29,27 +29,26 @@ def test_a_run_with_a_gap_is_counted_per_partition_and_completeness_is_exported(
     assert value("conveyor_lake_complete_until_timestamp_seconds", {"topic": "ad-events"}) == complete
 
 
-def test_the_steady_state_latency_counts_only_the_batches_after_its_start(monkeypatch):
+def test_the_steady_state_starts_after_the_first_batch_within_10_s_of_the_stream():
     from collections import Counter
 
-    from conveyor.pipeline.realtime import metrics as realtime_metrics
-    from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics
+    from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, SteadyState
 
     def batch(batch_id: int, latencies_ms: dict[int, int]) -> BatchReport:
         return BatchReport(batch_id, sum(latencies_ms.values()), sum(latencies_ms.values()), 1, 1, {}, 0.1,
                            Counter(latencies_ms), True)
 
     metrics = RealtimeMetrics()
-    clock = iter([10.0, 20.0, 30.0])
-    monkeypatch.setattr(realtime_metrics.time, "monotonic", lambda: next(clock))
-    metrics.observe(batch(0, {30_000: 100}))  # the start-up batch: 30 s late
-    metrics.observe(batch(1, {400: 100}))
-    metrics.observe(batch(2, {600: 100}))
-    events, steady = metrics.latency_since(20.0)
-    assert events == 200
-    assert steady == {0.5: 0.4, 0.99: 0.6}
-    assert metrics.run_latency()[0.99] == 30.0
-    assert metrics.latency_since(31.0) == (0, {})
+    metrics.observe(batch(0, {30_000: 100}))  # Spark's cold start
+    metrics.observe(batch(1, {55_000: 1, 38_000: 99}))  # the backlog that piled up meanwhile
+    assert metrics.steady_state() == SteadyState(None)
+    metrics.observe(batch(2, {9_000: 50, 10_000: 50}))  # within 10 s: caught up, its own backlog left out
+    assert metrics.steady_state() == SteadyState(2, 0, {})
+    metrics.observe(batch(3, {}))  # nothing arrived
+    metrics.observe(batch(4, {400: 99, 600: 1}))
+    metrics.observe(batch(5, {12_000: 3, 500: 97}))  # a slow batch later on still counts
+    assert metrics.steady_state() == SteadyState(2, 200, {0.5: 0.5, 0.99: 12.0})
+    assert metrics.run_latency()[0.99] == 38.0  # the whole run: the start-up backlog included
 
 
 def test_where_a_batch_s_time_goes_is_exported_per_stage_and_kept_for_the_latest_triggers():
