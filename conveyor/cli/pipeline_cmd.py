@@ -249,10 +249,11 @@ def _print_realtime_summary(metrics: RealtimeMetrics, started: float, ended: flo
             f"p50 {seconds_text(steady.latency.get(0.5))}, p99 {seconds_text(steady.latency.get(0.99))}; {whole}")
     else:
         last_p99 = reports[-1].latency().get(0.99) if reports else None
-        where = ("only its last batch" if steady.caught_up_at is not None
-                 else f"no batch (the last one's p99 {seconds_text(last_p99)})")
-        say(output, f"no steady state yet: {where} came within {CAUGHT_UP_WITHIN:.0f}s of the stream, so the job was "
-            f"still working off its start-up backlog; run it longer to see its steady-state latency. {whole}")
+        why = (f"batch {steady.caught_up_at} came within {CAUGHT_UP_WITHIN:.0f}s of the stream, but no batch after it "
+               "applied an event" if steady.caught_up_at is not None else
+               f"no batch came within {CAUGHT_UP_WITHIN:.0f}s of the stream (the last one's p99 "
+               f"{seconds_text(last_p99)}): the job was still working off its start-up backlog")
+        say(output, f"no steady state yet: {why}; run it longer to see its steady-state latency; {whole}")
     if behind:
         say(output, f"still {behind:,} records behind the stream at the last batch (its batches were capped at "
             "pipeline.realtime.max_records_per_batch)")

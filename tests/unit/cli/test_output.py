@@ -123,3 +123,26 @@ def test_render_table_shows_the_cells(capsys: pytest.CaptureFixture[str]) -> Non
     render(OutputFormat.table, Section("rows", "a title", COLUMNS, ROWS), total=1)
     out = capsys.readouterr().out
     assert "a title" in out and "1,200" in out and "[bold]" not in out and "total" not in out
+
+
+def test_a_real_time_run_reports_its_steady_state_only_once_it_caught_up(capsys):
+    from collections import Counter
+
+    from conveyor.cli.pipeline_cmd import _print_realtime_summary
+    from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics
+
+    metrics = RealtimeMetrics()
+
+    def observe(batch_id: int, latency_ms: int) -> dict[str, Any]:
+        metrics.observe(BatchReport(batch_id, 10, 10, 1, 1, {}, 0.1, Counter({latency_ms: 10}), True))
+        _print_realtime_summary(metrics, 0.0, 60.0, 0, OutputFormat.json)
+        printed = capsys.readouterr()
+        return {**json.loads(printed.out), "said": printed.err}
+
+    cold = observe(0, 30_000)
+    assert cold["caught_up_at_batch"] is None and cold["steady_latency_p99_s"] is None
+    assert "no steady state yet: no batch came within 10s of the stream" in cold["said"]
+    assert "no batch after it applied an event" in observe(1, 3_000)["said"]
+    steady = observe(2, 2_000)
+    assert (steady["caught_up_at_batch"], steady["steady_events"], steady["steady_latency_p99_s"]) == (1, 10, 2.0)
+    assert steady["latency_p99_s"] == 30.0 and "steady state (the batches after batch 1" in steady["said"]
