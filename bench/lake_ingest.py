@@ -54,7 +54,7 @@ from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.pipeline.guard import state_dir
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, read_range
-from conveyor.pipeline.lake import parsed_range, run_once
+from conveyor.pipeline.lake import parsed_range, range_records, run_once
 from conveyor.pipeline.offsets import RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH
 from conveyor.pipeline.schema import REASON, Column, contract_columns, read_schema
@@ -198,8 +198,7 @@ def _from_json_range(spark, platform: Platform, plan: RangePlan, columns: tuple[
     inside the JVM could reach: such a check can only add to this."""
     from pyspark.sql.functions import col, from_json, lit
 
-    records = read_range(spark, platform, plan).select(
-        *[col(kafka_name).alias(name) for name, kafka_name in PASSED_THROUGH.items()])
+    records = range_records(spark, platform, plan)
     parsed = from_json(col("raw_value").cast("string"), ", ".join(c.ddl for c in columns))
     return records.select(*PASSED_THROUGH, lit(None).cast("string").alias(REASON), parsed.alias("parsed")).select(
         *PASSED_THROUGH, REASON, "parsed.*")

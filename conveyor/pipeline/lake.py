@@ -135,6 +135,15 @@ def _at_or_above(floors: Positions) -> SparkColumn:
     return reduce(lambda a, b: a | b, conditions)
 
 
+def range_records(spark: SparkSession, platform: Platform, plan: RangePlan) -> DataFrame:
+    """The range's Kafka columns that land as they are, under the lake's names."""
+    from pyspark.sql.functions import col
+
+    return read_range(spark, platform, plan).select(
+        *[col(kafka_name).alias(name) for name, kafka_name in PASSED_THROUGH.items()]
+    )
+
+
 def parsed_range(
     spark: SparkSession, platform: Platform, plan: RangePlan, columns: tuple[Column, ...], schema_text: str
 ) -> DataFrame:
@@ -143,11 +152,9 @@ def parsed_range(
     A scalar Arrow UDF rather than ``mapInArrow``: the values go to Python and the JVM keeps them,
     so the bulk of the range is not sent back (0.5-1 s less per 200,000 records of 1 KB here).
     """
-    from pyspark.sql.functions import arrow_udf, col
+    from pyspark.sql.functions import arrow_udf
 
-    records = read_range(spark, platform, plan).select(
-        *[col(kafka_name).alias(name) for name, kafka_name in PASSED_THROUGH.items()]
-    )
+    records = range_records(spark, platform, plan)
     returns = ", ".join([f"{quote(REASON)} string"] + [c.ddl for c in columns])
     verdict = arrow_udf(values_parser(plan.topic, schema_text, columns), returns)
     return records.select(*PASSED_THROUGH, verdict("raw_value").alias("parsed")).select(*PASSED_THROUGH, "parsed.*")

@@ -220,8 +220,7 @@ def batch_positions(progress: object) -> dict[tuple[str, int], int]:
 def records_behind(progress: object) -> int:
     """Records the partitions held at the batch's start beyond what the batch read: more than none
     only while ``max_records_per_batch`` holds the job back, that is while it catches up."""
-    ends = batch_positions(progress)
-    latest = _source_offsets(progress, "latestOffset")
+    ends, latest = _source_offsets(progress, "endOffset"), _source_offsets(progress, "latestOffset")
     return sum(max(0, offset - ends.get(partition, offset)) for partition, offset in latest.items())
 
 
