@@ -16,7 +16,7 @@ class Gateway(Model):
     failover_after: Seconds = Field(default=5.0, gt=0)
     max_request_bytes: SizeBytes = 16 * 2**20
     #: One event's key and value together; Kafka's own limits (the producer's message.max.bytes,
-    #: the topic's max.message.bytes) lower it further (conveyor.gateway.limits).
+    #: the topic's max.message.bytes) lower it further (conveyor.limits).
     max_event_bytes: SizeBytes = 2**20
     max_events_per_request: int = Field(default=50_000, ge=1)
     #: Requests in progress at once, over all topics; more are refused with 503 and Retry-After

@@ -35,7 +35,8 @@ from conveyor.errors import Refusal
 from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
 from conveyor.gateway.bulkhead import Bulkheads
 from conveyor.gateway.errors import Overloaded, Rejection, TooLarge, UnknownTopic
-from conveyor.gateway.limits import batch_size, event_limit, read_topic_maxima
+from conveyor.gateway.limits import read_topic_maxima
+from conveyor.limits import batch_size, event_limit
 from conveyor.gateway.metrics import GatewayMetrics
 from conveyor.gateway.openapi import topic_paths
 from conveyor.gateway.parsing import media_type, prepare

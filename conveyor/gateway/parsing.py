@@ -60,7 +60,7 @@ def parse_events(body: bytes, content_type: str) -> list[Any]:
 
 def prepare(body: bytes, content_type: str, contract: Contract, max_event_bytes: int, max_events: int) -> Prepared:
     """``max_event_bytes`` bounds one record's key and value together: the smallest of the gateway's
-    own limit and what the producer and the topic take (conveyor.gateway.limits)."""
+    own limit and what the producer and the topic take (conveyor.limits)."""
     events = parse_events(body, content_type)
     if not events:
         raise MalformedBody("no events in the request")

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.gateway.errors import Overloaded, Unavailable
-from conveyor.gateway.limits import PRODUCER_MESSAGE_MAX
+from conveyor.limits import PRODUCER_MESSAGE_MAX
 
 log = logging.getLogger(__name__)
 

@@ -155,13 +155,3 @@ def test_the_event_limit_counts_the_key_and_the_request_limit_counts_events():
     assert caught.value.body()["limit"] == exact - 1
     with pytest.raises(TooLarge, match="2 events, above the limit of 1"):
         prepare(orjson.dumps([event(), event()]), "application/json", CONTRACT, 1000, 1)
-
-
-def test_kafka_s_limits_lower_the_event_limit_and_the_batch_size():
-    from conveyor.gateway.limits import BROKER_DEFAULT_MAX, batch_size, event_limit
-
-    assert event_limit(2**20, BROKER_DEFAULT_MAX) == 1_000_000 - 36  # the producer's message.max.bytes
-    assert event_limit(2**20, 20_000) == 20_000 - 61 - 36           # the topic's, framing included
-    assert event_limit(300, 20_000) == 300                           # the gateway's own
-    assert batch_size([BROKER_DEFAULT_MAX, BROKER_DEFAULT_MAX]) == 1_000_000
-    assert batch_size([BROKER_DEFAULT_MAX, 20_000]) == 20_000 - 61
