@@ -52,8 +52,8 @@ def _timestamp(name: str) -> Callable[[Any], datetime]:
     def convert(value: Any) -> datetime:
         try:
             return parse_event_time(value)
-        except ValueError:
-            raise _Reject(f"{name}: {value!r} is not an RFC 3339 time") from None
+        except ValueError as err:
+            raise _Reject(f"{name}: {value!r} cannot be placed in time ({err})") from None
 
     return convert
 

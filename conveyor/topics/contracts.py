@@ -93,12 +93,22 @@ def _violation(err: jsonschema_rs.ValidationError) -> Violation:
 
 def parse_event_time(text: Any) -> datetime:
     """An RFC 3339 time as an aware datetime; ValueError when Python cannot place it (a leap
-    second). The gateway refuses such an event, so the lake, which parses the same way, lands it."""
+    second, or an offset that carries it outside years 1-9999 in UTC). The gateway refuses such an
+    event, so the lake and the real-time views, which parse the same way, place every event."""
     if not isinstance(text, str):
         raise ValueError(f"{text!r} is not an RFC 3339 time")
     # RFC 3339 allows a lower-case "t" and "z", which fromisoformat does not.
     moment = datetime.fromisoformat(text.upper())
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    # Only the first and the last year can leave datetime's range once in UTC (OverflowError, not
+    # ValueError): the audit hour, the lake's UTC timestamp and the views' windows all need it.
+    if moment.year in (1, 9999):
+        try:
+            moment.astimezone(timezone.utc)
+        except OverflowError:
+            raise ValueError(f"{text} is outside years 1 to 9999 once in UTC") from None
+    return moment
 
 
 def event_hour(event: dict[str, Any]) -> datetime:

@@ -109,6 +109,12 @@ def test_a_leap_second_the_lake_cannot_place_is_refused(url, unchanged):
             rule="format")
 
 
+@pytest.mark.parametrize("event_time", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00"])
+def test_an_event_time_whose_utc_is_outside_years_1_to_9999_gets_422_not_500(url, unchanged, event_time):
+    refused(post(url, TOPIC, demo_event(event_time=event_time)), 422, "contract", field="event_time",
+            rule="format")
+
+
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "application/xml"])
 def test_a_body_that_is_not_json_or_ndjson_gets_415(url, unchanged, content_type):
     refused(post(url, TOPIC, demo_event(), content_type=content_type), 415, "unsupported_media_type")

@@ -57,10 +57,14 @@ def test_single_event_array_and_ndjson_all_parse_to_keyed_records():
      {"index": 0, "field": "event_id", "rule": "format"}),
     (orjson.dumps(event(event_time="yesterday")), "application/json", ContractViolation,
      {"index": 0, "field": "event_time", "rule": "format"}),
+    (orjson.dumps([event(), event(event_time="0001-01-01T00:30:00+01:00")]), "application/json", ContractViolation,
+     {"index": 1, "field": "event_time", "rule": "format"}),
+    (orjson.dumps(event(event_time="9999-12-31T23:30:00-01:00")), "application/json", ContractViolation,
+     {"index": 0, "field": "event_time", "rule": "format"}),
     (orjson.dumps([event(), event(category="x" * 60, banner_id="y" * 60, site_id="z" * 60)]), "application/json",
      TooLarge, {"index": 1, "limit": 300}),
 ], ids=["bad-json", "empty", "empty-array", "not-object", "bad-ndjson-line", "enum", "required", "uuid",
-        "date-time", "event-too-large"])
+        "date-time", "utc-before-year-1", "utc-after-year-9999", "event-too-large"])
 def test_every_bad_body_names_the_event_field_and_rule(body, content_type, error, details):
     with pytest.raises(error) as caught:
         prepare(body, content_type, CONTRACT, MAX_EVENT_BYTES, MAX_EVENTS)

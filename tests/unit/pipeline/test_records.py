@@ -99,6 +99,13 @@ def test_times_are_read_as_rfc_3339_in_any_case_and_offset():
         assert reason is None and event_time == expected
 
 
+@pytest.mark.parametrize("text", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00"])
+def test_an_event_time_whose_utc_is_outside_years_1_to_9999_is_quarantined(text):
+    verdict, *values = parse(orjson.dumps({**EVENT, "event_time": text}))
+    assert verdict is not None and "event_time" in verdict
+    assert values == [None] * len(COLUMNS)
+
+
 @pytest.mark.parametrize(("price", "reason"), [
     (2**63, "is greater than the maximum of 9223372036854775807 (rule maximum)"),
     (2**64, "is greater than the maximum of 9223372036854775807 (rule maximum)"),  # orjson reads it as a float
