@@ -27,6 +27,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
 from conveyor.config import Platform, ReplicationMode, Route
+from conveyor.limits import PRODUCER_MESSAGE_MAX
 from conveyor.positions import PositionFeed, group_name
 from conveyor.replicate import plan
 from conveyor.replicate.bookkeeping import read_bucket
@@ -108,8 +109,10 @@ class BucketCopier(threading.Thread):
         # partition's leader refused (NOT_LEADER, not written) as delivered when the next batch
         # succeeds ("implicitly acked"); the test's own producer lost events that way (README). It
         # cost nothing measurable in records per CPU-second (bench.replicate_vs_mm2).
+        # message.max.bytes as every producer on the path has it: the gateway keeps room in it for
+        # the origin header (conveyor.limits), so any event it accepted can be copied.
         overrides = {"linger.ms": 5, "batch.size": COPY_BATCH_BYTES, "max.in.flight.requests.per.connection": 1,
-                     "client.id": f"{self.state.worker_id}-b{self.bucket}"}
+                     "message.max.bytes": PRODUCER_MESSAGE_MAX, "client.id": f"{self.state.worker_id}-b{self.bucket}"}
         if exactly_once:
             overrides |= {"transactional.id": plan.transactional_id(name, self.bucket),
                           "transaction.timeout.ms": 60_000, "message.timeout.ms": 30_000}
