@@ -24,11 +24,11 @@ NOTIFIER_TOKEN = "demo-notifier-token"
 
 
 def dispatch_platform(platform_file: Path, platform_data: dict[str, Any], topic: str,
-                      **dispatch: Any) -> tuple[Path, Platform]:
-    """The test platform plus ``topic`` (read by the service mailer) and ``dispatch`` settings,
+                      consumers: tuple[str, ...] = ("mailer",), **dispatch: Any) -> tuple[Path, Platform]:
+    """The test platform plus ``topic`` (read by ``consumers``) and ``dispatch`` settings,
     written next to the session's platform file so that subprocesses can load it too."""
     data = copy.deepcopy(platform_data)
-    data["topics"][topic] = {"partitions": 3, "producers": ["notifier"], "consumers": ["mailer"],
+    data["topics"][topic] = {"partitions": 3, "producers": ["notifier"], "consumers": list(consumers),
                              "clusters": ["central"]}
     data["dispatch"] = {**data.get("dispatch", {}), **dispatch}
     path = platform_file.parent / f"dispatch-{topic}.yaml"
@@ -37,11 +37,12 @@ def dispatch_platform(platform_file: Path, platform_data: dict[str, Any], topic:
 
 def topic_maker(platform_file: Path, platform_data: dict[str, Any], topic_factory: Callable[..., str],
                 **defaults: Any) -> Callable[..., tuple[Platform, str]]:
-    """``make(**dispatch)``: a fresh 3-partition topic on central, declared for mailer, and the
-    platform with ``defaults`` and ``dispatch`` as its dispatch settings."""
-    def make(**dispatch: Any) -> tuple[Platform, str]:
+    """``make(**dispatch)``: a fresh 3-partition topic on central, declared for mailer (or
+    ``consumers``), and the platform with ``defaults`` and ``dispatch`` as its dispatch settings."""
+    def make(consumers: tuple[str, ...] = ("mailer",), **dispatch: Any) -> tuple[Platform, str]:
         topic = topic_factory("central", 3)
-        _, platform = dispatch_platform(platform_file, platform_data, topic, **{**defaults, **dispatch})
+        _, platform = dispatch_platform(platform_file, platform_data, topic, consumers,
+                                        **{**defaults, **dispatch})
         return platform, topic
     return make
 

@@ -52,7 +52,16 @@ class Dispatch(Model):
     max_retry_delay: Seconds = Field(default=300.0, gt=0)
     #: A (topic, group) with no client for this long has its reader stopped: acks committed, Kafka
     #: consumers closed and the group left, so its partitions go to nodes whose clients read them.
-    reader_idle_timeout: Seconds = Field(default=600.0, gt=0)
+    #: Clients locate every 5 s, so a minute spares a reconnecting client a rebalance, while a reader
+    #: nobody reads frees its slot under the caps below soon enough for the next group.
+    reader_idle_timeout: Seconds = Field(default=60.0, gt=0)
+    #: Readers (each a Kafka consumer, its threads and up to ``prefetch`` messages per partition) one
+    #: node runs at most; a new (topic, group) past it is refused (RESOURCE_EXHAUSTED) until an idle
+    #: reader stops, so that clients naming ever new groups cannot exhaust the node.
+    max_readers: int = Field(default=128, ge=1)
+    #: The same cap per consumer service (a group's service: ``<service>`` or ``<service>.<name>``),
+    #: so that one service's runaway groups leave room for the others.
+    max_readers_per_service: int = Field(default=32, ge=1)
     #: Share backend: seconds between two readings of the share group's start offsets, published
     #: to the position feed (``conveyor.dispatch.<group>``). Each reading is one short JVM (Kafka's
     #: ShareGroupCommand), hence not more often.

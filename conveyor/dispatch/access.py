@@ -31,10 +31,15 @@ class Access:
         if spec is None:
             raise UnknownTopic(f"unknown topic {topic!r}: not declared for cluster {self._cluster} in platform.yaml")
         self._authorizer.check_consumer(service, topic)
-        owner = group.split(".", 1)[0]
-        if owner not in spec.consumers or group.endswith("."):
+        service_of_group = owner(group)
+        if service_of_group not in spec.consumers or group.endswith("."):
             raise UnknownGroup(f"unknown group {group!r} for topic {topic}: groups are named <service> or "
                                f"<service>.<name> after a consumer of the topic ({', '.join(spec.consumers)})")
-        if owner != service:
-            raise ForeignGroup(f"group {group!r} belongs to service {owner}, not {service}")
+        if service_of_group != service:
+            raise ForeignGroup(f"group {group!r} belongs to service {service_of_group}, not {service}")
         return service
+
+
+def owner(group: str) -> str:
+    """The service a group is named after: ``<service>`` or ``<service>.<name>``."""
+    return group.split(".", 1)[0]

@@ -76,3 +76,12 @@ class GroupInUse(DispatchError):
 class ReaderStopped(DispatchError):
     """The reader of a (topic, group) stopped (idle, failed or the node stopping) between a stream
     looking it up and connecting to it; the stream looks again and gets a fresh one."""
+
+
+class ReaderLimit(DispatchError):
+    """A new (topic, group) would take the node past ``dispatch.max_readers`` or the service past
+    ``dispatch.max_readers_per_service``; the server answers RESOURCE_EXHAUSTED."""
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting

@@ -1,6 +1,6 @@
 """The dispatcher's Prometheus metrics (names in docs/dispatch.md), on a registry per node so that
 several nodes in one process (tests) never share counters. Every series is per (topic, group),
-but for the node's own: readers running, and Read streams closed before they subscribed."""
+but for the node's own: readers running and refused, and Read streams closed before they subscribed."""
 
 from __future__ import annotations
 
@@ -19,6 +19,18 @@ class IgnoredAcks:
 
     def labels(self, reason: str) -> Counter:
         return self._counter.labels(topic=self._topic, group=self._group, reason=reason)
+
+
+class Unwritable:
+    """Dead letters neither the producer nor the dead-letter topic takes, by partition: how many,
+    and the offset of the latest, so that an alert leads to the record."""
+
+    def __init__(self, counter: Counter, last: Gauge, topic: str, group: str) -> None:
+        self._counter, self._last, self._pair = counter, last, {"topic": topic, "group": group}
+
+    def record(self, partition: int, offset: int) -> None:
+        self._counter.labels(**self._pair, partition=str(partition)).inc()
+        self._last.labels(**self._pair, partition=str(partition)).set(offset)
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,7 @@ class ReaderMetrics:
     delivery_latency: Histogram
     #: Acks and nacks that changed nothing: ``ignored.labels(reason=...)``.
     ignored: IgnoredAcks
+    unwritable: Unwritable
 
 
 class NodeMetrics:
@@ -87,7 +100,16 @@ class NodeMetrics:
                                   **r)
         self._ignored = Counter("conveyor_dispatch_ignored_acks", "Acks and nacks that changed nothing, "
                                 "by reason (unknown, foreign, late or repeated ids)", [*_PAIR, "reason"], **r)
+        self._unwritable = Counter("conveyor_dispatch_dead_letters_unwritable", "Messages out of attempts "
+                                   "that neither the producer nor the dead-letter topic takes (too large): "
+                                   "logged and committed past", [*_PAIR, "partition"], **r)
+        # Not among the pair's gauges that go with its reader: it leads to a record no sink has.
+        self._last_unwritable = Gauge("conveyor_dispatch_last_unwritable_dead_letter_offset", "Offset of the "
+                                      "latest message that could not be dead-lettered", [*_PAIR, "partition"], **r)
         self.readers = Gauge("conveyor_dispatch_readers", "(topic, group) readers running on this node", **r)
+        self.refused = Counter("conveyor_dispatch_readers_refused", "New (topic, group)s refused at a cap on "
+                               "readers (RESOURCE_EXHAUSTED), by service and the setting that refused them",
+                               ["service", "limit"], **r)
         self.reaped = Counter("conveyor_dispatch_readers_reaped", "Readers stopped after dispatch."
                               "reader_idle_timeout without a client", _PAIR, **r)
         self.subscribe_timeouts = Counter("conveyor_dispatch_subscribe_timeouts", "Read streams closed for "
@@ -97,7 +119,8 @@ class NodeMetrics:
         bound = {name: metric.labels(topic=topic, group=group)
                  for name, metric in {**self._gauges, **self._counters}.items()}
         return ReaderMetrics(**bound, delivery_latency=self._latency.labels(topic=topic, group=group),
-                             ignored=IgnoredAcks(self._ignored, topic, group))
+                             ignored=IgnoredAcks(self._ignored, topic, group),
+                             unwritable=Unwritable(self._unwritable, self._last_unwritable, topic, group))
 
     def forget(self, topic: str, group: str) -> None:
         """Drop the pair's gauges once its reader is gone, so that they do not report its last

@@ -7,7 +7,8 @@ thread of its own for the frames in (acks, nacks, credit). A stream's token is c
 anything is read from it, and it must subscribe within ``dispatch.subscribe_timeout``: a stream
 waiting for its first frame holds one of the node's ``MAX_STREAMS`` slots. A pair without a client
 for ``dispatch.reader_idle_timeout`` has its reader stopped; the next client gets a new one, which
-starts from the group's commit.
+starts from the group's commit. A new pair is refused (RESOURCE_EXHAUSTED) while the node runs
+``dispatch.max_readers`` readers, or the group's service ``dispatch.max_readers_per_service``.
 """
 
 from __future__ import annotations
@@ -28,9 +29,16 @@ from confluent_kafka import KafkaException
 from conveyor import kafka
 from conveyor.auth import Forbidden, Unauthenticated
 from conveyor.config import Part, Platform
-from conveyor.dispatch.access import Access
+from conveyor.dispatch.access import Access, owner
 from conveyor.dispatch.discovery import Membership
-from conveyor.dispatch.errors import AccessError, ForeignGroup, GroupInUse, NodeStopping, ReaderStopped
+from conveyor.dispatch.errors import (
+    AccessError,
+    ForeignGroup,
+    GroupInUse,
+    NodeStopping,
+    ReaderLimit,
+    ReaderStopped,
+)
 from conveyor.dispatch.fanout import Client
 from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.dispatch.protos import dispatch_pb2 as pb
@@ -164,6 +172,8 @@ class DispatchNode:
             if reader is None or not reader.alive or reader.stopping:
                 if reader is not None:
                     reader.stop()
+                else:
+                    self._admit(group)
                 backend = ShareReader if self.platform.dispatch.backend == "share" else GroupReader
                 reader = backend(self.platform, self.cluster, topic, group, self.advertise,
                                  self.metrics.reader(topic, group))
@@ -174,6 +184,26 @@ class DispatchNode:
             else:
                 reader.touch(time.monotonic())
             return reader
+
+    def _admit(self, group: str) -> None:
+        """Under the lock: raise ReaderLimit if a reader for a new ``group`` would pass a cap."""
+        settings = self.platform.dispatch
+        service = owner(group)
+        mine = sum(1 for _, g in self._readers if owner(g) == service)
+        if mine >= settings.max_readers_per_service:
+            problem = (f"service {service} already has {mine} readers on this node, its limit "
+                       "(dispatch.max_readers_per_service)")
+            setting = "dispatch.max_readers_per_service"
+        elif len(self._readers) >= settings.max_readers:
+            problem = f"this node already runs {len(self._readers)} readers, its limit (dispatch.max_readers)"
+            setting = "dispatch.max_readers"
+        else:
+            return
+        self.metrics.refused.labels(service=service, limit=setting).inc()
+        log.warning("refused a reader for group %s: %s", group, problem)
+        raise ReaderLimit(f"{problem}; a group without a client (no stream, no Locate) loses its reader after "
+                          f"dispatch.reader_idle_timeout ({settings.reader_idle_timeout:g} s): close the streams "
+                          "of groups no longer read, use fewer group names, or raise the limit", setting)
 
     def _reap_idle(self) -> None:
         """Stop the readers that have had no client for ``reader_idle_timeout``: their consumers
@@ -224,6 +254,8 @@ class DispatchNode:
             _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
         except GroupInUse as exc:
             _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except ReaderLimit as exc:
+            _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
 
     def attach(self, context: grpc.ServicerContext, topic: str, group: str, client: Client) -> Source:
         """Connect ``client`` to the pair's reader, and to a fresh one if that stopped meanwhile."""

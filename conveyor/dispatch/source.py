@@ -20,18 +20,28 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from conveyor.config import Dispatch, Platform
-from conveyor.dispatch.deadletter import dead_letter_headers, dead_letter_producer
+from conveyor.dispatch.deadletter import (
+    QUEUE_FULL_WAIT,
+    UNWRITABLE,
+    dead_letter_headers,
+    dead_letter_producer,
+    send,
+)
 from conveyor.dispatch.errors import ReaderStopped
 from conveyor.dispatch.fanout import Client, Fanout
 from conveyor.dispatch.metrics import ReaderMetrics
 from conveyor.dispatch.partition import DeadLetter, Record
 from conveyor.dispatch.protos import dispatch_pb2 as pb
+from conveyor.limits import PRODUCER_MESSAGE_MAX, record_size
 
 log = logging.getLogger(__name__)
 
 #: Members of a dispatcher's group carry ``client.id = CLIENT_ID_PREFIX + host:port``; Discovery
 #: reads the addresses back from the group's membership.
 CLIENT_ID_PREFIX = "conveyor-dispatch@"
+#: Seconds before dead letters are written again after a write failed for a reason that may pass
+#: (the topic unreachable, a full queue): no tight loop of failing writes meanwhile.
+DEAD_LETTER_RETRY = 1.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,9 @@ class Source:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._producer: Producer | None = None
+        #: The dead-letter producer hit a fatal error: replaced before the next write.
+        self._producer_failed = False
+        self._dead_retry_at = 0.0
         self._failed: BaseException | None = None
         #: Monotonic time since which no client has been connected; None while one is.
         self._idle_since: float | None = time.monotonic()
@@ -174,32 +187,88 @@ class Source:
                     client.outbox.put(None)
 
     def _take_dead(self) -> list[tuple[int, DeadLetter]]:
-        """Under the lock: the messages out of attempts, by partition."""
+        """Under the lock: the messages out of attempts, by partition; none while a failed write
+        waits to be retried."""
+        if time.monotonic() < self._dead_retry_at:
+            return []
         return [(p, letter) for p, q in self._fanout.partitions.items() for letter in q.take_dead()]
 
     def _dead_letter(self, dead: list[tuple[int, DeadLetter]]) -> None:
-        if dead and self._producer is None:
-            self._producer = dead_letter_producer(self._platform, self._cluster, self.dead_letter_topic, self.group)
-        producer = self._producer
+        """Write ``dead`` to the dead-letter topic. Never raises: the reader thread serves the
+        partitions' other messages, and a letter not written now is retried or given up on."""
+        producer = self._dead_letter_producer() if dead else self._producer
         if producer is None:
+            for partition_id, letter in dead:
+                self._write_failed(partition_id, letter, None)
             return
+        give_up_at = time.monotonic() + QUEUE_FULL_WAIT
         for partition_id, letter in dead:
-            headers = [*letter.record.headers, *dead_letter_headers(self.topic, self.group, partition_id, letter)]
-            producer.produce(self.dead_letter_topic, letter.record.value, letter.record.key, headers=headers,
-                             on_delivery=self._dead_lettered(partition_id, letter))
+            headers = dead_letter_headers(self.topic, self.group, partition_id, letter)
+            error = send(producer, self.dead_letter_topic, letter, headers,
+                         self._dead_lettered(partition_id, letter), give_up_at)
+            if error is not None:
+                self._write_failed(partition_id, letter, error)
         producer.poll(0)
+
+    def _dead_letter_producer(self) -> Producer | None:
+        """The producer, created with the topic on first use, and again after a fatal error."""
+        if self._producer is not None and self._producer_failed:
+            self._producer.purge()  # its letters' reports come back as failures: retried
+            self._producer.flush(0)
+            self._producer, self._producer_failed = None, False
+        if self._producer is None:
+            try:
+                self._producer = dead_letter_producer(self._platform, self._cluster, self.dead_letter_topic,
+                                                      self.group)
+            except KafkaException as exc:
+                log.warning("cannot create dead-letter topic %s: %s", self.dead_letter_topic, exc.args[0].str())
+        return self._producer
 
     def _dead_lettered(self, partition_id: int, letter: DeadLetter) -> Callable[[KafkaError | None, Message], None]:
         def settle(error: KafkaError | None, _: Message) -> None:
+            if error is not None:
+                self._write_failed(partition_id, letter, error)
+                return
             with self._lock:
                 partition = self._fanout.partitions.get(partition_id)
                 if partition is None:
                     return  # revoked meanwhile: the next owner delivers it again
-                if error is not None:
-                    log.warning("dead-lettering %s/%d@%d failed: %s", self.topic, partition_id, letter.offset,
-                                error.str())
-                    partition.dead_again(letter)
-                    return
                 partition.dead_lettered(letter)
             self._metrics.dead_lettered.inc()
         return settle
+
+    def _write_failed(self, partition_id: int, letter: DeadLetter, error: KafkaError | None) -> None:
+        """A letter not written (``error`` None: no producer): given up on when no retry can write
+        it, else handed back to be written again after ``DEAD_LETTER_RETRY``."""
+        if error is not None and error.code() in UNWRITABLE:
+            self._unwritable(partition_id, letter, error)
+            return
+        if error is not None and (error.fatal() or error.code() == KafkaError._FATAL):
+            self._producer_failed = True
+        if error is not None and error.code() != KafkaError._QUEUE_FULL:
+            log.warning("dead-lettering %s/%d@%d failed: %s; retrying", self.topic, partition_id, letter.offset,
+                        error.str())
+        with self._lock:
+            self._dead_retry_at = time.monotonic() + DEAD_LETTER_RETRY
+            partition = self._fanout.partitions.get(partition_id)
+            if partition is not None:  # else revoked meanwhile: the next owner delivers it again
+                partition.dead_again(letter)
+
+    def _unwritable(self, partition_id: int, letter: DeadLetter, error: KafkaError) -> None:
+        """Settle a letter no retry can write as if written, so the partition's commit moves past it.
+        Holding the commit instead would pin it there for ever (a record above the producer's limit
+        never fits) and hand the record to the handlers again after every takeover. The record stays
+        in the topic until retention, at the coordinates this logs and the metrics keep."""
+        with self._lock:
+            partition = self._fanout.partitions.get(partition_id)
+            if partition is None:
+                return  # revoked meanwhile: the next owner meets it again
+            partition.dead_lettered(letter)
+        self._metrics.unwritable.record(partition_id, letter.offset)
+        size = record_size(letter.record.key, letter.record.value,
+                           dead_letter_headers(self.topic, self.group, partition_id, letter))
+        log.error("%s/%d@%d cannot be dead-lettered to %s (%s; %d bytes with its dead-letter headers, the producer "
+                  "takes up to %d, the topic's max.message.bytes decides on the broker): committed past it without "
+                  "a copy; read it from the topic at that offset before retention removes it",
+                  self.topic, partition_id, letter.offset, self.dead_letter_topic, error.str(), size,
+                  PRODUCER_MESSAGE_MAX)

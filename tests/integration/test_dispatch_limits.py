@@ -1,6 +1,7 @@
 """What one client may hold of a real dispatcher node: streams that never subscribe give their slot
-back, a nack cannot hold a message for hours, and a group nobody reads loses its reader (Kafka
-consumer, threads) until a client comes back and resumes from the commit."""
+back, a nack cannot hold a message for hours, a group nobody reads loses its reader (Kafka
+consumer, threads) until a client comes back and resumes from the commit, and the readers one
+service (and all of them) may start on a node are capped."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from conveyor.dispatch.server import DispatchNode
 from tests.conftest import eventually
 from tests.dispatchkit import (
     MAILER_TOKEN,
+    NOTIFIER_TOKEN,
     Ledger,
     nodes,  # noqa: F401 (a fixture)
     setup,  # noqa: F401 (a fixture)
@@ -195,3 +197,60 @@ def test_a_group_without_clients_loses_its_reader_and_a_returning_client_resumes
     assert sum(after.deliveries.values()) == len(second_half)
     assert set(before.values.values()) == first_half
     eventually(lambda: reaped() == 2, 30, "the second reader to be reaped too")
+
+
+def locate(channel: grpc.Channel, token: str, topic: str, group: str) -> tuple[grpc.StatusCode, str]:
+    try:
+        pb_grpc.DiscoveryStub(channel).Locate(pb.LocateRequest(topic=topic, group=group),
+                                             metadata=(("authorization", f"Bearer {token}"),), timeout=20)
+    except grpc.RpcError as exc:
+        return exc.code(), exc.details() or ""
+    return grpc.StatusCode.OK, ""
+
+
+def admitted(channel: grpc.Channel, token: str, topic: str, group: str) -> bool:
+    """Whether the node serves the pair; under load its Locate may still time out reading the
+    group's membership (UNAVAILABLE) after the reader started."""
+    return locate(channel, token, topic, group)[0] is not grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_new_groups_past_the_reader_caps_are_refused_until_an_idle_reader_stops(setup, nodes) -> None:
+    platform, topic = setup(consumers=("mailer", "notifier"), max_readers=3, max_readers_per_service=2,
+                            reader_idle_timeout="3s")
+    node = start_node(platform)
+    nodes.append(node)
+    tag = uuid.uuid4().hex[:6]
+    channel = grpc.insecure_channel(node.advertise)
+    try:
+        # Two groups of mailer held by open streams: they keep their readers however long this takes.
+        held = {g: Stream(channel, MAILER_TOKEN, subscribe(topic, f"mailer.{g}{tag}", credit=1)) for g in "ab"}
+        eventually(lambda: sample(node, "conveyor_dispatch_readers") == 2, 30, "two readers")
+        code, details = locate(channel, MAILER_TOKEN, topic, f"mailer.c{tag}")
+        assert code is grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        assert details == ("service mailer already has 2 readers on this node, its limit "
+                           "(dispatch.max_readers_per_service); a group without a client (no stream, no Locate) "
+                           "loses its reader after dispatch.reader_idle_timeout (3 s): close the streams of "
+                           "groups no longer read, use fewer group names, or raise the limit")
+        refused = Stream(channel, MAILER_TOKEN, subscribe(topic, f"mailer.c{tag}", credit=1), timeout=20)
+        assert refused.ended.wait(25)
+        assert refused.status is grpc.StatusCode.RESOURCE_EXHAUSTED, (refused.status, refused.details)
+        assert admitted(channel, MAILER_TOKEN, topic, f"mailer.a{tag}"), "a served group is no new reader"
+        # Another service's first group fits the node's cap of 3; its second does not.
+        assert admitted(channel, NOTIFIER_TOKEN, topic, "notifier")
+        code, details = locate(channel, NOTIFIER_TOKEN, topic, f"notifier.{tag}")
+        assert code is grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        assert details.startswith("this node already runs 3 readers, its limit (dispatch.max_readers); "), details
+        assert sample(node, "conveyor_dispatch_readers_refused_total", service="mailer",
+                      limit="dispatch.max_readers_per_service") == 2
+        assert sample(node, "conveyor_dispatch_readers_refused_total", service="notifier",
+                      limit="dispatch.max_readers") == 1
+        assert sample(node, "conveyor_dispatch_readers") == 3
+        # A group whose stream closed frees its slot once its reader has been idle long enough.
+        held["b"].close()
+        eventually(lambda: admitted(channel, MAILER_TOKEN, topic, f"mailer.c{tag}"), 30,
+                   "mailer's third group admitted once its idle reader stopped")
+        assert sample(node, "conveyor_dispatch_readers_reaped_total", topic=topic, group=f"mailer.b{tag}") == 1
+        assert held["a"].status is None, "the group with a client keeps its reader"
+        held["a"].close()
+    finally:
+        channel.close()

@@ -29,7 +29,8 @@ def nack(delay_ms: int) -> pb.ReadRequest:
 
 def test_the_settings_have_defaults_and_read_durations():
     settings = Dispatch()
-    assert (settings.subscribe_timeout, settings.max_retry_delay, settings.reader_idle_timeout) == (5.0, 300.0, 600.0)
+    assert (settings.subscribe_timeout, settings.max_retry_delay, settings.reader_idle_timeout) == (5.0, 300.0, 60.0)
+    assert (settings.max_readers, settings.max_readers_per_service) == (128, 32)
     tuned = Dispatch(subscribe_timeout="500ms", max_retry_delay="1m", reader_idle_timeout="2s")
     assert (tuned.subscribe_timeout, tuned.max_retry_delay, tuned.reader_idle_timeout) == (0.5, 60.0, 2.0)
 
