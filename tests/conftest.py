@@ -186,6 +186,7 @@ def serve_gateway() -> Iterator[Callable[..., str]]:
 
     from conveyor.config.tls import Tls
     from conveyor.gateway.app import Gateway, create_app
+    from conveyor.gateway.server import server_config
     from conveyor.tls import base_url, server_tls, uvicorn_tls
 
     servers: list[tuple[uvicorn.Server, threading.Thread]] = []
@@ -196,9 +197,8 @@ def serve_gateway() -> Iterator[Callable[..., str]]:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         gateway = Gateway(platform, dc)
-        server = uvicorn.Server(uvicorn.Config(create_app(gateway), host="127.0.0.1", port=port,
-                                               log_level="warning", access_log=False,
-                                               **uvicorn_tls(server_tls(platform, tls))))
+        server = uvicorn.Server(server_config(create_app(gateway), gateway.settings, "127.0.0.1", port,
+                                              **uvicorn_tls(server_tls(platform, tls))))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         deadline = time.monotonic() + 30

@@ -43,12 +43,13 @@ def serve(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortO
     import uvicorn
 
     from conveyor.gateway.app import Gateway, create_app
+    from conveyor.gateway.server import server_config
 
     model = platform_from(platform)
     _writable(model, dc)
     served = server_tls(model, model.gateway.tls)
-    uvicorn.run(create_app(Gateway(model, dc)), host=host, port=port or default_port(model, dc),
-                log_level="warning", access_log=False, timeout_graceful_shutdown=30, **uvicorn_tls(served))
+    uvicorn.Server(server_config(create_app(Gateway(model, dc)), model.gateway, host, port or default_port(model, dc),
+                                 timeout_graceful_shutdown=30, **uvicorn_tls(served))).run()
 
 
 @app.command()

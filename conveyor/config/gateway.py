@@ -19,8 +19,15 @@ class Gateway(Model):
     #: the topic's max.message.bytes) lower it further (conveyor.limits).
     max_event_bytes: SizeBytes = 2**20
     max_events_per_request: int = Field(default=50_000, ge=1)
-    #: Requests in progress at once, over all topics; more are refused with 503 and Retry-After
-    #: before their bodies are read.
+    #: A request's line and headers, and then its body, must each arrive within these seconds
+    #: (408): a slow sender holds its connection for a bounded time, and no place of any topic.
+    header_timeout: Seconds = Field(default=10.0, gt=0)
+    body_timeout: Seconds = Field(default=30.0, gt=0)
+    #: Headers of one request, by count and by bytes (request line included); more get 431.
+    max_headers: int = Field(default=100, ge=8)
+    max_header_bytes: SizeBytes = Field(default=32 * 2**10, ge=2**10)
+    #: Requests checked or written at once, over all topics; more are refused with 503 and
+    #: Retry-After once their bodies are read (a body still arriving holds no place).
     max_concurrent_requests: int = Field(default=512, ge=1)
     #: Bulkheads: topics hash into lanes, each with its own worker budget and bounded queue.
     lanes: int = Field(default=16, ge=1)

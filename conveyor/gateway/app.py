@@ -1,11 +1,12 @@
 """The gateway's HTTP API (FastAPI): ``POST /v1/topics/{topic}/events``, ``/healthz``, ``/metrics``.
 
-A request is all-or-nothing up to Kafka: it is admitted (a bound on requests in progress),
-authenticated and authorised before its body is read; the body is read up to the size limit, then
-parsed and checked against the topic's contract and every size limit on the way to Kafka in full
-before a single event is written, and the answer comes only after Kafka acknowledged every event
-(acks=all). Health and metrics never pass through the admission bound or the per-topic lanes, so
-they answer while a topic is stuck.
+A request is all-or-nothing up to Kafka: it is authenticated and authorised before its body is
+read; the body is read up to the size limit and within a deadline, holding no place, so a slow
+sender holds up no other request; then the request is admitted (a bound on requests checked or
+written at once), parsed and checked against the topic's contract and every size limit on the way
+to Kafka in full before a single event is written, and the answer comes only after Kafka
+acknowledged every event (acks=all). Health and metrics never pass through the admission bound or
+the per-topic lanes, so they answer while a topic is stuck.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from conveyor.config import Part, Platform, read_contract
 from conveyor.errors import Refusal
 from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
 from conveyor.gateway.bulkhead import Bulkheads
-from conveyor.gateway.errors import Overloaded, Rejection, TooLarge, UnknownTopic
+from conveyor.gateway.errors import Overloaded, Rejection, RequestTimeout, TooLarge, UnknownTopic
 from conveyor.gateway.limits import read_topic_maxima
 from conveyor.limits import batch_size, event_limit
 from conveyor.gateway.metrics import GatewayMetrics
@@ -126,7 +127,7 @@ class Gateway:
 
     @contextmanager
     def admission(self) -> Iterator[None]:
-        """A request in progress; refused at once when ``max_concurrent_requests`` are."""
+        """A request being checked or written; refused at once when ``max_concurrent_requests`` are."""
         limit = self.settings.max_concurrent_requests
         if self._in_progress >= limit:
             raise Overloaded(f"the gateway has {limit} requests in progress; retry later", retry_after=1)
@@ -158,19 +159,32 @@ class Gateway:
         return _answer(accepted)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
     """The body as it streams in, refused with 413 as soon as it passes ``limit``: a chunked request
-    has no Content-Length to check up front, and must not be held in memory whole first."""
+    has no Content-Length to check up front, and must not be held in memory whole first. A body
+    still incomplete after ``timeout`` seconds is refused with 408."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise TooLarge(f"request of {length} bytes is above the limit of {limit} bytes", limit=limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"request of more than {limit} bytes is above the limit", limit=limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"request of more than {limit} bytes is above the limit", limit=limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(f"the request's body did not arrive within {timeout:g} s ({size} bytes came)",
+                             limit=timeout) from None
     return b"".join(chunks)
+
+
+def _refusal_headers(err: Refusal) -> dict[str, str] | None:
+    if isinstance(err, Overloaded):
+        return {"Retry-After": str(err.retry_after)}
+    # The rest of a late body may still come: the connection cannot carry another request.
+    return {"Connection": "close"} if isinstance(err, RequestTimeout) else None
 
 
 def _answer(accepted: Accepted) -> dict[str, Any]:
@@ -206,15 +220,15 @@ def create_app(gateway: Gateway) -> FastAPI:
         started = time.perf_counter()
         label = topic if topic in gateway.platform.topics else "(unknown)"
         try:
+            gateway.authorize(topic, request.headers.get("authorization"))
+            media = media_type(request.headers.get("content-type"))
+            body = await read_body(request, gateway.settings.max_request_bytes, gateway.settings.body_timeout)
             with gateway.admission():
-                gateway.authorize(topic, request.headers.get("authorization"))
-                media = media_type(request.headers.get("content-type"))
-                body = await read_body(request, gateway.settings.max_request_bytes)
                 answer = await gateway.publish(topic, body, media)
         except Refusal as err:
             gateway.metrics.rejected.labels(label, err.reason).inc()
-            headers = {"Retry-After": str(err.retry_after)} if isinstance(err, Overloaded) else None
-            return Response(orjson.dumps(err.body()), err.status, headers, media_type="application/json")
+            return Response(orjson.dumps(err.body()), err.status, _refusal_headers(err),
+                            media_type="application/json")
         finally:
             gateway.metrics.latency.labels(label).observe(time.perf_counter() - started)
         return Response(orjson.dumps(answer), 200, media_type="application/json")

@@ -31,6 +31,17 @@ class ContractViolation(Rejection):
     status, reason = 422, "contract"
 
 
+class RequestTimeout(Rejection):
+    """The request's headers or body did not arrive within their deadline: a slow sender holds a
+    connection for a bounded time only."""
+
+    status, reason = 408, "timeout"
+
+
+class HeadersTooLarge(Rejection):
+    status, reason = 431, "headers_too_large"
+
+
 class Overloaded(Rejection):
     """The topic's lane is full: fail at once so one slow topic never holds the others up."""
 

@@ -38,13 +38,22 @@ def media_type(content_type: str | None) -> str:
     return media
 
 
-def parse_events(body: bytes, content_type: str) -> list[Any]:
-    """One JSON event, a JSON array of events, or NDJSON (one event per line)."""
+def _too_many(count: int, max_events: int) -> TooLarge:
+    return TooLarge(f"request has {count} events, above the limit of {max_events}; split it", limit=max_events)
+
+
+def parse_events(body: bytes, content_type: str, max_events: int) -> list[Any]:
+    """One JSON event, a JSON array of events, or NDJSON (one event per line). NDJSON's events are
+    counted before any is parsed, so a body of too many is refused at the cost of finding its lines."""
     if not body.strip():
         raise MalformedBody("empty body: send one JSON event, a JSON array, or NDJSON")
     if media_type(content_type) in NDJSON_TYPES:
+        lines = body.splitlines()
+        # Blank lines are no events; they are looked for only when the lines alone are too many.
+        if len(lines) > max_events and (count := sum(map(bool, map(bytes.strip, lines)))) > max_events:
+            raise _too_many(count, max_events)
         events = []
-        for line_number, line in enumerate(body.splitlines(), start=1):
+        for line_number, line in enumerate(lines, start=1):
             if line.strip():
                 try:
                     events.append(orjson.loads(line))
@@ -55,18 +64,18 @@ def parse_events(body: bytes, content_type: str) -> list[Any]:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as err:
         raise MalformedBody(f"body is not valid JSON: {err}") from None
-    return parsed if isinstance(parsed, list) else [parsed]
+    events = parsed if isinstance(parsed, list) else [parsed]
+    if len(events) > max_events:
+        raise _too_many(len(events), max_events)
+    return events
 
 
 def prepare(body: bytes, content_type: str, contract: Contract, max_event_bytes: int, max_events: int) -> Prepared:
     """``max_event_bytes`` bounds one record's key and value together: the smallest of the gateway's
     own limit and what the producer and the topic take (conveyor.limits)."""
-    events = parse_events(body, content_type)
+    events = parse_events(body, content_type, max_events)
     if not events:
         raise MalformedBody("no events in the request")
-    if len(events) > max_events:
-        raise TooLarge(f"request has {len(events)} events, above the limit of {max_events}; split it",
-                       limit=max_events)
     records, hours = [], []
     for index, event in enumerate(events):
         if not isinstance(event, dict):

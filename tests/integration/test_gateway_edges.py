@@ -4,6 +4,7 @@ rule, and no refused request moves an end offset on any writable cluster (nothin
 from __future__ import annotations
 
 import copy
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -18,15 +19,19 @@ from conveyor.config import Platform, parse_platform
 from tests.conftest import demo_event
 from tests.integration.test_gateway import ADSERVER, end_offsets, post
 
+NOTIFIER = {"Authorization": "Bearer demo-notifier-token"}
+
 pytestmark = pytest.mark.integration
 TOPIC = "ad-events"
 
 
 @pytest.fixture(scope="module")
 def edge_platform(provisioned: Platform, platform_data, platform_file: Path) -> Platform:
-    """The gateway's default size limits (1 MiB events, 16 MiB requests), few requests at once."""
+    """The gateway's default size limits (1 MiB events, 16 MiB requests), few requests at once, and
+    2 s for a request's headers and for its body."""
     data = copy.deepcopy(platform_data)
-    data["gateway"] = {**data.get("gateway", {}), "max_concurrent_requests": 3}
+    data["gateway"] = {**data.get("gateway", {}), "max_concurrent_requests": 3, "header_timeout": 2,
+                       "body_timeout": 2}
     return parse_platform(data, root=platform_file.parent)
 
 
@@ -148,19 +153,82 @@ def test_too_many_events_in_one_request_get_413(url, unchanged):
     refused(post(url, TOPIC, lines, content_type="application/x-ndjson"), 413, "too_large", limit=50_000)
 
 
-def test_requests_past_the_concurrency_bound_get_503_with_retry_after(url, unchanged):
-    # Three requests hold the gateway's three places, each sending its body slowly.
-    holders = [threading.Thread(target=httpx.post, args=(f"{url}/v1/topics/{TOPIC}/events",),
-                                kwargs={"content": _chunks(8, size=1, pause=1.0), "timeout": 60,
-                                        "headers": {**ADSERVER, "Content-Type": "application/json"}})
-               for _ in range(3)]
-    for holder in holders:
-        holder.start()
-    time.sleep(2.0)
-    answer = post(url, TOPIC, demo_event())
+def test_ndjson_lines_past_the_event_limit_are_refused_before_any_is_parsed(url, unchanged):
+    # The first line is not JSON: a gateway that parsed before counting answered 400 for it.
+    lines = b"not json\n" + b"{}\n" * 50_000
+    refused(post(url, TOPIC, lines, content_type="application/x-ndjson"), 413, "too_large", limit=50_000)
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=15)
+
+
+def _raw_answer(sock: socket.socket) -> tuple[int, dict]:
+    """Status and JSON body of the one answer the gateway sends before it closes the connection."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), orjson.loads(body)
+
+
+def _request_head(topic: str, token: str, length: int, extra: bytes = b"") -> bytes:
+    return (b"POST /v1/topics/%s/events HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
+            % (topic.encode(), token.encode(), length, extra))
+
+
+def test_slow_bodies_hold_no_place_of_another_topic_and_get_408(url, unchanged):
+    # As many bodies as the gateway takes requests at once, each stopping half-way: the old gateway
+    # held every place for them (no deadline), and every other topic got 503.
+    slow = [_connect(url) for _ in range(3)]
+    for sock in slow:
+        sock.sendall(_request_head(TOPIC, "demo-adserver-token", 1000) + b'{"event_id":')
+    time.sleep(0.5)
+    started = time.monotonic()
+    event = {"event_id": demo_event()["event_id"], "event_time": demo_event()["event_time"], "user_id": "u1",
+             "channel": "push", "body": "hello"}
+    answer = post(url, "notifications", event, headers=NOTIFIER)
+    assert answer.status_code == 200, answer.text
+    assert time.monotonic() - started < 1.0
+    for sock in slow:
+        with sock:
+            status, body = _raw_answer(sock)
+        assert (status, body["error"]) == (408, "timeout") and "body" in body["message"], body
+    assert time.monotonic() - started < 5.0
+
+
+@pytest.mark.parametrize("extra", [b"x: v\r\n" * 5_000, b"x: " + b"v" * 100_000 + b"\r\n"],
+                         ids=["5000-small-headers", "one-100-KB-header"])
+def test_too_many_or_too_large_request_headers_get_431(url, unchanged, extra):
+    with _connect(url) as sock:
+        body = orjson.dumps(demo_event())
+        sock.sendall(_request_head(TOPIC, "demo-adserver-token", len(body), extra) + body)
+        status, answer = _raw_answer(sock)
+    assert (status, answer["error"]) == (431, "headers_too_large"), answer
+    assert answer["limit"] in (100, 32 << 10)
+
+
+def test_headers_that_do_not_arrive_in_time_get_408_and_the_connection_closes(url):
+    started = time.monotonic()
+    with _connect(url) as sock:
+        sock.sendall(b"POST /v1/topics/ad-events/events HTTP/1.1\r\nHost: gateway\r\n")
+        status, answer = _raw_answer(sock)
+    assert (status, answer["error"]) == (408, "timeout") and "headers" in answer["message"], answer
+    assert time.monotonic() - started < 5.0
+
+
+def test_requests_past_the_concurrency_bound_get_503_with_retry_after(edge_platform, serve_gateway, unchanged):
+    gateway_url = serve_gateway(edge_platform, "dc1")
+    gateway = serve_gateway.gateways[gateway_url]
+    # Three requests being checked or written hold the gateway's three places.
+    gateway._in_progress = 3
+    try:
+        answer = post(gateway_url, TOPIC, demo_event())
+    finally:
+        gateway._in_progress = 0
     refused(answer, 503, "overloaded")
     assert answer.headers["Retry-After"] == "1"
-    for holder in holders:
-        holder.join(60)
-    # The places are free again: health and metrics were never behind the bound.
-    assert httpx.get(f"{url}/healthz").status_code == 200
+    # Health and metrics are never behind the bound.
+    assert httpx.get(f"{gateway_url}/healthz").status_code == 200

@@ -159,3 +159,10 @@ def test_the_event_limit_counts_the_key_and_the_request_limit_counts_events():
     assert caught.value.body()["limit"] == exact - 1
     with pytest.raises(TooLarge, match="2 events, above the limit of 1"):
         prepare(orjson.dumps([event(), event()]), "application/json", CONTRACT, 1000, 1)
+
+
+def test_ndjson_lines_are_counted_before_any_is_parsed_and_blank_lines_are_not_events():
+    with pytest.raises(TooLarge, match="3 events, above the limit of 2"):
+        prepare(b"not json\n{}\n{}\n", "application/x-ndjson", CONTRACT, 1000, 2)
+    lines = b"\n \n".join(orjson.dumps(event(user_id=u)) for u in "ab") + b"\n\r\n\n"
+    assert [r.key for r in prepare(lines, "application/x-ndjson", CONTRACT, 1000, 2).records] == [b"a", b"b"]
