@@ -5,8 +5,9 @@ dispatcher's dead letters. Pure: no Kafka here.
 Each part that produces a record (the gateway, the replicator, the views' reject side output, the
 dispatcher's dead letters) uses a producer whose ``message.max.bytes`` is :data:`PRODUCER_MESSAGE_MAX`
 and writes the event's key and value unchanged, adding at most :data:`HOP_HEADERS_MAX` bytes of
-headers. The gateway keeps that headroom out of the events it accepts, so no later hop can meet a
-record it is not allowed to write.
+headers to those it found. An event meets at most :data:`HOPS_AFTER_GATEWAY` such hops in a row (the
+replicator's copy, then a dead letter or a reject of the copy), and the gateway keeps their headroom
+out of the events it accepts, so no later hop can meet a record it is not allowed to write.
 
 librdkafka refuses in ``produce()`` a record whose key, value and serialized headers plus its
 framing exceed the producer's ``message.max.bytes``; the broker refuses a record batch above the
@@ -31,6 +32,10 @@ BROKER_DEFAULT_MAX = 1_048_588
 #: replicator's origin, a dead letter's why, a reject's reason). Each hop keeps within it
 #: (:func:`fit_headers`); the gateway keeps it free.
 HOP_HEADERS_MAX = 1024
+#: The replicator's copy, then a dead letter or a reject of it: each keeps the headers it found.
+HOPS_AFTER_GATEWAY = 2
+#: Header bytes the gateway keeps free in every event it accepts.
+PATH_HEADERS_MAX = HOPS_AFTER_GATEWAY * HOP_HEADERS_MAX
 #: A varint's largest size: a header's key and value lengths each take one.
 _VARINT_MAX = 5
 
@@ -50,11 +55,11 @@ def record_size(key: bytes | None, value: bytes | None, headers: Headers | None 
 
 def event_limit(gateway_max: int, topic_max: int) -> int:
     """The most bytes one accepted event's key and value may take together: within the gateway's
-    own limit, and with room for one hop's headers in every producer and on every cluster the topic
+    own limit, and with room for the path's headers in every producer and on every cluster the topic
     lives on (``topic_max``: its smallest max.message.bytes among them)."""
     return min(gateway_max,
-               PRODUCER_MESSAGE_MAX - RECORD_OVERHEAD - HOP_HEADERS_MAX,
-               topic_max - BATCH_OVERHEAD - RECORD_OVERHEAD - HOP_HEADERS_MAX)
+               PRODUCER_MESSAGE_MAX - RECORD_OVERHEAD - PATH_HEADERS_MAX,
+               topic_max - BATCH_OVERHEAD - RECORD_OVERHEAD - PATH_HEADERS_MAX)
 
 
 def batch_size(topic_maxima: Iterable[int]) -> int:
