@@ -70,7 +70,7 @@ def start(spark, platform: Platform, views: Mapping[str, RealtimeView], checkpoi
     topics = sorted({v.topic for v in views.values()})
     frame = (spark.readStream.format("kafka").options(**java_client_options(platform, source_cluster(platform)))
              .option("subscribe", ",".join(topics)).option("startingOffsets", "latest").load()
-             .select("topic", "partition", "offset", "timestamp", "value"))
+             .select("topic", "partition", "offset", "timestamp", "key", "value"))
     live = partial(_apply_live, plan=plan, claims=event_claims(platform, views), url=url)
     stream = (frame.mapInArrow(live, "records bigint").writeStream.format("noop").outputMode("update")
               .option("checkpointLocation", checkpoint))

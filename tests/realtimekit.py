@@ -3,7 +3,8 @@
 Each test gets a topic of its own on central, views over it named after the topic (so keys and job
 state in the session's one Redis never meet another test's), a checkpoint folder and a side-output
 topic of its own, all in a platform file of its own. Spark is the lake tests' session (one per process).
-``redis_cluster`` runs a Redis Cluster of three masters for the tests that ask for one.
+``redis_cluster`` runs a Redis Cluster of three masters for the tests that ask for one;
+``lone_redis`` a Redis server of a test's own, for a test that wipes it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def views_of(topic: str, ctr_lateness: str, interest_lateness: str) -> dict[str,
 
 #: The cluster's client ports are base_port + this and the next two; its bus ports the three after.
 REDIS_CLUSTER_OFFSET = 600
+#: A test's own Redis server listens on base_port + this (just after the cluster's ports).
+LONE_REDIS_OFFSET = 606
 #: The running cluster's URLs by first port: each test module importing the fixture instantiates it
 #: again, and the first instance's cluster serves them all (it stops at the session's end).
 _RUNNING: dict[int, list[str]] = {}
@@ -102,6 +105,23 @@ def redis_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) 
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@pytest.fixture
+def lone_redis(platform: Platform, tmp_path: Path) -> Iterator[str]:
+    """A redis-server of this test's own (no persistence); yields its URL and stops it after."""
+    server, cli = _redis_binaries()
+    port = platform.runtime.base_port + LONE_REDIS_OFFSET
+    with (tmp_path / "redis.log").open("ab") as log:
+        process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
+                                    "--save", "", "--appendonly", "no"], stdout=log, stderr=log, start_new_session=True)
+    try:
+        eventually(lambda: subprocess.run([cli, "-p", str(port), "ping"], capture_output=True,
+                                          text=True).stdout.strip() == "PONG", 30, f"redis on {port}")
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 @dataclass(frozen=True)

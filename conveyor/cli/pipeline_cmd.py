@@ -281,13 +281,17 @@ def realtime(
         "--from", help="Where a new job (no checkpoint yet) starts reading: earliest or latest (default: "
                        "pipeline.realtime.starting_offsets). A job with a checkpoint always resumes from it.")]
         = None,
+    rebuild_views: Annotated[bool, typer.Option(
+        "--rebuild", help="Start the job over, as after Redis lost data: delete its checkpoint and its views, "
+                          "state and event id claims in Redis, then count the topics again from the earliest "
+                          "offsets Kafka holds.")] = False,
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Keep the views of pipeline.realtime in Redis up to date from pipeline.source: one Structured
     Streaming query, exactly once per key and window; late and malformed events go to the side
     output (pipeline.realtime.rejects_topic) with the reason. Runs until SIGTERM unless --for or
     --available-now is given."""
-    from conveyor.pipeline.realtime.job import run
+    from conveyor.pipeline.realtime.job import rebuild, run
     from conveyor.pipeline.realtime.metrics import RealtimeMetrics
     from conveyor.pipeline.realtime.plan import job_views
 
@@ -296,11 +300,19 @@ def realtime(
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--for") from None
     model = platform_from(platform)
+    if rebuild_views:
+        if start_from is StartingOffsets.latest:
+            raise typer.BadParameter("a rebuild counts the topics from the earliest offsets", param_hint="--from")
+        start_from = StartingOffsets.earliest
     if start_from is not None:
         model = model.model_copy(update={"pipeline": model.pipeline.model_copy(update={
             "realtime": model.pipeline.realtime.model_copy(update={"starting_offsets": start_from.value})})})
     chosen = job_views(model, views)  # refuse unknown views before Spark starts
     spark = start_spark(model, "conveyor-realtime")
+    if rebuild_views:
+        rebuild(spark, model, chosen)
+        say(output, f"rebuilding views {', '.join(chosen)}: checkpoint and Redis data deleted, counting from the "
+            "earliest offsets")
     metrics = RealtimeMetrics(metrics_file)
 
     def stream(stop: threading.Event) -> int:

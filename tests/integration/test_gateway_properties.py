@@ -33,6 +33,7 @@ from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.realtime.job import run
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.pipeline.realtime.plan import job_views
+from conveyor.pipeline.realtime.rejects import reject_fields
 from conveyor.topics.contracts import INT64_MAX
 from tests.conftest import read_topic
 from tests.contractkit import broken_events, json_values, valid_events
@@ -162,7 +163,7 @@ def test_what_the_gateway_accepts_the_lake_and_the_views_apply_and_what_it_refus
 
     topic = topics["ad-events"]
     run(lake_spark, platform, job_views(platform), RealtimeMetrics(), threading.Event(), available_now=True)
-    rejects = [orjson.loads(m.value()) for m in read_topic(platform, "dc1", f"{topic}-rejects")]
+    rejects = [reject_fields(m.headers()) for m in read_topic(platform, "dc1", f"{topic}-rejects")]
     _in_seed(lambda: _applied(platform, topic, list(accepted[topic].values()), rejects))
 
 
@@ -188,7 +189,7 @@ def _recount(topic: str, events: list[dict[str, Any]]) -> tuple[dict, dict, int]
     return {k: dict(v) for k, v in ctr.items()}, {k: dict(v) for k, v in interests.items()}, incomplete
 
 
-def _applied(platform: Platform, topic: str, events: list[dict[str, Any]], rejects: list[dict[str, Any]]) -> None:
+def _applied(platform: Platform, topic: str, events: list[dict[str, Any]], rejects: list[dict[str, str]]) -> None:
     ctr, interests, incomplete = _recount(topic, events)
     kinds = {r["kind"] for r in rejects}
     assert kinds <= {"incomplete"}, [r for r in rejects if r["kind"] != "incomplete"][:3]

@@ -15,21 +15,25 @@ from pathlib import Path
 import orjson
 import pytest
 import redis
+from confluent_kafka import Producer
 from typer.testing import CliRunner
 
 from conveyor.cli import app
-from conveyor.pipeline.realtime.job import checkpoint_location, run
+from conveyor.limits import BROKER_DEFAULT_MAX, PRODUCER_MESSAGE_MAX, event_limit
+from conveyor.pipeline.realtime.deltas import Reject
+from conveyor.pipeline.realtime.job import checkpoint_location, rebuild, run
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.pipeline.realtime.plan import job_id, job_views
-from conveyor.pipeline.realtime.store import (Applied, CheckpointBehindError, EventClaims, RedisTarget, ViewStore,
-                                              connect, connect_to, redis_target)
+from conveyor.pipeline.realtime.rejects import RejectsOutput, reject_fields
+from conveyor.pipeline.realtime.store import (Applied, CheckpointBehindError, EventClaims, RedisBehindError,
+                                              RedisTarget, ViewStore, connect, connect_to, redis_target)
 from conveyor.pipeline.realtime.views import read_view
 from conveyor.positions import group_name
 from tests.conftest import read_topic
 from tests.lakekit import lake_folder, lake_spark, produce  # noqa: F401
 from tests.positionkit import end_offsets, monitored
 from tests.realtimekit import (counters_in_redis, event_at, expected_counters, iso, minute_label,  # noqa: F401
-                               realtime_case, redis_cluster)
+                               lone_redis, realtime_case, redis_cluster)
 
 pytestmark = pytest.mark.integration
 
@@ -72,15 +76,16 @@ def test_counters_are_exact_and_late_and_malformed_events_go_to_the_side_output(
     assert {k: v for k, v in state.counters.items() if k not in ("records", "applied")} == {
         "malformed": 2, f"late:{case.ctr}": 2, f"late:{case.interests}": 1, f"incomplete:{case.ctr}": 1}
 
-    rejects = [orjson.loads(m.value()) for m in read_topic(case.platform, "central", case.rejects)]
+    written = read_topic(case.platform, "central", case.rejects)
+    rejects = [(reject_fields(m.headers()), m.value()) for m in written]
     by_kind = defaultdict(list)
-    for r in rejects:
-        by_kind[(r["kind"], r["view"])].append(r)
+    for fields, value in rejects:
+        by_kind[(fields["kind"], fields.get("view"))].append((fields, value))
     assert {k: len(v) for k, v in by_kind.items()} == {
         ("malformed", None): 2, ("late", case.ctr): 2, ("late", case.interests): 1, ("incomplete", case.ctr): 1}
-    assert {r["value"] for r in by_kind[("malformed", None)]} == {"{not json", '{"event_id":"x","type":"click"}'}
-    assert all("before the view's watermark" in r["reason"] for r in by_kind[("late", case.ctr)])
-    assert all(r["topic"] == case.topic and r["offset"] >= 0 for r in rejects)
+    assert {value for _, value in by_kind[("malformed", None)]} == {b"{not json", b'{"event_id":"x","type":"click"}'}
+    assert all("before the view's watermark" in f["reason"] for f, _ in by_kind[("late", case.ctr)])
+    assert all(f["topic"] == case.topic and int(f["offset"]) >= 0 for f, _ in rejects)
 
     # The position feed: the checkpoint's position after the last batch, on conveyor.realtime.<job>.
     group = group_name("realtime", job_id(job_views(case.platform)))
@@ -255,3 +260,106 @@ def test_each_event_counts_once_however_often_it_arrives(lake_spark, realtime_ca
     assert state.counters["records"] == 18 + 18 + len(again)
     assert state.counters["duplicates"] == 18 + len(again) - 6
     assert sum(r.duplicates for r in first_run.reports) == 18
+
+
+def _without_category(event: dict, value_bytes: int, filler: str) -> tuple[dict, bytes]:
+    """``event`` without the interests' group-by field, padded with ``filler`` in a string field until
+    its key (user_id) and JSON value take ``value_bytes`` together; the event and its value."""
+    event = {k: v for k, v in event.items() if k != "category"}
+    bare = len(orjson.dumps({**event, "note": ""})) + len(event["user_id"])
+    unit = len(orjson.dumps(filler)) - 2  # the bytes one filler character takes in JSON
+    event["note"] = filler * ((value_bytes - bare) // unit) + "x" * ((value_bytes - bare) % unit)
+    value = orjson.dumps(event)
+    assert len(value) + len(event["user_id"]) == value_bytes
+    return event, value
+
+
+@pytest.mark.parametrize("filler, size", [("x", event_limit(2**20, BROKER_DEFAULT_MAX)), ("\\", 600_000)],
+                         ids=["largest-accepted", "escaped-backslashes"])
+def test_an_accepted_event_rejected_as_incomplete_lands_intact_in_the_side_output_and_the_job_goes_on(
+        lake_spark, realtime_case, filler, size):
+    case = realtime_case(partitions=2)
+    base = time.time() - 60
+    big, value = _without_category(event_at(base, "impression", "user-1", "b1"), size, filler)
+    produce(case.platform, case.topic, [big])
+    _run(lake_spark, case)
+
+    later = [event_at(base + 1 + i, "impression", f"user-{i}", "b2") for i in range(3)]
+    produce(case.platform, case.topic, later)
+    _run(lake_spark, case)
+    expected_ctr, expected_interests = expected_counters([{**big, "_late_interests": True}, *later], case.ctr,
+                                                         case.interests)
+    assert counters_in_redis(case.platform, case.ctr) == expected_ctr
+    assert counters_in_redis(case.platform, case.interests) == expected_interests
+
+    [reject] = read_topic(case.platform, "central", case.rejects)
+    assert reject.value() == value and reject.key() == big["user_id"].encode()
+    fields = reject_fields(reject.headers())
+    assert (fields["kind"], fields["view"], fields["topic"]) == ("incomplete", case.interests, case.topic)
+    assert "category" in fields["reason"]
+
+
+def test_an_event_from_the_near_future_is_counted_and_never_makes_on_time_events_late(lake_spark, realtime_case):
+    case = realtime_case(partitions=2, ctr_lateness="2m")
+    # 4 minutes ahead: within the 5 minutes of future_tolerance, beyond the 2 minutes of lateness.
+    ahead = event_at(time.time() + 240, "impression", "user-9", "b9")
+    produce(case.platform, case.topic, [ahead])
+    _run(lake_spark, case)
+
+    now = time.time()
+    on_time = [event_at(now + i / 10, "impression", f"user-{i % 3}", f"b{i % 2}") for i in range(20)]
+    produce(case.platform, case.topic, on_time)
+    _run(lake_spark, case)
+    expected_ctr, expected_interests = expected_counters([ahead, *on_time], case.ctr, case.interests)
+    assert counters_in_redis(case.platform, case.ctr) == expected_ctr
+    assert counters_in_redis(case.platform, case.interests) == expected_interests
+    state = ViewStore(connect(case.platform), job_id(job_views(case.platform))).state()
+    assert state.counters == {"records": 21, "applied": 21}
+
+
+def test_more_rejects_than_the_producer_queue_holds_are_all_written(realtime_case):
+    case = realtime_case(partitions=1)
+    output = RejectsOutput(case.platform, "central", case.rejects)
+    # The same producer with a local queue of 1,000 records (librdkafka's default: 100,000), so the
+    # rejects outnumber it however fast this broker acknowledges.
+    output.producer = Producer({**output.config, "queue.buffering.max.messages": 1000})
+    count = 20_000
+    output.send(3, tuple(Reject("malformed", None, "not JSON", case.topic, 0, n, None, b"%d" % n)
+                         for n in range(count)))
+    written = read_topic(case.platform, "central", case.rejects)
+    assert sorted(int(m.value()) for m in written) == list(range(count))
+
+
+def test_a_redis_that_lost_the_views_is_noticed_and_the_views_are_rebuilt_from_kafka(lake_spark, realtime_case,
+                                                                                      lone_redis):
+    case = realtime_case(partitions=2, redis=lone_redis)
+    base = time.time() - 120
+    first = [event_at(base + i, "impression", f"user-{i % 3}", f"b{i % 2}") for i in range(10)]
+    produce(case.platform, case.topic, first)
+    _run(lake_spark, case)
+    connect(case.platform).flushall()  # a Redis that lost its data between two batches
+
+    second = [event_at(base + 20 + i, "click", f"user-{i % 3}", f"b{i % 2}") for i in range(5)]
+    produce(case.platform, case.topic, second)
+    metrics = RealtimeMetrics()
+    with pytest.raises(RedisBehindError, match=r"--rebuild") as failure:
+        run(lake_spark, case.platform, job_views(case.platform), metrics, threading.Event(), available_now=True)
+    assert "batch 0" in str(failure.value), failure.value
+    assert metrics.registry.get_sample_value("conveyor_realtime_redis_lost_total") == 1
+    assert not counters_in_redis(case.platform, case.ctr)  # nothing written over the loss
+
+    rebuild(lake_spark, case.platform, job_views(case.platform))
+    _run(lake_spark, case)
+    expected_ctr, expected_interests = expected_counters(first + second, case.ctr, case.interests)
+    assert counters_in_redis(case.platform, case.ctr) == expected_ctr
+    assert counters_in_redis(case.platform, case.interests) == expected_interests
+
+
+def test_a_record_too_large_to_copy_is_written_without_its_value_and_its_size_named(realtime_case):
+    case = realtime_case(partitions=1)
+    output = RejectsOutput(case.platform, "central", case.rejects)
+    output.send(4, (Reject("malformed", None, "not JSON", case.topic, 0, 7, b"k", b"x" * PRODUCER_MESSAGE_MAX),))
+    [written] = read_topic(case.platform, "central", case.rejects)
+    fields = reject_fields(written.headers())
+    assert written.value() is None and written.key() == b"k"
+    assert (fields["kind"], fields["offset"], fields["value-omitted"]) == ("malformed", "7", str(PRODUCER_MESSAGE_MAX))

@@ -39,10 +39,11 @@ from conveyor.pipeline.schema import Column
 OUTPUT = pa.schema([
     ("kind", pa.string()), ("view", pa.string()), ("key", pa.string()), ("field", pa.string()),
     ("value", pa.int64()), ("big", pa.string()), ("event_ms", pa.int64()), ("reason", pa.string()),
-    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("raw", pa.binary()),
+    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("raw_key", pa.binary()),
+    ("raw", pa.binary()),
 ])
 OUTPUT_DDL = ("kind string, view string, key string, field string, value bigint, big string, event_ms bigint, "
-              "reason string, topic string, partition int, offset bigint, raw binary")
+              "reason string, topic string, partition int, offset bigint, raw_key binary, raw binary")
 DELTA, TIME, MAX, RECORDS, REJECT, DUPLICATES = "delta", "time", "max", "records", "reject", "duplicates"
 
 
@@ -81,7 +82,13 @@ class Reject:
     topic: str
     partition: int
     offset: int
+    #: The record's key and value as they came.
+    key: bytes | None
     raw: bytes | None
+
+
+#: A Kafka record's coordinates, key and value: (topic, partition, offset, key, value).
+Source = tuple[str, int, int, bytes | None, bytes | None]
 
 
 class _Partial:
@@ -93,8 +100,8 @@ class _Partial:
                         for t in plan.topics}
         self.views = [(v, wm) for v, wm in zip(plan.views, plan.watermarks, strict=True)]
         self.claims = claims
-        #: topic -> events waiting for their ids' claims: (event, event_ms, partition, offset, raw).
-        self.unclaimed: dict[str, list[tuple[dict[str, Any], int, int, int, bytes | None]]] = defaultdict(list)
+        #: topic -> events waiting for their ids' claims: (event, event_ms, record).
+        self.unclaimed: dict[str, list[tuple[dict[str, Any], int, Source]]] = defaultdict(list)
         self.sums: dict[tuple[str, str, str], int] = defaultdict(int)
         self.times: Counter[int] = Counter()
         self.max_ms: int | None = None
@@ -102,55 +109,52 @@ class _Partial:
         self.records = 0
         self.duplicates = 0
 
-    def add(self, topic: str, partition: int, offset: int, kafka_ms: int, raw: bytes | None) -> None:
+    def add(self, record: Source, kafka_ms: int) -> None:
         self.records += 1
+        topic = record[0]
         parser, names = self.parsers[topic]
-        reason, *values = parser.parse(raw)
+        reason, *values = parser.parse(record[4])
         if reason is not None:
-            return self._reject("malformed", reason, topic, partition, offset, raw)
+            return self._reject("malformed", reason, record)
         event = dict(zip(names, values, strict=True))
         event_ms = epoch_ms(event["event_time"])
         if event_ms > kafka_ms + self.plan.future_tolerance_ms:
             return self._reject("future", f"event_time {event['event_time'].isoformat()} is more than "
-                                f"{self.plan.future_tolerance_ms / 1000:g}s after the record's Kafka timestamp",
-                                topic, partition, offset, raw)
+                                f"{self.plan.future_tolerance_ms / 1000:g}s after the record's Kafka timestamp", record)
         # A copy carries its original's event time: the newest time is the same with or without it.
         self.max_ms = event_ms if self.max_ms is None else max(self.max_ms, event_ms)
         if self.claims is not None and event.get("event_id") is not None:
-            self.unclaimed[topic].append((event, event_ms, partition, offset, raw))
+            self.unclaimed[topic].append((event, event_ms, record))
         else:
-            self._apply(topic, partition, offset, raw, event, event_ms)
+            self._apply(record, event, event_ms)
 
     def settle(self) -> None:
         """Claim the ids of the events added (one call per topic) and count the events owned."""
         for topic, waiting in self.unclaimed.items():
             assert self.claims is not None
-            owned = self.claims(topic, [w[0]["event_id"] for w in waiting], [f"{w[2]}:{w[3]}" for w in waiting])
-            for (event, event_ms, partition, offset, raw), own in zip(waiting, owned, strict=True):
+            owned = self.claims(topic, [w[0]["event_id"] for w in waiting], [f"{w[2][1]}:{w[2][2]}" for w in waiting])
+            for (event, event_ms, record), own in zip(waiting, owned, strict=True):
                 if own:
-                    self._apply(topic, partition, offset, raw, event, event_ms)
+                    self._apply(record, event, event_ms)
                 else:
                     self.duplicates += 1
         self.unclaimed.clear()
 
-    def _reject(self, kind: str, why: str, topic: str, partition: int, offset: int, raw: bytes | None,
-                view: str | None = None) -> None:
-        self.rejects.append(Reject(kind, view, why, topic, partition, offset, raw))
+    def _reject(self, kind: str, why: str, record: Source, view: str | None = None) -> None:
+        self.rejects.append(Reject(kind, view, why, *record))
 
-    def _apply(self, topic: str, partition: int, offset: int, raw: bytes | None, event: dict[str, Any],
-               event_ms: int) -> None:
+    def _apply(self, record: Source, event: dict[str, Any], event_ms: int) -> None:
         applied = False
         for view, watermark in self.views:
-            if view.topic != topic or not matches(view.filter, event):
+            if view.topic != record[0] or not matches(view.filter, event):
                 continue
             missing = [g for g in view.group_by if event.get(g) is None]
             if missing:
-                self._reject("incomplete", f"group-by field {missing[0]} is missing", topic, partition, offset, raw,
-                             view.name)
+                self._reject("incomplete", f"group-by field {missing[0]} is missing", record, view.name)
             elif watermark is not None and event_ms < watermark:
                 self._reject("late", f"event_time {event['event_time'].isoformat()} is before the view's watermark "
                              f"{datetime.fromtimestamp(watermark / 1000, timezone.utc).isoformat()}",
-                             topic, partition, offset, raw, view.name)
+                             record, view.name)
             else:
                 self._count(view, event, event_ms)
                 applied = True
@@ -187,7 +191,7 @@ class _Partial:
 
 
 _REJECT_COLUMNS = (("field", "kind"), ("view", "view"), ("reason", "reason"), ("topic", "topic"),
-                   ("partition", "partition"), ("offset", "offset"), ("raw", "raw"))
+                   ("partition", "partition"), ("offset", "offset"), ("raw_key", "key"), ("raw", "raw"))
 
 
 def _section(kind: str, **columns: list[Any]) -> pa.RecordBatch:
@@ -200,17 +204,16 @@ def _section(kind: str, **columns: list[Any]) -> pa.RecordBatch:
 
 def project(batches: Iterator[pa.RecordBatch], plan: BatchPlan,
             claims: Claims | None = None) -> Iterator[pa.RecordBatch]:
-    """For ``mapInArrow`` over Kafka rows (topic, partition, offset, timestamp, value): one batch
-    of partial sums per task; with ``claims``, each event_id counted once."""
+    """For ``mapInArrow`` over Kafka rows (topic, partition, offset, timestamp, key, value): one
+    batch of partial sums per task; with ``claims``, each event_id counted once."""
     tune_for_throughput()  # the partial sums grow to a dict per key, which the collector would walk again and again
     partial = _Partial(plan, claims)
     for batch in batches:
         stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
-        for topic, partition, offset, stamp, raw in zip(
-            batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
-            batch.column("offset").to_pylist(), stamps, batch.column("value").to_pylist(), strict=True,
-        ):
-            partial.add(topic, partition, offset, stamp // 1000, raw)
+        records = zip(*(batch.column(c).to_pylist() for c in ("topic", "partition", "offset", "key", "value")),
+                      strict=True)
+        for record, stamp in zip(records, stamps, strict=True):
+            partial.add(record, stamp // 1000)
     partial.settle()
     yield from partial.batches()
 
@@ -258,7 +261,8 @@ def merge(table: pa.Table) -> BatchResult:
         times[event_ms] += count
     max_ms = pc.max(rows(MAX)["value"]).as_py()
     records = pc.sum(rows(RECORDS)["value"]).as_py() or 0
-    rejects = sorted((Reject(r["field"], r["view"], r["reason"], r["topic"], r["partition"], r["offset"], r["raw"])
+    rejects = sorted((Reject(r["field"], r["view"], r["reason"], r["topic"], r["partition"], r["offset"], r["raw_key"],
+                             r["raw"])
                       for r in rows(REJECT).to_pylist()), key=lambda r: (r.topic, r.partition, r.offset, r.view or ""))
     duplicates = pc.sum(rows(DUPLICATES)["value"]).as_py() or 0
     return BatchResult(deltas, dict(times), max_ms, records, tuple(rejects), duplicates)

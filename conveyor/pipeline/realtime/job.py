@@ -19,25 +19,21 @@ import math
 import re
 import threading
 import time
-from base64 import b64encode
 from collections import Counter
 from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
-import orjson
-from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import NewTopic
-
-from conveyor import kafka
 from conveyor.config import Part, Platform, RealtimeView
 from conveyor.gctune import tune_for_throughput
-from conveyor.pipeline.errors import PipelineError, spark_failures
+from conveyor.pipeline.errors import PipelineError, RunFailedError, spark_failures
 from conveyor.pipeline.kafka_source import java_client_options, source_cluster
-from conveyor.pipeline.realtime.deltas import OUTPUT_DDL, BatchPlan, Reject, TopicPlan, latencies, merge, project
+from conveyor.pipeline.realtime.deltas import OUTPUT_DDL, BatchPlan, TopicPlan, latencies, merge, project
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
 from conveyor.pipeline.realtime.plan import ViewPlan, job_id
-from conveyor.pipeline.realtime.store import EventClaims, ViewStore, claims_prefix, connect, redis_target
+from conveyor.pipeline.realtime.rejects import RejectsOutput
+from conveyor.pipeline.realtime.store import (CheckpointBehindError, EventClaims, RedisBehindError, ViewStore,
+                                              claims_prefix, clear_job, connect, redis_target)
 from conveyor.pipeline.schema import contract_columns, read_schema
 from conveyor.positions import PositionFeed, group_name, spark_client_id
 
@@ -46,7 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("conveyor.realtime")
-_KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "value")
+_KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 
 
 def checkpoint_location(platform: Platform, views: Mapping[str, RealtimeView]) -> str:
@@ -56,54 +52,6 @@ def checkpoint_location(platform: Platform, views: Mapping[str, RealtimeView]) -
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", checkpoint):
         return f"{checkpoint.rstrip('/')}/{job_id(views)}"
     return str(platform.home / checkpoint / job_id(views))
-
-
-class RejectsOutput:
-    """The side output: one JSON record per rejected event and view, keyed by its coordinates so a
-    replayed batch's second copy is recognisable (the exact counts are in the job's Redis state)."""
-
-    def __init__(self, platform: Platform, cluster: str, topic: str) -> None:
-        self.topic = topic
-        spec = platform.cluster(cluster)
-        declared = platform.topics.get(topic)
-        admin = kafka.admin(platform, cluster)
-        new = NewTopic(topic, declared.partitions if declared else 3, spec.default_replication_factor,
-                       config={"min.insync.replicas": str(spec.default_min_insync)})
-        try:
-            admin.create_topics([new])[topic].result(30)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise kafka.KafkaOperationError.from_exception(f"creating {topic} on {cluster}", exc) from None
-        self.producer: Producer | None = kafka.producer(platform, cluster, "conveyor-realtime-rejects")
-
-    def close(self) -> None:
-        # Spark may keep the batch function referenced; the producer (threads, sockets) must not wait for that.
-        self.producer = None
-
-    def send(self, batch_id: int, rejects: tuple[Reject, ...]) -> None:
-        if self.producer is None:
-            raise PipelineError("the side output is closed: the job has stopped")
-        failed: list[KafkaError] = []
-
-        def delivered(err: KafkaError | None, _: object) -> None:
-            if err is not None:
-                failed.append(err)
-
-        for r in rejects:
-            record = {"kind": r.kind, "view": r.view, "reason": r.reason, "topic": r.topic, "partition": r.partition,
-                      "offset": r.offset, "batch": batch_id}
-            try:
-                record["value"] = None if r.raw is None else r.raw.decode()
-            except UnicodeDecodeError:
-                record["value_base64"] = b64encode(r.raw or b"").decode()
-            self.producer.produce(self.topic, orjson.dumps(record), key=f"{r.topic}:{r.partition}:{r.offset}".encode(),
-                                  on_delivery=delivered)
-            self.producer.poll(0)
-        remaining = self.producer.flush(60)
-        if remaining or failed:
-            # Failing the batch makes Spark replay it: the rejects are sent again, never lost.
-            raise PipelineError(f"side output {self.topic}: {remaining} undelivered, {len(failed)} failed "
-                                f"({failed[0].str() if failed else 'timeout'})")
 
 
 def topic_plans(platform: Platform, views: Mapping[str, RealtimeView]) -> tuple[TopicPlan, ...]:
@@ -134,12 +82,26 @@ class BatchWriter:
         self.claims = event_claims(platform, views)
         self.rejects = RejectsOutput(platform, source_cluster(platform), settings.rejects_topic)
         self.metrics = metrics
+        #: Redis and the checkpoint disagree: what failed the batch, raised by :func:`run` as it is
+        #: (Spark's wrapping of it would say "restart it", and every restart fails the same way).
+        self.failure: PipelineError | None = None
         tune_for_throughput()  # the driver merges every batch's partial sums in Python
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        try:
+            self._write(frame, batch_id)
+        except (RedisBehindError, CheckpointBehindError) as err:
+            self.failure = err
+            raise
+
+    def _write(self, frame: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         stages = _Stopwatch()
-        newest = self.store.state().newest_before(batch_id)
+        try:
+            newest = self.store.state().newest_before(batch_id, [v.name for v in self.views])
+        except RedisBehindError:
+            self.metrics.observe_redis_lost()
+            raise
         watermarks = tuple(None if newest is None else newest - v.lateness_ms for v in self.views)
         plan = BatchPlan(self.topics, self.views, watermarks, self.tolerance_ms)
         stages.lap("state")
@@ -155,7 +117,11 @@ class BatchWriter:
         counters = {"records": result.records, "applied": result.applied, **result.reject_counts()}
         if result.duplicates:  # absent rather than 0: the state lists only what happened
             counters["duplicates"] = result.duplicates
-        first = self.store.commit(batch_id, result.max_ms, counters)
+        # The watermarks follow event time but never pass the clock: an event from the future (within
+        # future_tolerance) is counted, and does not make the on-time events after it late. Only a
+        # first commit stores it, so a replay still reads the watermark its first attempt used.
+        horizon = None if result.max_ms is None else min(result.max_ms, written_ms)
+        first = self.store.commit(batch_id, horizon, counters)
         stages.lap("redis")
         saturated = dict(Counter(result.deltas[key][0] for key in applied.saturated))
         report = BatchReport(batch_id, result.records, result.applied, applied.written, len(result.deltas),
@@ -242,30 +208,51 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
     read everything; a failure inside Spark becomes a RunFailedError (the checkpoint replays it).
     Returns the records the job was behind at its last batch (:func:`records_behind`)."""
     platform = platform.acting_as(Part.realtime)
-    with spark_failures(f"real-time job {job_id(views)} (restart it: the checkpoint replays the failed batch)"):
-        writer = BatchWriter(platform, views, metrics)
-        # The checkpoint is the position; the monitoring group shows it to ops after every batch.
-        feed = PositionFeed(platform, source_cluster(platform), group_name("realtime", job_id(views)),
-                            "spark checkpoint", registry=metrics.registry,
-                            client_ids=[spark_client_id("realtime", job_id(views))])
-        query = start(spark, platform, views, writer, available_now)
-        deadline = None if seconds is None else time.monotonic() + seconds
-        try:
-            while query.isActive and not stop.is_set():
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                query.awaitTermination(0.5)
-                progress = query.lastProgress
-                if progress is not None:
-                    metrics.observe_trigger(progress.batchId, progress.durationMs)
-                feed.publish(batch_positions(progress))
-        finally:
-            query.stop()
-            writer.rejects.close()
-            last = batch_positions(query.lastProgress)
-            if last:
-                feed.publish_and_wait(last)
-        failure = query.exception()
-        if failure is not None:
-            raise failure
-        return records_behind(query.lastProgress)
+    writer = BatchWriter(platform, views, metrics)
+    try:
+        with spark_failures(f"real-time job {job_id(views)} (restart it: the checkpoint replays the failed batch)"):
+            return _stream(spark, platform, views, writer, metrics, stop, seconds, available_now)
+    except RunFailedError:
+        if writer.failure is not None:  # the job's own finding, which a restart would only meet again
+            raise writer.failure from None
+        raise
+
+
+def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], writer: BatchWriter,
+            metrics: RealtimeMetrics, stop: threading.Event, seconds: float | None, available_now: bool) -> int:
+    # The checkpoint is the position; the monitoring group shows it to ops after every batch.
+    feed = PositionFeed(platform, source_cluster(platform), group_name("realtime", job_id(views)),
+                        "spark checkpoint", registry=metrics.registry,
+                        client_ids=[spark_client_id("realtime", job_id(views))])
+    query = start(spark, platform, views, writer, available_now)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        while query.isActive and not stop.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            query.awaitTermination(0.5)
+            progress = query.lastProgress
+            if progress is not None:
+                metrics.observe_trigger(progress.batchId, progress.durationMs)
+            feed.publish(batch_positions(progress))
+    finally:
+        query.stop()
+        writer.rejects.close()
+        last = batch_positions(query.lastProgress)
+        if last:
+            feed.publish_and_wait(last)
+    failure = query.exception()
+    if failure is not None:
+        raise failure
+    return records_behind(query.lastProgress)
+
+
+def rebuild(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView]) -> None:
+    """Start a job over: delete its checkpoint and its views, state and claims in Redis, so that its
+    next run (from ``earliest``) counts the topics again from what Kafka still holds."""
+    location = checkpoint_location(platform, views)
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(path, True)
+    deleted = clear_job(connect(platform), job_id(views), [ViewPlan.of(n, v) for n, v in views.items()])
+    log.info("rebuilding %s: deleted checkpoint %s and %d Redis keys", job_id(views), location, deleted)

@@ -78,6 +78,9 @@ class RealtimeMetrics:
                                  "View keys written where a batch's sum or a counter reached a 64-bit bound "
                                  "(saturated).",
                                  ["view"], registry=registry)
+        self.redis_lost = Counter("conveyor_realtime_redis_lost",
+                                  "Batches that found Redis behind the checkpoint (it lost the views' data) and "
+                                  "stopped the job.", registry=registry)
         self.latency = Gauge("conveyor_realtime_latency_seconds",
                              "Event time to Redis write, over the last batch's applied events.", ["quantile"],
                              registry=registry)
@@ -114,6 +117,13 @@ class RealtimeMetrics:
         self.size.set(report.records)
         self.run_latencies.update(report.latencies)
         self.reports.append(report)
+        self._write()
+
+    def observe_redis_lost(self) -> None:
+        self.redis_lost.inc()
+        self._write()
+
+    def _write(self) -> None:
         if self.file is not None:
             self.file.parent.mkdir(parents=True, exist_ok=True)
             write_to_textfile(str(self.file), self.registry)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -101,6 +102,11 @@ class ViewPlan:
 
     def key(self, values: Mapping[str, Any], window_start_ms: int) -> str:
         return self.key_layout.format_map({**values, "view": self.name, "window_start": window_label(window_start_ms)})
+
+    def key_pattern(self) -> str:
+        """A Redis SCAN pattern that matches every key of this view (glob characters of the layout escaped)."""
+        layout = re.sub(r"([*?\[\]\\])", r"\\\1", self.key_layout)
+        return layout.format_map({**dict.fromkeys(self.group_by, "*"), "view": self.name, "window_start": "*"})
 
     def field(self, metric: str, values: Mapping[str, Any]) -> str:
         return ":".join([metric, *(str(values[g]) for g in self.field_parts)])

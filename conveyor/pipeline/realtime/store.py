@@ -43,7 +43,7 @@ from redis.retry import Retry
 
 from conveyor.config import Platform
 from conveyor.pipeline.errors import PipelineError
-from conveyor.pipeline.realtime.plan import BATCH_FIELD, RealtimeConfigError, saturate
+from conveyor.pipeline.realtime.plan import BATCH_FIELD, RealtimeConfigError, ViewPlan, saturate
 from conveyor.runtime.layout import redis_layout
 
 #: Keys per script call: long enough to amortise the round trip, short enough not to stall Redis.
@@ -145,7 +145,18 @@ return 1
 
 class CheckpointBehindError(PipelineError):
     """Redis holds views written by a later batch than the checkpoint knows: the checkpoint was
-    reset or replaced. Going on would skip every key; clear the views or restore the checkpoint."""
+    reset or replaced. Going on would skip every key; rebuild the views or restore the checkpoint."""
+
+
+class RedisBehindError(PipelineError):
+    """Redis holds the job's state of an earlier batch than the checkpoint has committed, or none:
+    Redis lost data (FLUSHALL, a failover to a lagging replica, a lost AOF tail). Going on would
+    leave the lost batches' counts out of the views for good; rebuild them from Kafka."""
+
+
+def rebuild_command(views: Sequence[str]) -> str:
+    """The command that rebuilds a job's views from Kafka (``conveyor pipeline realtime --rebuild``)."""
+    return " ".join(["conveyor pipeline realtime --rebuild", *(f"--views {v}" for v in views)])
 
 
 @dataclass(frozen=True)
@@ -281,15 +292,26 @@ class JobState:
         return cls(number("batch"), number("max_ms"), number("prev_max_ms"),
                    {k: int(v) for k, v in fields.items() if k not in plain})
 
-    def newest_before(self, batch_id: int) -> int | None:
-        """The newest event time of the batches before ``batch_id``: what its watermarks follow."""
+    def newest_before(self, batch_id: int, views: Sequence[str] = ()) -> int | None:
+        """The newest event time of the batches before ``batch_id``: what its watermarks follow.
+        Spark runs batch N only once N - 1 is in its commit log, and the job commits its state in
+        Redis before Spark does: so the state is at N - 1, or at N for a replay; anything else
+        means the checkpoint or Redis lost what the other holds (``views``: the job's, for the
+        command that rebuilds them)."""
+        if batch_id > 0 and (self.batch is None or self.batch < batch_id - 1):
+            held = "no state" if self.batch is None else f"the state of batch {self.batch}"
+            lost = "every batch" if self.batch is None else f"batches {self.batch + 1} to {batch_id - 1}"
+            raise RedisBehindError(
+                f"Redis lost the views' data: it holds {held} but the checkpoint has committed batch {batch_id - 1} "
+                f"(a FLUSHALL, a failover to a lagging replica, a lost AOF tail?); the counts of {lost} are gone "
+                f"from the views. Rebuild them from Kafka: {rebuild_command(views)}")
         if self.batch is None or self.batch < batch_id:
             return self.max_ms
         if self.batch == batch_id:  # a replay of the last committed batch
             return self.prev_max_ms
         raise CheckpointBehindError(
             f"Redis holds views of batch {self.batch} but the checkpoint is at batch {batch_id}: the checkpoint "
-            "was reset; delete the job's views, state and event id claims in Redis, or restore its checkpoint"
+            f"was reset; rebuild the views from Kafka ({rebuild_command(views)}), or restore its checkpoint"
         )
 
 
@@ -341,3 +363,16 @@ class ViewStore:
         for name, value in counters.items():
             args += [name, value]
         return bool(self._commit(keys=[self.key], args=args))
+
+
+def clear_job(client: Client, job: str, views: Sequence[ViewPlan]) -> int:
+    """Delete a job's view keys, its state and its event id claims; how many keys there were."""
+    deleted = 0
+    for pattern in [state_key(job), f"{claims_prefix(job)}*", *(v.key_pattern() for v in views)]:
+        pipe = client.pipeline(transaction=False)
+        for key in client.scan_iter(match=pattern, count=1000):
+            pipe.delete(key)  # one key per call: a cluster routes each by its slot
+            if len(pipe) >= CHUNK:
+                deleted += sum(pipe.execute())
+        deleted += sum(pipe.execute())
+    return deleted

@@ -36,7 +36,8 @@ def kafka_batch(values: list[bytes | None], kafka_second: float = 0, partition: 
     return pa.RecordBatch.from_pydict({
         "topic": ["ad-events"] * len(values), "partition": [partition] * len(values),
         "offset": list(range(first_offset, first_offset + len(values))),
-        "timestamp": pa.array([stamp] * len(values), pa.timestamp("us", tz="UTC")), "value": values,
+        "timestamp": pa.array([stamp] * len(values), pa.timestamp("us", tz="UTC")),
+        "key": pa.array([b"k%d" % n for n in range(len(values))], pa.binary()), "value": values,
     })
 
 
@@ -95,7 +96,8 @@ def test_rejects_carry_their_reason_and_are_counted_per_view():
     assert reasons[("malformed", None)].startswith(("not JSON", "breaks the contract"))
     assert "before the view's watermark" in reasons[("late", "banner_ctr")]
     assert reasons[("incomplete", "banner_ctr")] == "group-by field banner_id is missing"
-    assert {r.raw for r in result.rejects if r.kind == "malformed"} == {b"not json", b'{"event_id":"x"}'}
+    assert {(r.key, r.raw) for r in result.rejects if r.kind == "malformed"} == {(b"k0", b"not json"),
+                                                                                 (b"k0", b'{"event_id":"x"}')}
     # The late event still counts for the interests view, whose lateness is longer; so does the click.
     assert result.applied == 2
     assert "view:banner_ctr:b1:20250301T115900Z" not in result.deltas
