@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,9 @@ from redis.crc import key_slot
 
 from conveyor.config import ConfigError, parse_platform
 from conveyor.pipeline.realtime.job import checkpoint_location
-from conveyor.pipeline.realtime.plan import RealtimeConfigError, job_views
-from conveyor.pipeline.realtime.store import CLAIM_BUCKETS, EventClaims, RedisTarget, redis_target
+from conveyor.pipeline.realtime.plan import RealtimeConfigError, ViewPlan, job_views
+from conveyor.pipeline.realtime.store import (CLAIM_BUCKETS, CheckpointBehindError, EventClaims, JobState, RedisBehindError,
+                                              RedisTarget, redis_target)
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = yaml.safe_load((ROOT / "platform.yaml").read_text())
@@ -70,3 +72,27 @@ def test_claims_on_a_cluster_go_per_hash_tag_bucket_and_one_server_keeps_its_key
         assert len({key_slot(f"{prefix}{ids[i]}".encode()) for i in positions}) == 1  # one slot per call
     again = dict(cluster._groups("ads", ids[:50]))
     assert all(set(positions) <= set(dict(groups)[prefix]) for prefix, positions in again.items())
+
+
+def test_the_job_state_must_be_at_the_batch_before_the_checkpoint_s_or_at_it():
+    state = JobState(batch=4, max_ms=9_000, prev_max_ms=5_000, counters={})
+    assert state.newest_before(5) == 9_000 and state.newest_before(4) == 5_000  # the next batch; a replay
+    with pytest.raises(CheckpointBehindError, match="--rebuild --views a"):
+        state.newest_before(3, ["a"])
+    with pytest.raises(RedisBehindError, match=r"batches 5 to 5 .*--rebuild --views a --views b"):
+        state.newest_before(6, ["a", "b"])
+    empty = JobState(batch=None, max_ms=None, prev_max_ms=None, counters={})
+    assert empty.newest_before(0) is None  # a new job
+    with pytest.raises(RedisBehindError, match="no state but the checkpoint has committed batch 2"):
+        empty.newest_before(3)
+
+
+def test_a_view_s_key_pattern_matches_its_keys_and_no_other_view_s():
+    platform = _platform()
+    views = {name: ViewPlan.of(name, view) for name, view in job_views(platform).items()}
+    ctr, interests = views["banner_ctr"], views["user_interests"]
+    key = ctr.key({"banner_id": "b-7"}, 1_700_000_000_000)
+    assert fnmatchcase(key, ctr.key_pattern()) and not fnmatchcase(key, interests.key_pattern())
+    layout = "v[1]:{view}:{banner_id}:{window_start}"  # glob characters in the layout match only themselves
+    odd = ViewPlan.of("odd", job_views(platform)["banner_ctr"].model_copy(update={"key": layout}))
+    assert odd.key_pattern() == r"v\[1\]:odd:*:*"
