@@ -75,12 +75,12 @@ def _views(spark: SparkSession, platform: Platform, lake: list[str], results: li
     if not views:
         results.append(Skipped(Invariant.views, "", "pipeline.realtime.views declares no view"))
         return
-    rejects = None
+    ready = []  # empty when Redis or the rejects could not be read (then recorded as the failure)
     with _checking(results, Invariant.views, "rejects", f"reading {platform.pipeline.realtime.rejects_topic}"):
-        rejects = rejected(platform)
-    if rejects is None:
+        ready.append((connect(platform), rejected(platform)))
+    if not ready:
         return
-    client, now = connect(platform), datetime.now(timezone.utc)
+    (client, rejects), now = ready[0], datetime.now(timezone.utc)
     for name, view in sorted(views.items()):
         with _checking(results, Invariant.views, name, f"recounting view {name}"):
             results.append(view_check(spark, client, name, view, lake, rejects, now))
@@ -103,8 +103,8 @@ def _show(results: list[Result], output: OutputFormat) -> None:
         render(output, Section("checks", "", (), rows), passed=not failed(results))
         return
     for r in results:
-        subject = f" {r.subject}:" if r.subject else ":"
-        console.print(f"[{_STYLE[r.verdict]}]{r.verdict.value}[/] {TITLES[r.invariant]}{subject} ", end="")
+        subject = f" ({r.subject})" if r.subject else ""
+        console.print(f"[{_STYLE[r.verdict]}]{r.verdict.value}[/]  {TITLES[r.invariant]}{subject}: ", end="")
         console.print(r.summary, markup=False, highlight=False)
         for problem in r.problems:
             console.print(f"    {problem}", markup=False, highlight=False)

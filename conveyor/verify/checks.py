@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from conveyor.pipeline.realtime.plan import ViewPlan, matches, saturate, window_label
 from conveyor.verify.errors import VerifyInputError
@@ -62,7 +62,7 @@ class Skipped:
     subject: str
     why: str
     verdict = Verdict.SKIP
-    problems: tuple[str, ...] = ()
+    problems: ClassVar[tuple[str, ...]] = ()
 
     @property
     def summary(self) -> str:
@@ -77,7 +77,7 @@ class Unchecked:
     subject: str
     error: str
     verdict = Verdict.FAIL
-    problems: tuple[str, ...] = ()
+    problems: ClassVar[tuple[str, ...]] = ()
 
     @property
     def summary(self) -> str:
