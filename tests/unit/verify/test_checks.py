@@ -10,9 +10,9 @@ from conveyor.config import RealtimeView
 from conveyor.ops.panels import Family
 from conveyor.pipeline.audit import HourAudit
 from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms
-from conveyor.verify.checks import (SAMPLE, AuditCheck, Group, Invariant, LakeOnce, Skipped, Unchecked, Verdict, compare_view,
-                                    failed, parse_accepted, parse_dispatch_group, partition_backlog, recount,
-                                    replicator_check)
+from conveyor.verify.checks import (SAMPLE, AuditCheck, Group, Invariant, LakeOnce, Skipped, Unchecked, Verdict,
+                                    compare_view, failed, parse_accepted, parse_dispatch_group, partition_backlog,
+                                    recount, replicator_check)
 from conveyor.verify.errors import VerifyInputError
 
 HOUR = datetime(2025, 3, 1, 12, tzinfo=timezone.utc)
@@ -91,13 +91,15 @@ def _key(banner: str, window: int = 0) -> str:
 
 
 @pytest.mark.parametrize(("groups", "expected"), [
-    ([_group(rows=3, price=30, type="impression", banner_id="b1"), _group(rows=1, price=5, type="click", banner_id="b1")],
+    ([_group(rows=3, price=30, type="impression", banner_id="b1"),
+      _group(rows=1, price=5, type="click", banner_id="b1")],
      {_key("b1"): {"impressions": 3, "clicks": 1, "spend_micros": 35}}),
     ([_group(rows=2, type="conversion", banner_id="b1")], {}),
     ([_group(rows=2, type="impression", banner_id=None)], {}),
     ([_group(rows=2, type="impression", banner_id="b1"), _group(window=1, rows=1, type="impression", banner_id="b1")],
      {_key("b1"): {"impressions": 2, "spend_micros": 0}, _key("b1", 1): {"impressions": 1, "spend_micros": 0}}),
-    ([_group(rows=1, price=2**63 - 1, type="click", banner_id="b"), _group(rows=1, price=9, type="click", banner_id="b")],
+    ([_group(rows=1, price=2**63 - 1, type="click", banner_id="b"),
+      _group(rows=1, price=9, type="click", banner_id="b")],
      {_key("b"): {"clicks": 2, "spend_micros": 2**63 - 1}}),
 ], ids=["metrics-where-and-sum", "outside-the-filter", "group-by-field-missing", "per-window", "saturates-as-redis"])
 def test_recount_follows_the_views_rules(groups, expected):
