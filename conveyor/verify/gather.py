@@ -162,6 +162,8 @@ def _groups(spark: SparkSession, plan: ViewPlan, since_ms: int, excluded: set[tu
 
     read = sorted({f for f, _ in plan.filter} | set(plan.group_by) | {f for m in plan.metrics for f, _ in m.where})
     sums = sorted({m.sum for m in plan.metrics if m.sum is not None})
+    if not table_exists(spark, data_table(plan.topic)):
+        return []
     millis = unix_millis(col("event_time"))
     rows = spark.table(data_table(plan.topic)).withColumn(_WINDOW, millis - pmod(millis, lit(plan.window_ms)))
     rows = rows.where(col(_WINDOW) >= since_ms)

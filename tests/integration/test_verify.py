@@ -1,19 +1,28 @@
-"""``conveyor verify`` on real Kafka and Spark: the lake invariant passes on what the lake landed,
-and fails naming the event id once a row is copied into the table."""
+"""``conveyor verify`` on real Kafka, Spark and Redis: the lake invariant passes on what the lake
+landed and fails naming the event id once a row is copied into the table; a view's counters pass
+against a recount over the lake less the views job's rejects, and a counter off by one is named."""
 
 from __future__ import annotations
 
 import json
+import uuid
+from datetime import datetime, timezone
 
 import orjson
 import pytest
 from typer.testing import CliRunner
 
+from conveyor import kafka
 from conveyor.cli import app
+from conveyor.config import RealtimeView
 from conveyor.pipeline.lake import run_once
+from conveyor.pipeline.realtime.deltas import Reject
+from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms
+from conveyor.pipeline.realtime.rejects import reject_headers
+from conveyor.pipeline.realtime.store import connect
 from conveyor.pipeline.tables import data_table
 from conveyor.verify.checks import Verdict
-from conveyor.verify.gather import lake_once
+from conveyor.verify.gather import lake_once, rejected, view_check
 from tests.conftest import demo_event
 from tests.lakekit import lake_case, lake_folder, lake_spark, produce  # noqa: F401
 
@@ -46,3 +55,45 @@ def test_lake_invariant_passes_on_landed_events_and_names_a_copied_row(lake_spar
     assert (figures["rows"], figures["distinct"], figures["duplicated_ids"]) == (7, 6, [copied])
     assert (figures["missing"], figures["unexpected"]) == (0, 0)
     assert copied in check["problems"][0]
+
+
+def test_view_equals_a_recount_less_its_rejects_and_a_counter_off_by_one_is_named(lake_spark, lake_case,
+                                                                                   topic_factory):
+    case = lake_case(partitions=2)
+    events = [demo_event(user_id=user, price_micros=5) for user in ("u1", "u1", "u2")]
+    produce(case.platform, case.topic, events)
+    run_once(lake_spark, case.platform)
+    (late,) = lake_spark.table(data_table(case.topic)).where(f"event_id = '{events[2]['event_id']}'").collect()
+    name = f"verify_{uuid.uuid4().hex[:8]}"
+    view = RealtimeView.model_validate({"topic": case.topic, "group_by": ["user_id"], "window": 60,
+                                        "metrics": {"events": {}, "spend": {"sum": "price_micros"}}})
+    plan = ViewPlan.of(name, view)
+    # The views job rejected the third event as late: its side output names it, in its own format.
+    rejects_topic = topic_factory("central", 1)
+    producer = kafka.producer(case.platform, "central", "verify-test-rejects")
+    reject = Reject("late", name, "before the watermark", case.topic, late.kafka_partition, late.kafka_offset, None,
+                    None)
+    producer.produce(rejects_topic, orjson.dumps(events[2]), headers=reject_headers(reject, 0))
+    assert producer.flush(30) == 0
+    realtime = case.platform.pipeline.realtime.model_copy(update={"rejects_topic": rejects_topic})
+    platform = case.platform.model_copy(update={"pipeline": case.platform.pipeline.model_copy(
+        update={"realtime": realtime})})
+    # What the views job holds for the two events it counted.
+    client = connect(platform)
+    keys = [plan.key(e, plan.window_start(epoch_ms(datetime.fromisoformat(e["event_time"])))) for e in events[:2]]
+    try:
+        for key, event in zip(keys, events, strict=False):
+            client.hincrby(key, "events", 1)
+            client.hincrby(key, "spend", event["price_micros"])
+
+        check = view_check(lake_spark, client, name, view, [case.topic], rejected(platform), datetime.now(timezone.utc))
+        assert check.verdict is Verdict.PASS, check.problems
+        assert (check.counters, check.rejected) == (2 * len(set(keys)), 1)
+
+        client.hincrby(keys[0], "events", 1)
+        check = view_check(lake_spark, client, name, view, [case.topic], rejected(platform), datetime.now(timezone.utc))
+        assert check.verdict is Verdict.FAIL
+        held = 2 if len(set(keys)) == 1 else 1
+        assert [(m.key, m.field, m.redis, m.recount) for m in check.mismatches] == [(keys[0], "events", held + 1, held)]
+    finally:
+        client.delete(*set(keys))
