@@ -21,6 +21,9 @@ from conveyor.dispatch.metrics import ReaderMetrics
 from conveyor.dispatch.partition import DeadLetter, Handout
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 
+#: Most bytes of records in one frame to a client: under gRPC's default 4 MiB message limit,
+#: with room for the frame's own fields.
+FRAME_BYTES = 3 * 2**20
 #: Why an id is ignored when its partition is not served here (revoked, or another node's).
 NOT_OWNED = "partition not served here"
 _CONFIRMABLE = (AckOutcome.acked, AckOutcome.already_acked, AckOutcome.below_committed)
@@ -152,7 +155,8 @@ class Fanout:
                 if not handouts:
                     break
                 client.credit -= len(handouts)
-                client.outbox.put(self._frame(handouts, wall))
+                for frame in _by_size(handouts):
+                    client.outbox.put(self._frame(frame, wall))
                 sent += len(handouts)
                 progressed = True
             if not progressed:
@@ -249,3 +253,20 @@ class Fanout:
 
     def _ignored(self, reason: str) -> None:
         self._metrics.ignored.labels(reason=reason).inc()
+
+
+def _by_size(handouts: list[tuple[int, Handout]]) -> list[list[tuple[int, Handout]]]:
+    """``handouts`` in frames of at most FRAME_BYTES of records each (one record, at most the
+    gateway's limit of about 1 MB, always fits): gRPC clients refuse a message above 4 MiB by
+    default, and five of the largest events the gateway accepts would make one."""
+    frames: list[list[tuple[int, Handout]]] = [[]]
+    size = 0
+    for handout in handouts:
+        record = handout[1].record
+        bytes_ = len(record.value) + len(record.key or b"") + sum(len(k.encode()) + len(v) for k, v in record.headers)
+        if frames[-1] and size + bytes_ > FRAME_BYTES:
+            frames.append([])
+            size = 0
+        frames[-1].append(handout)
+        size += bytes_
+    return frames

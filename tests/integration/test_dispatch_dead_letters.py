@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
+import time
 import uuid
 
 import grpc
@@ -120,3 +122,26 @@ def test_dead_letters_that_cannot_be_written_are_skipped_and_the_partition_keeps
         [line] = [line for line in logged if f"{topic}/0@{offset}" in line]
         assert "committed past it" in line, line
     admin.delete_topics([dead_topic])[dead_topic].result()
+
+
+def test_five_of_the_largest_events_reach_a_client_that_asked_for_them_all_at_once(setup, nodes) -> None:
+    # One frame of five ~1 MB records is above the 4 MiB a gRPC client takes by default: the client
+    # refused it (RESOURCE_EXHAUSTED) and received nothing, however often it asked again.
+    platform, topic = setup()
+    node = start_node(platform)
+    nodes.append(node)
+    producer = kafka.producer(platform, "central", "dispatch-test", {"message.max.bytes": PRODUCER_MESSAGE_MAX})
+    values = [os.urandom(LARGEST_EVENT - 16) for _ in range(5)]
+    for value in values:
+        producer.produce(topic, value, uuid.uuid4().bytes, partition=0)
+    assert producer.flush(60) == 0
+    stream = Stream(grpc.insecure_channel(node.advertise), MAILER_TOKEN,
+                    subscribe(topic, f"mailer.{uuid.uuid4().hex[:6]}", credit=0))
+    time.sleep(10)  # no credit yet: the node's reader fetches all five meanwhile, to send them at once
+    stream.send(credit=10)
+    try:
+        held = stream.take(5, timeout=60)
+    except queue.Empty:
+        raise AssertionError(f"not all five came; the stream ended {stream.status}: {stream.details}") from None
+    assert sorted(m.value for m in held) == sorted(values)
+    stream.close()

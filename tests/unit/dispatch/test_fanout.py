@@ -182,3 +182,18 @@ def test_the_generated_grpc_code_matches_the_proto(tmp_path: Path) -> None:
         committed = generate.HERE / path.name
         assert filecmp.cmp(path, committed, shallow=False), f"{path.name} is stale: run " \
             "python -m conveyor.dispatch.protos.generate"
+
+
+def test_records_go_out_in_frames_a_grpc_client_takes():
+    from conveyor.dispatch.fanout import FRAME_BYTES, _by_size
+    from conveyor.dispatch.partition import Handout, Record
+
+    def handout(size: int) -> tuple[int, Handout]:
+        return 0, Handout(offset=0, record=Record(b"k", b"v" * size, (("h", b"x"),), 0), attempt=1)
+
+    big = [handout(997_000) for _ in range(7)]
+    frames = _by_size(big)
+    assert [len(f) for f in frames] == [3, 3, 1]
+    assert all(sum(len(h.record.value) for _, h in f) <= FRAME_BYTES for f in frames)
+    assert _by_size([handout(FRAME_BYTES * 2)]) == [[handout(FRAME_BYTES * 2)]]  # one record always goes
+    assert [len(f) for f in _by_size([handout(10) for _ in range(500)])] == [500]
