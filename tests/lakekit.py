@@ -12,13 +12,15 @@ import copy
 import functools
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,8 @@ import yaml
 from conveyor import kafka
 from conveyor.config import Platform, load_platform
 from conveyor.pipeline.spark import spark_session
+from conveyor.runtime import postgres
+from conveyor.runtime.postgres import PostgresLayout
 from conveyor.pipeline.tables import data_table, quarantine_table
 from tests.conftest import demo_event, platform_variant
 
@@ -312,3 +316,47 @@ def unreferenced_files(spark: Any, case: LakeCase) -> dict[str, list[str]]:
         on_disk = {str(p) for p in (warehouse / folder / case.topic / "data").rglob("*.parquet")}
         found[table] = sorted(on_disk - referenced)
     return found
+
+
+@pytest.fixture(scope="session")
+def postgres_server(platform_data: dict[str, Any]) -> Iterator[PostgresLayout]:
+    """A PostgreSQL server for the session, started and stopped as `conveyor up` and `down` do."""
+    port = int(os.environ.get("CONVEYOR_TEST_POSTGRES_PORT", platform_data["runtime"]["base_port"] - 2))
+    # Not under pytest's folders: they are private to root (pytest resets their mode), and under
+    # root the server runs as user postgres, which must reach its data.
+    folder = Path(tempfile.mkdtemp(prefix="conveyor-postgres-"))
+    folder.chmod(0o755)
+    layout = PostgresLayout(port, "conveyor", "conveyor", folder / "server")
+    try:
+        postgres.start(layout)
+        postgres.wait_ready(layout, time.monotonic() + 120)
+        yield layout
+    finally:
+        postgres.stop(layout)
+        shutil.rmtree(folder)
+
+
+
+def read_back(server: PostgresLayout, warehouse: Path, topic: str) -> tuple[list[str], int, list[str]]:
+    """The table as another client sees it (pyiceberg's SQL catalog on the same database): its
+    event_ids, how many commits were written but lost to the other run (snapshots outside main's
+    ancestry), and main's lineage, newest first, for a failure's report."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("lake", uri=f"postgresql+psycopg2://{server.user}@127.0.0.1:{server.port}/{server.database}",
+                         warehouse=str(warehouse))
+    try:
+        table = catalog.load_table(("events", topic))
+        rows = table.scan(selected_fields=("event_id",)).to_arrow()
+        ancestry, lineage, snapshot = set(), [], table.current_snapshot()
+        while snapshot is not None:
+            ancestry.add(snapshot.snapshot_id)
+            summary = snapshot.summary
+            lineage.append(f"{snapshot.snapshot_id} {summary.operation if summary else '?'} "
+                           f"+{summary.get('added-records') if summary else '?'} "
+                           f"-{summary.get('deleted-records') if summary else '?'} run {summary.get('conveyor.run-id')}")
+            snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+        lost = len({s.snapshot_id for s in table.snapshots()} - ancestry)
+        return rows.column("event_id").to_pylist(), lost, lineage
+    finally:
+        catalog.engine.dispose()

@@ -8,9 +8,9 @@ hour that is not complete yet may still be landing, so only complete hours can f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from conveyor.config import Platform
@@ -19,7 +19,18 @@ from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, source_cluster
 from conveyor.pipeline.lake import lake_topics
 from conveyor.pipeline.catalog import require_catalog
-from conveyor.pipeline.tables import as_utc, current_commit, data_table, table_exists
+from conveyor.pipeline.tables import (
+    OFFSETS_PROPERTY,
+    ancestry,
+    as_utc,
+    current_commit,
+    data_table,
+    iceberg_table,
+    table_exists,
+)
+
+#: Where a snapshot summary keeps one partition's figures (Iceberg's SnapshotSummary).
+PARTITION_PREFIX = "partitions."
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,10 +51,13 @@ class HourAudit:
     landed: int
     distinct: int
     complete: bool
+    #: Copies the lake's de-dup dropped in the hour: a client's retry through the other data centre
+    #: is accepted, and counted, by both gateways, and lands once.
+    copies: int = 0
 
     @property
     def lost(self) -> int:
-        return max(0, self.produced - self.distinct)
+        return max(0, self.produced - self.distinct - self.copies)
 
     @property
     def duplicates(self) -> int:
@@ -60,15 +74,57 @@ class HourAudit:
 
 
 def reconcile(
-    produced: Mapping[Key, int], landed: Mapping[Key, tuple[int, int]], complete_until: Mapping[str, datetime | None]
+    produced: Mapping[Key, int], landed: Mapping[Key, tuple[int, int]], complete_until: Mapping[str, datetime | None],
+    copies: Mapping[Key, int] | None = None,
 ) -> list[HourAudit]:
     """One line per (topic, hour) either side knows, in order. Pure."""
     audits = []
     for topic, hour in sorted(set(produced) | set(landed)):
         rows, distinct = landed.get((topic, hour), (0, 0))
         complete = is_complete(hour, complete_until.get(topic))
-        audits.append(HourAudit(topic, hour, produced.get((topic, hour), 0), rows, distinct, complete))
+        audits.append(HourAudit(topic, hour, produced.get((topic, hour), 0), rows, distinct, complete,
+                                (copies or {}).get((topic, hour), 0)))
     return audits
+
+
+def _hour_of(partition: str) -> datetime | None:
+    """The hour of a summary's ``event_time_hour=2026-11-26-14`` partition."""
+    name, _, value = partition.partition("=")
+    if name != "event_time_hour" or value in ("", "null"):
+        return None
+    return datetime.strptime(value, "%Y-%m-%d-%H").replace(tzinfo=timezone.utc)
+
+
+def dropped_copies(summaries: Iterable[tuple[Mapping[str, str], Mapping[str, str] | None]]) -> dict[datetime, int]:
+    """Copies removed per event hour by the lake's de-dup commits, from (snapshot summary, its
+    parent's summary) pairs of a table's history: a de-dup commit follows the run's append (which
+    carries the run's offsets) and carries none itself; its partition summaries say how many rows
+    each hour lost. Pure."""
+    dropped: dict[datetime, int] = {}
+    for summary, parent in summaries:
+        if parent is None or OFFSETS_PROPERTY in summary or OFFSETS_PROPERTY not in parent:
+            continue
+        for key, value in summary.items():
+            hour = _hour_of(key.removeprefix(PARTITION_PREFIX)) if key.startswith(PARTITION_PREFIX) else None
+            if hour is None:
+                continue
+            figures = dict(item.split("=", 1) for item in value.split(",") if "=" in item)
+            removed = (int(figures.get("deleted-records", 0)) - int(figures.get("added-records", 0))
+                       + int(figures.get("added-position-deletes", 0)))
+            dropped[hour] = dropped.get(hour, 0) + removed
+    return dropped
+
+
+def copies_counts(spark: SparkSession, topic: str) -> dict[Key, int]:
+    """Copies the lake dropped per (topic, hour), over the snapshots the table still keeps."""
+    table = data_table(topic)
+    if not table_exists(spark, table):
+        return {}
+    iceberg = iceberg_table(spark, table)
+    current = iceberg.currentSnapshot()
+    history = [dict(s.summary()) for s in ancestry(iceberg, current)] if current is not None else []
+    pairs = zip(history, [*history[1:], None], strict=True)
+    return {(topic, hour): n for hour, n in dropped_copies(pairs).items()}
 
 
 def produced_counts(spark: SparkSession, platform: Platform, topics: list[str]) -> dict[Key, int]:
@@ -127,9 +183,11 @@ def audit_lake(spark: SparkSession, platform: Platform, topics: list[str] | None
     require_catalog(spark, platform)
     chosen = lake_topics(platform, topics)
     landed: dict[Key, tuple[int, int]] = {}
+    copies: dict[Key, int] = {}
     with spark_failures("audit"):
         for topic in chosen:
             landed.update(landed_counts(spark, topic))
+            copies.update(copies_counts(spark, topic))
         until = {topic: complete_until(spark, platform, topic) for topic in chosen}
         produced = produced_counts(spark, platform, chosen)
-    return reconcile(produced, landed, until)
+    return reconcile(produced, landed, until, copies)

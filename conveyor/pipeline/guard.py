@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 from conveyor.config import Platform
 from conveyor.pipeline.catalog import local_warehouse
 from conveyor.pipeline.errors import LakeConflictError
-from conveyor.pipeline.tables import live_records
+from conveyor.pipeline.tables import RUN_PROPERTY, iceberg_table, live_records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: Branches of lake runs: ``conveyor_run_<run id>_<attempt>``.
+#: Branches of lake runs (:func:`branch_name`).
 BRANCH_PREFIX = "conveyor_run_"
 #: Iceberg's exceptions that say another commit came first.
 _CONFLICTS = ("org.apache.iceberg.exceptions.CommitFailedException",
@@ -75,12 +75,6 @@ def conflicts(table: str) -> Iterator[None]:
         raise
 
 
-def iceberg_table(spark: SparkSession, table: str) -> Any:
-    """The table's Iceberg ``Table`` (Java), loaded now from the catalog."""
-    jvm = spark.sparkContext._jvm
-    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
-
-
 def _ref_commit(spark: SparkSession, table: str, change: Any) -> None:
     """Commit ``change(manage_snapshots)``, again when another commit came between: reference
     updates are not re-applied by Iceberg itself. A refused precondition (IllegalArgumentException)
@@ -101,15 +95,44 @@ def _ref_commit(spark: SparkSession, table: str, change: Any) -> None:
             time.sleep(0.05 * (attempt + 1))
 
 
-def conditional_commit(spark: SparkSession, table: str, base: int, branch: str, write: Callable[[str], None]) -> int:
-    """Make the commits ``write(branch)`` makes to ``branch`` the next ones after snapshot ``base``:
-    :class:`LakeConflictError` when ``main`` moved past ``base`` first. Returns the rows they added
-    (less those they deleted)."""
+def branch_name(run_id: str, attempt: int) -> str:
+    """``conveyor_run_<created, ms>_<run id>_<attempt>``: a branch points at the snapshot it
+    started from, which may be days old, so its age for the clean-up is in its name."""
+    return f"{BRANCH_PREFIX}{int(time.time() * 1000)}_{run_id}_{attempt}"
+
+
+def _created_ms(name: str, snapshot: Any) -> int | None:
+    created = name.removeprefix(BRANCH_PREFIX).split("_", 1)[0]
+    if created.isdigit() and len(created) >= 13:
+        return int(created)
+    return snapshot.timestampMillis() if snapshot is not None else None  # named before the time was
+
+
+def _require_built_on(iceberg: Any, table: str, branch: str, base: int, run_id: str) -> None:
+    """The run's first commit on ``branch`` sits right on ``base``. Iceberg appends to a branch that
+    no longer exists by creating it at ``main``'s head, so a branch dropped under a run (a clean-up
+    that took it for a dead run's) would otherwise carry the run's rows on top of another run's
+    and fast-forward ``main`` without a conflict: the same range landed twice."""
+    snapshot = iceberg.snapshot(branch)
+    while snapshot is not None and snapshot.parentId() is not None and snapshot.parentId() != base:
+        snapshot = iceberg.snapshot(snapshot.parentId())
+    first = snapshot.summary().get(RUN_PROPERTY) if snapshot is not None else None
+    if snapshot is None or snapshot.parentId() != base or first != run_id:
+        raise LakeConflictError(f"{table}: branch {branch} no longer starts at snapshot {base}; "
+                                "another run moved or dropped it")
+
+
+def conditional_commit(spark: SparkSession, table: str, base: int, branch: str, run_id: str,
+                       write: Callable[[str], None]) -> int:
+    """Make the commits ``write(branch)`` makes to ``branch`` the next ones after snapshot ``base``
+    (its first carries ``run_id``): :class:`LakeConflictError` when ``main`` moved past ``base``
+    first. Returns the rows they added (less those they deleted)."""
     _ref_commit(spark, table, lambda manage: manage.createBranch(branch, base))
     try:
         with conflicts(table):
             write(branch)
         iceberg = iceberg_table(spark, table)
+        _require_built_on(iceberg, table, branch, base, run_id)
         added = live_records(iceberg.snapshot(branch).summary()) - live_records(iceberg.snapshot(base).summary())
         _ref_commit(spark, table, lambda manage: manage.fastForwardBranch("main", branch).removeBranch(branch))
         return added
@@ -161,8 +184,10 @@ def clean_up(spark: SparkSession, table: str, orphan_age: float) -> int:
     iceberg = iceberg_table(spark, table)
     refs = iceberg.refs()
     for name in list(refs.keySet()):
-        snapshot = iceberg.snapshot(refs.get(name).snapshotId())
-        if name.startswith(BRANCH_PREFIX) and (snapshot is None or snapshot.timestampMillis() < cutoff):
+        if not name.startswith(BRANCH_PREFIX):
+            continue
+        created = _created_ms(name, iceberg.snapshot(refs.get(name).snapshotId()))
+        if created is None or created < cutoff:
             _drop_branch(spark, table, name)
     jvm = spark.sparkContext._jvm
     action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).deleteOrphanFiles(

@@ -30,7 +30,7 @@ from conveyor.pipeline.kafka_source import list_watermarks, read_range
 from conveyor.pipeline.lake_positions import publish_position
 from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH, values_parser
-from conveyor.pipeline.schema import COORDINATES, REASON, Column, contract_columns, quote, read_schema
+from conveyor.pipeline.schema import COORDINATES, LANDED_AT, REASON, Column, contract_columns, quote, read_schema
 from conveyor.pipeline.catalog import require_catalog
 from conveyor.pipeline.tables import (
     GAPS_TABLE,
@@ -192,7 +192,7 @@ class _TopicLanding:
                 try:
                     if not prepared:
                         orphans, prepared = self._prepare(), True
-                    plan, listed_at, committed = self._attempt(f"{guard.BRANCH_PREFIX}{self.run_id}_{attempt}")
+                    plan, listed_at, committed = self._attempt(guard.branch_name(self.run_id, attempt))
                 except LakeConflictError as conflict:
                     if attempt == attempts:
                         raise LakeConflictError(
@@ -287,7 +287,8 @@ class _TopicLanding:
                 self.step("reading, parsing and committing rows")
                 window = self.platform.pipeline.lake.dedup_window
                 since = listed_at - timedelta(seconds=window) if window > 0 else None
-                landed = self._commit(counted.where(eligible).select(*self._table_columns()), self.data, commit, since)
+                rows = counted.where(eligible).select(*self._table_columns(), lit(listed_at).alias(LANDED_AT))
+                landed = self._commit(rows, self.data, commit, since)
                 stats = observation.get  # only once the observed pass succeeded: it waits for one
                 self._add(LandingCounts(records_read=stats["read"], bytes_read=stats["bytes"], landed=landed,
                                         duplicates_dropped=stats["good"] - landed))
@@ -315,7 +316,8 @@ class _TopicLanding:
 
     def _commit(self, rows: DataFrame, table: str, commit: _CommitPlan, since: datetime | None = None) -> int:
         """Append ``rows`` right after the snapshot the run started from (with ``since``, less the
-        copies of event ids landed since then, conveyor.pipeline.dedup); the rows it added."""
+        copies of event ids that landed since then, whatever their event time:
+        conveyor.pipeline.dedup); the rows it added."""
         base = commit.bases[table]
 
         def write(branch: str) -> None:
@@ -323,7 +325,7 @@ class _TopicLanding:
             if since is not None:
                 drop_copies(self.spark, table, branch, base, since)
 
-        return guard.conditional_commit(self.spark, table, base, commit.branch, write)
+        return guard.conditional_commit(self.spark, table, base, commit.branch, self.run_id, write)
 
 
 def _noop(topic: str, step: str) -> None:

@@ -46,6 +46,9 @@ COORDINATES = (
     ("kafka_timestamp", "timestamp"),
     ("raw_value", "binary"),
 )
+#: When the row's run listed the partitions' ends: the same instant for every row of a commit, so
+#: its data files' bounds select exactly the files landed since a moment (de-dup reads only those).
+LANDED_AT = "landed_at"
 
 #: The parser's verdict beside the columns: None for a good record, else why it is quarantined.
 REASON = "quarantine_reason"
@@ -76,7 +79,7 @@ def _kind(spec: Any) -> Kind:
 def contract_columns(topic: str, schema: dict[str, Any]) -> tuple[Column, ...]:
     """The contract's columns, in the schema's order; event_time is always a timestamp."""
     properties = schema.get("properties") or {}
-    taken = {name for name, _ in COORDINATES} | {REASON}
+    taken = {name for name, _ in COORDINATES} | {REASON, LANDED_AT}
     clashes = sorted(taken & set(properties))
     if clashes:
         raise LakeConfigError(f"contract of topic {topic} uses column names the lake reserves: {', '.join(clashes)}")
@@ -85,7 +88,8 @@ def contract_columns(topic: str, schema: dict[str, Any]) -> tuple[Column, ...]:
 
 
 def table_columns_ddl(columns: tuple[Column, ...]) -> str:
-    return ", ".join([c.ddl for c in columns] + [f"{name} {kind}" for name, kind in COORDINATES])
+    return ", ".join([c.ddl for c in columns] + [f"{name} {kind}" for name, kind in COORDINATES]
+                     + [f"{LANDED_AT} timestamp"])
 
 
 def read_schema(platform: Platform, topic: str) -> dict[str, Any]:

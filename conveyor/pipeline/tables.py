@@ -8,14 +8,14 @@ the event's date and hour) and ``lake.quarantine.<topic>`` (bad records with the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conveyor.pipeline.errors import LakeConfigError
 from conveyor.pipeline.offsets import Gap, Positions
-from conveyor.pipeline.schema import Column, quote, table_columns_ddl
+from conveyor.pipeline.schema import LANDED_AT, Column, quote, table_columns_ddl
 from conveyor.pipeline.catalog import CATALOG
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ OFFSETS_PROPERTY = "conveyor.offsets"
 LISTED_AT_PROPERTY = "conveyor.listed-at"
 RUN_PROPERTY = "conveyor.run-id"
 
+PARTITION_SUMMARY_LIMIT = "write.summary.partition-limit"
 # No shuffle before writing (each task writes its rows' hours itself), and a bounded number of old
 # metadata files: a run every 30 minutes commits twice per topic.
 _PROPERTIES = {
@@ -38,6 +39,9 @@ _PROPERTIES = {
     "write.spark.fanout.enabled": "true",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
+    # Rows added and removed per hour partition in each snapshot's summary: the audit reads from
+    # them how many copies each de-dup dropped in which hour (conveyor.pipeline.audit).
+    PARTITION_SUMMARY_LIMIT: "10000",
 }
 _QUARANTINE_COLUMNS = (
     "kafka_partition int, kafka_offset bigint, kafka_timestamp timestamp, kafka_key binary, "
@@ -103,6 +107,10 @@ def ensure_tables(spark: SparkSession, topic: str, columns: tuple[Column, ...]) 
         f"PARTITIONED BY (hours(event_time)) TBLPROPERTIES ({_properties_sql()})"
     )
     existing = {f.name: f.dataType.simpleString() for f in spark.table(table).schema.fields}
+    if LANDED_AT not in existing:  # a table of an older Conveyor: its rows have no landing time
+        spark.sql(f"ALTER TABLE {table} ADD COLUMN {LANDED_AT} timestamp")
+    if not iceberg_table(spark, table).properties().containsKey(PARTITION_SUMMARY_LIMIT):
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('{PARTITION_SUMMARY_LIMIT}'='{_PROPERTIES[PARTITION_SUMMARY_LIMIT]}')")
     for column in columns:
         have = existing.get(column.name)
         if have is None:
@@ -140,32 +148,49 @@ def live_records(summary: Mapping[str, str]) -> int:
     return int(summary.get("total-records") or 0) - int(summary.get("total-position-deletes") or 0)
 
 
+def iceberg_table(spark: SparkSession, table: str) -> Any:
+    """The table's Iceberg ``Table`` (Java), refreshed from the catalog now. Spark's catalog keeps
+    loaded tables for 30 s and refreshes them only on its own commits, so without the refresh a
+    commit of another process (another lake run) could be missed for that long."""
+    jvm = spark.sparkContext._jvm
+    loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    loaded.refresh()
+    return loaded
+
+
+def ancestry(iceberg: Any, snapshot: Any) -> Iterator[Any]:
+    """``snapshot`` and its ancestors, newest first, by their parent ids: the table's history only
+    logs the snapshots ``main`` pointed at, and a fast-forward skips the branch's others (the
+    append that carried the offsets, when a de-dup delete followed it)."""
+    while snapshot is not None:
+        yield snapshot
+        parent = snapshot.parentId()
+        snapshot = iceberg.snapshot(parent) if parent is not None else None
+
+
 def current_commit(spark: SparkSession, table: str) -> Commit | None:
     """The table's current snapshot, and the offsets of the latest one in its ancestry that has
-    them (a maintenance commit such as a compaction carries none). None for a table never written."""
-    # Two small reads joined here: a join in Spark costs a job of its own (0.3 s against 0.1 s), and
-    # a run asks four times per topic.
-    ancestry = spark.sql(f"SELECT snapshot_id, made_current_at FROM {table}.history WHERE is_current_ancestor")
-    snapshots = spark.sql(f"SELECT snapshot_id, committed_at, summary FROM {table}.snapshots").collect()
-    by_id = {r.snapshot_id: r for r in snapshots}
-    newest_first = sorted(ancestry.collect(), key=lambda h: h.made_current_at, reverse=True)
-    rows = [by_id[h.snapshot_id] for h in newest_first if h.snapshot_id in by_id]
-    if not rows:
+    them (a de-dup delete or a maintenance commit such as a compaction carries none). None for a
+    table never written."""
+    iceberg = iceberg_table(spark, table)
+    current = iceberg.currentSnapshot()
+    if current is None:
         return None
-    current = rows[0].summary
-    with_offsets = next((row.summary for row in rows if OFFSETS_PROPERTY in row.summary), None)
+    summary = current.summary()
+    with_offsets = next((s.summary() for s in ancestry(iceberg, current) if s.summary().containsKey(OFFSETS_PROPERTY)),
+                        None)
     positions = listed_at = run_id = None
     if with_offsets is not None:
-        positions = {int(p): int(o) for p, o in json.loads(with_offsets[OFFSETS_PROPERTY]).items()}
-        listed_at = datetime.fromisoformat(with_offsets[LISTED_AT_PROPERTY])
+        positions = {int(p): int(o) for p, o in json.loads(with_offsets.get(OFFSETS_PROPERTY)).items()}
+        listed_at = datetime.fromisoformat(with_offsets.get(LISTED_AT_PROPERTY))
         run_id = with_offsets.get(RUN_PROPERTY)
     return Commit(
-        snapshot_id=int(rows[0].snapshot_id),
-        committed_at=as_utc(rows[0].committed_at),
-        records=live_records(current),
-        files=int(current.get("total-data-files", 0)),
-        bytes=int(current.get("total-files-size", 0)),
-        added_records=int(current.get("added-records", 0)),
+        snapshot_id=int(current.snapshotId()),
+        committed_at=datetime.fromtimestamp(current.timestampMillis() / 1000, timezone.utc),
+        records=live_records(summary),
+        files=int(summary.get("total-data-files") or 0),
+        bytes=int(summary.get("total-files-size") or 0),
+        added_records=int(summary.get("added-records") or 0),
         positions=positions,
         listed_at=listed_at,
         run_id=run_id,

@@ -147,6 +147,21 @@ def test_an_event_id_seen_again_within_the_window_lands_once(lake_spark, lake_ca
     assert (ids.count(event["event_id"]), ids.count(earlier["event_id"])) == (1, 1)
 
 
+def test_an_event_id_landed_again_within_the_window_of_its_landing_lands_once_whatever_its_event_time(
+        lake_spark, lake_case):
+    # A retry through the other data centre hours after the first: the event is 3 hours old, the
+    # window one hour, counted from its first landing.
+    case = lake_case(partitions=2)  # de-dup at its default
+    old = demo_event(event_time=(datetime.now(timezone.utc) - timedelta(hours=3)).isoformat())
+    produce(case.platform, case.topic, [old, demo_event()])
+    assert run_once(lake_spark, case.platform).topics[0].landed == 2
+    produce(case.platform, case.topic, [old, demo_event()])
+    second = run_once(lake_spark, case.platform).topics[0]
+    assert (second.landed, second.duplicates_dropped) == (1, 1)
+    ids = [r.event_id for r in rows_of(lake_spark, case.topic)]
+    assert len(ids) == 3 and ids.count(old["event_id"]) == 1
+
+
 def test_status_shows_totals_last_run_and_the_last_complete_hour(lake_spark, lake_case):
     case = lake_case(partitions=2, allowed_lateness="10m")
     produce(case.platform, case.topic, [demo_event() for _ in range(8)] + [b"broken"])

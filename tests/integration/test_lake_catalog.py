@@ -15,21 +15,27 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conveyor.config import load_platform
-from conveyor.runtime import postgres
 from conveyor.runtime.postgres import PostgresLayout
 from tests.conftest import demo_event, platform_variant
 from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.tables import current_commit, data_table
-from tests.lakekit import lake_case, lake_data, lake_folder, lake_spark, produce, rows_of  # noqa: F401
+from tests.lakekit import (  # noqa: F401
+    lake_case,
+    lake_data,
+    lake_folder,
+    lake_spark,
+    postgres_server,
+    produce,
+    read_back,
+    rows_of,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -70,31 +76,13 @@ print(json.dumps(report, default=str))
 """
 
 
-@pytest.fixture(scope="session")
-def postgres_server(platform_data: dict[str, Any]) -> Iterator[PostgresLayout]:
-    """A PostgreSQL server for the session, started and stopped as `conveyor up` and `down` do."""
-    port = int(os.environ.get("CONVEYOR_TEST_POSTGRES_PORT", platform_data["runtime"]["base_port"] - 2))
-    # Not under pytest's folders: they are private to root (pytest resets their mode), and under
-    # root the server runs as user postgres, which must reach its data.
-    folder = Path(tempfile.mkdtemp(prefix="conveyor-postgres-"))
-    folder.chmod(0o755)
-    layout = PostgresLayout(port, "conveyor", "conveyor", folder / "server")
-    try:
-        postgres.start(layout)
-        postgres.wait_ready(layout, time.monotonic() + 120)
-        yield layout
-    finally:
-        postgres.stop(layout)
-        shutil.rmtree(folder)
-
-
 def _platform_files(platform_data: dict[str, Any], platform_file: Path, folder: Path, topic: str,
                     server: PostgresLayout) -> list[Path]:
     """Two platform files of one lake on the JDBC catalog, each with its own runtime home (the
     local state folders of two hosts)."""
     paths = []
     for host in ("host-a", "host-b"):
-        data = lake_data(platform_data, platform_file, folder, topic, 3, {"dedup_window": "0s"})
+        data = lake_data(platform_data, platform_file, folder, topic, 3, {})  # de-dup at its default
         data["runtime"]["home"] = str(folder / host)
         data["pipeline"]["catalog"] = {"type": "jdbc", "uri": server.url, "warehouse": str(folder / "warehouse"),
                                        "options": {"jdbc.user": server.user}}
@@ -114,26 +102,6 @@ def _lake_run(path: Path, barrier: Path, racers: int, log: Path) -> subprocess.P
                                 stdout=out, stderr=out)
 
 
-def _read_back(server: PostgresLayout, warehouse: Path, topic: str) -> tuple[list[str], int]:
-    """The table as another client sees it (pyiceberg's SQL catalog on the same database): its
-    event_ids, and how many commits were written but lost to the other run (snapshots outside
-    main's ancestry)."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    catalog = SqlCatalog("lake", uri=f"postgresql+psycopg2://{server.user}@127.0.0.1:{server.port}/{server.database}",
-                         warehouse=str(warehouse))
-    try:
-        table = catalog.load_table(("events", topic))
-        rows = table.scan(selected_fields=("event_id",)).to_arrow()
-        ancestry, snapshot = set(), table.current_snapshot()
-        while snapshot is not None:
-            ancestry.add(snapshot.snapshot_id)
-            snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
-        return rows.column("event_id").to_pylist(), len({s.snapshot_id for s in table.snapshots()} - ancestry)
-    finally:
-        catalog.engine.dispose()
-
-
 def test_racing_runs_on_the_jdbc_catalog_land_each_event_once_for_any_reader(
     platform_data, platform_file, postgres_server, topic_factory, provisioned, tmp_path
 ):
@@ -147,7 +115,8 @@ def test_racing_runs_on_the_jdbc_catalog_land_each_event_once_for_any_reader(
     lost = 0
     for race in range(RACES):
         events = [demo_event(user_id=f"user-{rng.randrange(1000)}") for _ in range(rng.randint(40, 120))]
-        produce(platform, topic, events)
+        # A producer's retries: copies within the range, which each run's de-dup deletes.
+        produce(platform, topic, events + rng.sample(events, 3))
         sent += [e["event_id"] for e in events]
         barrier = tmp_path / f"barrier-{race}"
         barrier.mkdir()
@@ -155,8 +124,8 @@ def test_racing_runs_on_the_jdbc_catalog_land_each_event_once_for_any_reader(
         codes = [run.wait(600) for run in runs]
         context = f"seed {seed}, race {race + 1}/{RACES}"
         assert codes == [0, 0], (context, log.read_text()[-4000:])
-        landed, lost = _read_back(postgres_server, tmp_path / "warehouse", topic)
-        assert len(landed) == len(sent), context
+        landed, lost, lineage = read_back(postgres_server, tmp_path / "warehouse", topic)
+        assert len(landed) == len(sent), (context, lineage, log.read_text()[-6000:])
         assert sorted(landed) == sorted(sent), context
     print(f"seed {seed}: {RACES} race(s), {lost} commit(s) of the rows lost to the other run and redone")
 
@@ -199,3 +168,27 @@ def test_a_run_whose_commit_another_run_wins_lands_only_what_is_still_missing(la
             .collect()}
     assert len(snapshots - main) == 1
     assert current_commit(lake_spark, table).run_id == summary.run_id
+
+
+def test_a_run_that_loses_its_commit_to_a_de_duplicating_run_lands_only_what_is_still_missing(lake_spark, lake_case):
+    """The same race with de-dup at its default and a copy in the range: the winner's commit is an
+    append and the delete of its copy, and the loser must find the winner's offsets behind that
+    delete, not land the range again on top."""
+    case = lake_case(partitions=2)
+    copy = demo_event()
+    first = [demo_event() for _ in range(30)] + [copy, copy]
+    produce(case.platform, case.topic, first)
+    later = [demo_event() for _ in range(7)]
+    raced = []
+
+    def race(topic: str, step: str) -> None:
+        if step.startswith("reading") and not raced:  # positions read, nothing committed yet
+            raced.append(run_once(lake_spark, case.platform))
+            produce(case.platform, case.topic, later)
+
+    summary = run_once(lake_spark, case.platform, step=race)
+    (winner,) = raced
+    assert (winner.topics[0].landed, winner.topics[0].duplicates_dropped) == (31, 1)
+    assert (summary.topics[0].landed, summary.topics[0].duplicates_dropped) == (7, 0)
+    landed = [r.event_id for r in rows_of(lake_spark, case.topic)]
+    assert sorted(landed) == sorted({e["event_id"] for e in first + later})

@@ -66,3 +66,20 @@ def test_reconcile_counts_lost_duplicated_and_unaudited_events_per_hour():
     assert (eleven.produced, eleven.unaudited, eleven.failed) == (0, 4, False)
     u = by_key[("u", at(8))]
     assert (u.landed, u.lost, u.complete) == (0, 3, False)
+
+
+def test_copies_the_lake_dropped_are_read_from_de_dup_commits_and_are_not_lost():
+    from conveyor.pipeline.audit import dropped_copies
+    from conveyor.pipeline.tables import OFFSETS_PROPERTY
+
+    hour = datetime(2026, 11, 26, 14, tzinfo=timezone.utc)
+    append = {OFFSETS_PROPERTY: "{}", "partitions.event_time_hour=2026-11-26-14": "added-records=10"}
+    de_dup = {"partitions.event_time_hour=2026-11-26-14": "added-data-files=1,added-records=7,deleted-records=9",
+              "partitions.event_time_hour=2026-11-23-02": "added-records=0,deleted-records=1"}
+    erased = {"partitions.event_time_hour=2026-11-26-14": "deleted-records=4"}  # an owner's delete, not after an append
+    history = [(erased, de_dup), (de_dup, append), (append, None)]
+    assert dropped_copies(history) == {hour: 2, datetime(2026, 11, 23, 2, tzinfo=timezone.utc): 1}
+    # Two acceptances of one event (a retry through the other data centre), one row, one copy dropped.
+    audit = HourAudit("t", hour, produced=2, landed=1, distinct=1, complete=True, copies=1)
+    assert (audit.lost, audit.duplicates, audit.failed) == (0, 0, False)
+    assert HourAudit("t", hour, produced=2, landed=1, distinct=1, complete=True).lost == 1
