@@ -38,7 +38,8 @@ def test_the_contract_decides_the_columns_and_their_types():
     assert [c.name for c in COLUMNS][:2] == ["event_id", "event_time"]
     ddl = table_columns_ddl(COLUMNS)
     assert ddl.startswith("`event_id` string, `event_time` timestamp")
-    assert ddl.endswith("kafka_partition int, kafka_offset bigint, kafka_timestamp timestamp, raw_value binary")
+    assert ddl.endswith("kafka_partition int, kafka_offset bigint, kafka_timestamp timestamp, raw_value binary, "
+                        "landed_at timestamp")
 
 
 @pytest.mark.parametrize(
