@@ -170,8 +170,11 @@ def _groups(spark: SparkSession, plan: ViewPlan, since_ms: int, excluded: set[tu
     if excluded:
         gone = spark.createDataFrame(sorted(excluded), "kafka_partition int, kafka_offset bigint")
         rows = rows.join(gone, ["kafka_partition", "kafka_offset"], "left_anti")
+    # Summed as decimals: a sum past 64 bits (the contract bounds no integer above) would fail
+    # Spark's ANSI arithmetic, where the view saturates it (checks.recount does the same).
     counted = rows.groupBy(*(col(quote(f)).alias(f) for f in read), col(_WINDOW)).agg(
-        count(lit(1)).alias(_ROWS), *(sum_(col(quote(s))).alias(f"{_SUM}{i}") for i, s in enumerate(sums)))
+        count(lit(1)).alias(_ROWS),
+        *(sum_(col(quote(s)).cast("decimal(38,0)")).alias(f"{_SUM}{i}") for i, s in enumerate(sums)))
     return [Group({f: r[f] for f in read}, int(r[_WINDOW]), int(r[_ROWS]),
                   {s: None if r[f"{_SUM}{i}"] is None else int(r[f"{_SUM}{i}"]) for i, s in enumerate(sums)})
             for r in counted.toLocalIterator()]

@@ -1,0 +1,238 @@
+"""The platform's promise, end to end, under faults, with its defaults: every event a gateway
+answered 2xx for crosses every part and is counted once in every sink.
+
+Both data centres' gateways, both routes, two lake runners on the JDBC catalog that overlap, the
+views job and the dispatcher run as processes of their own; the SDK sends hostile but valid events
+through both gateways (sizes up to the gateway's limit, event times from 7 days old to the future
+tolerance, the same event resent through the other data centre later, contract edge values,
+non-ASCII text) while a seeded schedule SIGKILLs and SIGSTOPs every process and stops a broker of
+each cluster, Redis and PostgreSQL. Then everything is let to settle and one checker (`conveyor
+verify`) compares every sink with what was accepted, beside this test's own exact reads.
+
+CONVEYOR_SOAK_MINUTES sets how long traffic and faults last (default 3; `make soak` runs 30);
+CONVEYOR_CHAOS_SEED the seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import KafkaException
+
+from conveyor.config import Platform
+from conveyor.dispatch.client import Subscriber
+from conveyor.errors import ConveyorError
+from conveyor.limits import BROKER_DEFAULT_MAX, event_limit
+from conveyor.runtime import processes
+from conveyor.verify.gather import dispatch_check
+from tests.conftest import base_port, eventually, platform_variant
+from tests.dispatchkit import MAILER_TOKEN
+from tests.lakekit import postgres_server, read_back  # noqa: F401
+from tests.realtimekit import views_of
+from tests.replicatekit import read_records
+from tests.systemkit import Generator, Ledger, Proc, conveyor, http_ready, pause_pid
+
+pytestmark = pytest.mark.system
+
+MINUTES = float(os.environ.get("CONVEYOR_SOAK_MINUTES", "3"))
+TOPIC = "sys-events"
+REJECTS = "sys-events-rejects"
+GROUP = "mailer.sys"
+DCS = ("dc1", "dc2")
+#: Events a second per data centre: the processes, not the rate, are what this test puts under strain.
+RATE = 40.0
+
+
+@pytest.fixture
+def system(provisioned: Platform, platform_data, platform_file: Path, postgres_server, tmp_path: Path):  # noqa: F811
+    """The platform file of the system under test and the ports its processes serve on."""
+    from conveyor.topics import provisioner
+
+    # Above the session's own ports (conftest.base_port), below the ephemeral range.
+    ports = {name: base_port() + 620 + i for i, name in enumerate(
+        ("gateway-dc1", "gateway-dc2", "dispatch", "dispatch-metrics", "replicate-dc1", "replicate-dc2"))}
+    data = copy.deepcopy(platform_data)
+    for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
+        if spec.get("contract"):
+            spec["contract"] = str(platform_file.parent / spec["contract"])
+    data["topics"][TOPIC] = {**data["topics"]["ad-events"], "partitions": 3,
+                             "consumers": ["lake", "realtime", "mailer"]}
+    data["topics"][REJECTS] = {"partitions": 1, "retention": "7d", "clusters": ["central"]}
+    data["routes"] = {f"{dc}-sys": {"source": dc, "destination": "central", "topics": [TOPIC, "_audit"]}
+                      for dc in DCS}
+    data["gateway"] = {**data.get("gateway", {}), "audit_interval": "1s"}
+    data["pipeline"] = {
+        "source": "central",
+        "catalog": {"type": "jdbc", "uri": postgres_server.url, "warehouse": str(tmp_path / "warehouse"),
+                    "options": {"jdbc.user": postgres_server.user}},
+        "spark": {"master": "local[1]", "driver_memory": "640m", "shuffle_partitions": 2},
+        "lake": {"topics": [TOPIC]},  # de-dup at its default
+        "realtime": {"checkpoint": str(tmp_path / "checkpoints"), "trigger": "1s", "rejects_topic": REJECTS,
+                     "views": views_of(TOPIC, "2m", "10m")},
+    }
+    data["dispatch"] = {**data.get("dispatch", {}), "port": ports["dispatch"],
+                        "metrics_port": ports["dispatch-metrics"], "commit_interval": "200ms"}
+    data["ops"] = {**data.get("ops", {}), "components": {
+        f"replicate-{dc}-sys": f"http://127.0.0.1:{ports[f'replicate-{dc}']}/metrics" for dc in DCS}}
+    path = tmp_path / "system.yaml"
+    platform = platform_variant(data, path)
+    provisioner.apply(platform, provisioner.plan(platform))
+    return platform, path, ports
+
+
+def _processes(path: Path, ports: dict[str, int], logs: Path) -> dict[str, Proc]:
+    procs: dict[str, Proc] = {}
+    for dc in DCS:
+        port = ports[f"gateway-{dc}"]
+        procs[f"gateway-{dc}"] = Proc(f"gateway-{dc}", conveyor("gateway", "serve", "--dc", dc, "--port", str(port),
+                                                               "--platform", str(path)),
+                                      logs / f"gateway-{dc}.log", http_ready(f"http://127.0.0.1:{port}/healthz"))
+        metrics = ports[f"replicate-{dc}"]
+        procs[f"replicate-{dc}"] = Proc(f"replicate-{dc}", conveyor(
+            "replicate", "worker", "--route", f"{dc}-sys", "--id", f"{dc}-sys-w0", "--metrics-port", str(metrics),
+            "--platform", str(path)), logs / f"replicate-{dc}.log", http_ready(f"http://127.0.0.1:{metrics}/healthz"))
+    for runner in ("lake-a", "lake-b"):  # the same schedule: their runs overlap, and race for each commit
+        procs[runner] = Proc(runner, conveyor("pipeline", "lake", "--every", "5s", "--platform", str(path)),
+                             logs / f"{runner}.log")
+    procs["views"] = Proc("views", conveyor("pipeline", "realtime", "--from", "earliest", "--platform", str(path)),
+                          logs / "views.log")
+    procs["dispatch"] = Proc("dispatch", conveyor("dispatch", "serve", "--platform", str(path)), logs / "dispatch.log",
+                             http_ready(f"http://127.0.0.1:{ports['dispatch-metrics']}/healthz"))
+    return procs
+
+
+class Faults:
+    """A seeded schedule of kills, pauses and broker stops until ``deadline``; what landed is kept."""
+
+    def __init__(self, rng: random.Random, procs: dict[str, Proc], local: Any, postgres_pid: int) -> None:
+        self.rng, self.procs, self.local, self.postgres_pid = rng, procs, local, postgres_pid
+        self.landed: Counter[str] = Counter()
+        self.log: list[str] = []
+        self.error: BaseException | None = None
+
+    def _one(self) -> None:
+        rng = self.rng
+        kind = rng.choice(("kill", "kill", "kill", "pause", "broker", "store"))
+        if kind in ("kill", "pause"):
+            proc = self.procs[rng.choice(sorted(self.procs))]
+            if kind == "kill" and proc.kill():
+                self.landed[f"kill {proc.name}"] += 1
+                time.sleep(rng.uniform(0.5, 3))
+                proc.start()
+            elif kind == "pause" and proc.pause(rng.uniform(1, 5)):
+                self.landed[f"pause {proc.name}"] += 1
+            self.log.append(f"{time.strftime('%H:%M:%S')} {kind} {proc.name}")
+        elif kind == "broker":
+            cluster = rng.choice(("dc1", "dc2", "central"))
+            broker = rng.choice([node.node_id for node in self.local.layout(cluster).brokers])
+            if self.local.kill_broker(cluster, broker) is not None:
+                self.landed[f"broker {cluster}"] += 1
+            time.sleep(rng.uniform(3, 10))
+            self.local.start_broker(cluster, broker, timeout=180)
+            self.log.append(f"{time.strftime('%H:%M:%S')} broker {cluster}/{broker}")
+        else:
+            store = rng.choice(("redis", "postgres"))
+            pid = self.postgres_pid if store == "postgres" else processes.running_pid(self.local.redis_daemon())
+            if pid is not None:
+                pause_pid(pid, rng.uniform(1, 4))
+                self.landed[f"pause {store}"] += 1
+            self.log.append(f"{time.strftime('%H:%M:%S')} pause {store}")
+
+    def run(self, deadline: float) -> None:
+        try:
+            while time.monotonic() < deadline:
+                time.sleep(self.rng.uniform(2, 8))
+                self._one()
+        except BaseException as error:  # surfaced by the test thread
+            self.error = error
+
+
+def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system, local, postgres_server,  # noqa: F811
+                                                                       chaos_rng, tmp_path):
+    platform, path, ports = system
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = _processes(path, ports, logs)
+    ledger = Ledger()
+    delivered: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def handle(message: Any) -> None:
+        with lock:
+            delivered[orjson.loads(message.value)["event_id"]] += 1
+
+    subscriber = Subscriber(TOPIC, GROUP, handle, nodes=[f"127.0.0.1:{ports['dispatch']}"], token=MAILER_TOKEN,
+                            relocate_every=1.0)
+    postgres_pid = int((postgres_server.data_dir / "postmaster.pid").read_text().split()[0])
+    faults = Faults(random.Random(chaos_rng.randrange(1 << 32)), procs, local, postgres_pid)
+    urls = {dc: f"http://127.0.0.1:{ports[f'gateway-{dc}']}" for dc in DCS}
+    limit = event_limit(2**20, BROKER_DEFAULT_MAX)
+    try:
+        for proc in procs.values():
+            proc.start()
+        subscriber.start()
+        with Generator(urls, TOPIC, "demo-adserver-token", limit, chaos_rng, ledger, RATE) as generator:
+            faults.run(time.monotonic() + MINUTES * 60)
+        assert faults.error is None, (faults.log, faults.error)
+        assert not generator.failures, generator.failures
+        context = f"faults: {faults.log}"
+        # Every kind of fault landed, and clients' retries through the other data centre made copies.
+        assert any(k.startswith("kill") for k in faults.landed) and ledger.resent, (context, ledger.resent)
+
+        # Settle: every process up and running again.
+        for proc in procs.values():
+            if not proc.alive():
+                proc.start()
+        accepted = set(ledger.events)
+        eventually(lambda: accepted <= {v["event_id"] for _, _, _, v in read_records(platform, [TOPIC])}, 600,
+                   "every accepted event on central", errors=(KafkaException,))  # leaders move after restarts
+        warehouse = tmp_path / "warehouse"
+        eventually(lambda: set(read_back(postgres_server, warehouse, TOPIC)[0]) >= accepted, 900,
+                   "every accepted event in the lake", interval=5)
+        for runner in ("lake-a", "lake-b"):
+            procs[runner].stop()
+        landed, lost_commits, lineage = read_back(postgres_server, warehouse, TOPIC)
+        assert sorted(landed) == sorted(accepted), (context, lineage)
+        assert lost_commits > 0, ("no lake commit was lost to the other runner: the runs never raced", lineage)
+
+        # The dispatcher: every message delivered and acked (redeliveries after kills are allowed).
+        eventually(lambda: dispatch_check(platform, TOPIC, GROUP).backlog == 0, 600,
+                   "the dispatcher group acked to the end", errors=(KafkaException, ConveyorError))
+        assert accepted <= set(delivered)
+
+        # The views: stopped, then finished over what central holds now.
+        procs["views"].stop()
+        finish = subprocess.run(conveyor("pipeline", "realtime", "--available-now", "--platform", str(path)),
+                                capture_output=True, text=True, timeout=900)
+        assert finish.returncode == 0, finish.stderr[-3000:]
+
+        # One checker of every sink: the lake against the accepted ids, the audit per hour (a resend
+        # through the other data centre is counted by both gateways and dropped once by the lake),
+        # the views against a recount, no partition stopped, the dispatcher group acked.
+        accepted_file = tmp_path / "accepted.ndjson"
+        ledger.write(accepted_file, TOPIC)
+        verify = subprocess.run(conveyor("verify", "--platform", str(path), "--accepted", str(accepted_file),
+                                         "--dispatch-group", f"{TOPIC}:{GROUP}", "-o", "json"),
+                                capture_output=True, text=True, timeout=900)
+        checks = json.loads(verify.stdout[:verify.stdout.rindex("}") + 1])["checks"]
+        assert verify.returncode == 0, [c for c in checks if c["verdict"] != "PASS"]
+        checked = {check["invariant"] for check in checks if check["verdict"] == "PASS"}
+        assert checked == {"lake", "audit", "views", "replication", "dispatch"}, verify.stdout  # none skipped
+        print(f"{len(accepted)} events accepted ({sum(ledger.acceptances.values())} acceptances, "
+              f"{len(ledger.resent)} resent through the other data centre), faults landed: {dict(faults.landed)}, "
+              f"lake commits lost to the other runner: {lost_commits}")
+    finally:
+        subscriber.stop()
+        for proc in procs.values():
+            proc.stop()
