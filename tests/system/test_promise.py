@@ -115,8 +115,8 @@ def _processes(path: Path, ports: dict[str, int], logs: Path) -> dict[str, Proc]
 class Faults:
     """A seeded schedule of kills, pauses and broker stops until ``deadline``; what landed is kept."""
 
-    def __init__(self, rng: random.Random, procs: dict[str, Proc], local: Any, postgres_pid: int) -> None:
-        self.rng, self.procs, self.local, self.postgres_pid = rng, procs, local, postgres_pid
+    def __init__(self, rng: random.Random, procs: dict[str, Proc], local: Any, postgres: Any) -> None:
+        self.rng, self.procs, self.local, self.postgres = rng, procs, local, postgres
         self.landed: Counter[str] = Counter()
         self.log: list[str] = []
         self.error: BaseException | None = None
@@ -143,7 +143,8 @@ class Faults:
             self.log.append(f"{time.strftime('%H:%M:%S')} broker {cluster}/{broker}")
         else:
             store = rng.choice(("redis", "postgres"))
-            pid = self.postgres_pid if store == "postgres" else processes.running_pid(self.local.redis_daemon())
+            daemon = self.postgres.daemon if store == "postgres" else self.local.redis_daemon()
+            pid = processes.running_pid(daemon)
             if pid is not None:
                 pause_pid(pid, rng.uniform(1, 4))
                 self.landed[f"pause {store}"] += 1
@@ -174,8 +175,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
 
     subscriber = Subscriber(TOPIC, GROUP, handle, nodes=[f"127.0.0.1:{ports['dispatch']}"], token=MAILER_TOKEN,
                             relocate_every=1.0)
-    postgres_pid = int((postgres_server.data_dir / "postmaster.pid").read_text().split()[0])
-    faults = Faults(random.Random(chaos_rng.randrange(1 << 32)), procs, local, postgres_pid)
+    faults = Faults(random.Random(chaos_rng.randrange(1 << 32)), procs, local, postgres_server)
     urls = {dc: f"http://127.0.0.1:{ports[f'gateway-{dc}']}" for dc in DCS}
     limit = event_limit(2**20, BROKER_DEFAULT_MAX)
     try:
