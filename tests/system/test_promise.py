@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 import pytest
 from confluent_kafka import KafkaException
+from pyiceberg.exceptions import NoSuchTableError
 
 from conveyor.config import Platform
 from conveyor.dispatch.client import Subscriber
@@ -199,7 +200,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
                    "every accepted event on central", errors=(KafkaException,))  # leaders move after restarts
         warehouse = tmp_path / "warehouse"
         eventually(lambda: set(read_back(postgres_server, warehouse, TOPIC)[0]) >= accepted, 900,
-                   "every accepted event in the lake", interval=5)
+                   "every accepted event in the lake", errors=(NoSuchTableError,), interval=5)
         for runner in ("lake-a", "lake-b"):
             procs[runner].stop()
         landed, lost_commits, lineage = read_back(postgres_server, warehouse, TOPIC)
