@@ -250,3 +250,13 @@ def read_topic(platform: Platform, cluster: str, topic: str, timeout: float = 30
     finally:
         consumer.close()
     return messages
+
+
+def padded_to(event: dict[str, Any], size: int) -> dict[str, Any]:
+    """``event`` with a ``padding`` field that makes its key (``user_id``, the ad contract's) and
+    value take exactly ``size`` bytes together."""
+    import orjson
+
+    padded = {**event, "padding": ""}
+    padded["padding"] = "p" * (size - len(padded["user_id"].encode()) - len(orjson.dumps(padded)))
+    return padded

@@ -23,6 +23,7 @@ import httpx
 import orjson
 
 from conveyor.gateway.client import Publisher, PublishError
+from tests.conftest import padded_to
 
 #: Event times reach from this far back to the gateway's future tolerance (5 minutes), less a margin.
 OLDEST = timedelta(days=7)
@@ -170,9 +171,7 @@ class Generator:
         if kind != "page_view":
             event |= {"banner_id": f"b-{rng.randrange(8)}", "price_micros": rng.choice((0, 1, 2**63 - 1, 1500))}
         if rng.random() < 0.004:  # the largest the gateway takes, key included
-            key = len(event["user_id"].encode())
-            event["padding"] = ""
-            event["padding"] = "x" * (self.limit - key - len(orjson.dumps(event)))
+            return padded_to(event, self.limit)
         return event
 
     def _run(self, dc: str) -> None:

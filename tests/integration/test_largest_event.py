@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from conveyor.config import Platform
-from tests.conftest import demo_event, eventually, platform_variant
+from tests.conftest import demo_event, eventually, padded_to, platform_variant
 from tests.integration.test_gateway import post
 from tests.replicatekit import Workers, read_records
 
@@ -35,13 +35,11 @@ def largest_platform(provisioned: Platform, platform_data, platform_file: Path) 
     return platform, path
 
 
-def event_of_size(size: int) -> tuple[dict, int]:
-    """An ad event whose key and value take exactly ``size`` bytes together; its key's length."""
-    event = demo_event(user_id="u" * 40, banner_id="b-1", category="sport", padding="")
-    key = len(event["user_id"].encode())
-    event["padding"] = "p" * (size - key - len(orjson.dumps(event)))
-    assert key + len(orjson.dumps(event)) == size
-    return event, key
+def event_of_size(size: int) -> dict:
+    """An ad event whose key and value take exactly ``size`` bytes together."""
+    event = padded_to(demo_event(user_id="u" * 40, banner_id="b-1", category="sport"), size)
+    assert len(event["user_id"]) + len(orjson.dumps(event)) == size
+    return event
 
 
 def test_the_largest_accepted_event_is_copied_to_central_and_one_byte_more_is_refused(
@@ -49,8 +47,8 @@ def test_the_largest_accepted_event_is_copied_to_central_and_one_byte_more_is_re
     platform, path = largest_platform
     url = serve_gateway(platform, "dc1")
     limit = serve_gateway.gateways[url].event_limits[TOPIC]
-    largest, _ = event_of_size(limit)
-    too_large, _ = event_of_size(limit + 1)
+    largest = event_of_size(limit)
+    too_large = event_of_size(limit + 1)
     assert post(url, TOPIC, too_large).status_code == 413
     answer = post(url, TOPIC, largest)
     assert answer.status_code == 200, answer.text
