@@ -107,8 +107,9 @@ class BucketCopier(threading.Thread):
         exactly_once = self._exactly_once
         # One request in flight: with several, librdkafka reports a batch that a just-created
         # partition's leader refused (NOT_LEADER, not written) as delivered when the next batch
-        # succeeds ("implicitly acked"); the test's own producer lost events that way (README). It
-        # cost nothing measurable in records per CPU-second (bench.replicate_vs_mm2).
+        # succeeds ("implicitly acked"); the test's own producer lost events that way
+        # (docs/replicate.md, "One request in flight"). It costs nothing measurable in records per
+        # CPU-second (bench.replicate_vs_mm2).
         # message.max.bytes as every producer on the path has it: the gateway keeps room in it for
         # the origin header (conveyor.limits), so any event it accepted can be copied.
         overrides = {"linger.ms": 5, "batch.size": COPY_BATCH_BYTES, "max.in.flight.requests.per.connection": 1,
