@@ -1,4 +1,4 @@
-"""Example tests of the balance goals and planner: the mission's cases and the hard-goal errors."""
+"""Example tests of the balance goals and planner: the field's cases and the hard-goal errors."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def follower_quota(leaders: list[int], quota: dict[int, int]) -> list[int]:
     return followers
 
 
-# -- the mission's cases -------------------------------------------------------------------------
+# -- the field's cases (docs/architecture.md, section 6) -----------------------------------------
 
 
 def test_every_leader_of_a_topic_on_one_broker_is_spread_by_leadership_alone() -> None:
