@@ -288,11 +288,11 @@ class Pauses:
 
 @dataclass(frozen=True)
 class Rewind:
-    """Fetch each partition from its offset again, then stop fetching the partition of each refusal
-    in ``stop``."""
+    """Fetch each partition from its offset again, then stop fetching those ``stop`` names, each
+    with the first record refused."""
 
     offsets: Mapping[SourcePartition, int]
-    stop: tuple[Refusal, ...] = ()
+    stop: Mapping[SourcePartition, Refusal] = field(default_factory=dict)
     wait: float = AFTER_ABORT
 
 
@@ -472,10 +472,14 @@ def _not_copied(state: BucketState, event: NotCopied) -> Step:
     """Every partition of the batch goes back to its committed offset, and a partition whose record
     the destination refuses for its size stops there: copied later, that record would be refused
     again, and skipped, it would be lost."""
-    stop = tuple(r for r in event.refusals if r.source is not None and r.too_large)
+    stop: dict[SourcePartition, Refusal] = {}
+    for refusal in event.refusals:
+        # A produce request refused for its size reports each of its records: one stop a partition.
+        if refusal.source is not None and refusal.too_large:
+            stop.setdefault(refusal.source, refusal)
     rewind = {p: state.next.get(p, offset) for p, offset in event.first.items()}
-    return Step(replace(state, stopped={**state.stopped, **{r.source: r for r in stop}},
-                        assigned=state.assigned - {r.source for r in stop}), Rewind(rewind, stop))
+    return Step(replace(state, stopped={**state.stopped, **stop}, assigned=state.assigned - set(stop)),
+                Rewind(rewind, stop))
 
 
 def _out_of_range(state: BucketState, event: OutOfRange) -> Step:

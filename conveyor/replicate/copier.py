@@ -442,9 +442,7 @@ class BucketCopier(threading.Thread):
         log.warning("%s bucket %d: batch not copied (%s); rewound %s", shared.name, self.bucket,
                     "; ".join(sorted({r.error for r in refusals})),
                     ", ".join(f"{s.topic}[{s.partition}]@{o}" for s, o in decision.offsets.items()))
-        for refusal in decision.stop:
-            partition = refusal.source
-            assert partition is not None
+        for partition, refusal in decision.stop.items():
             source.consumer.incremental_unassign([TopicPartition(partition.topic, partition.partition)])
             shared.metrics.stopped.labels(shared.name, partition.topic, str(partition.partition)).set(1)
             log.error("%s: %s[%s] offset %s: record too large for %s (%s); this partition is stopped and nothing "

@@ -104,7 +104,10 @@ ROWS = {
     # -- too large -----------------------------------------------------------------------------------
     "too-large event: the batch is rewound and its partition stopped, nothing skipped": Row(
         COPYING, NotCopied({A: 10, B: 20}, (LARGE, SEND_FAILED)),
-        replace(COPYING, stopped={B: LARGE}, assigned=frozenset({A})), Rewind({A: 10, B: 20}, (LARGE,))),
+        replace(COPYING, stopped={B: LARGE}, assigned=frozenset({A})), Rewind({A: 10, B: 20}, {B: LARGE})),
+    "too-large produce request: each record of it refused, its partition stopped once, at the first": Row(
+        COPYING, NotCopied({A: 10, B: 20}, (LARGE, replace(LARGE, offset=26))),
+        replace(COPYING, stopped={B: LARGE}, assigned=frozenset({A})), Rewind({A: 10, B: 20}, {B: LARGE})),
     "too large said of no record stops no partition": Row(
         COPYING, NotCopied({A: 10}, (Refusal("Broker: Message size too large", too_large=True),)), COPYING,
         Rewind({A: 10})),

@@ -241,3 +241,11 @@ def test_a_commit_refused_for_good_fails_the_copier(monkeypatch) -> None:
               commit_errors=[KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)])
     assert run.copier._state.phase is Phase.failed and isinstance(run.copier.error, KafkaException)
 
+
+def test_a_partition_whose_records_are_refused_twice_in_one_batch_is_stopped_once(monkeypatch, caplog) -> None:
+    """The destination refuses a produce request for its size (a topic's max.message.bytes below the
+    copier's batch): each record it held is reported refused."""
+    run = Run(monkeypatch, {T0: 5, T1: 7}, [[record(T0, 5), record(T1, 7, b"big"), record(T1, 8, b"big")]],
+              refuse=lambda value: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if value == b"big" else None)
+    assert run.copier.error is None and set(run.consumer.assigned) == {("t", 0)}
+    assert caplog.text.count("record too large") == 1 and "t[1] offset 7: record too large" in caplog.text
