@@ -5,21 +5,17 @@ transition is tested from a table (tests/unit/replicate/test_bucket_state.py).
 The copier reports what happened as an event; :func:`step` answers with the bucket's next
 :class:`BucketState` and a decision, what the copier does next.
 
-    taking over --TakenOver--> copying --Stop (bucket revoked, worker stopping)--> stopped
-      |     ^                    |
-      |     |                    +--ProducerLost(by a newer owner)--> fenced
-      |     +--ProducerLost(the producer's own state failed)--+
-      +--TakeoverFailed (retriable): taking over again after a back-off
-    taking over or copying --Failed--> failed (the worker exits non-zero)
+- taking over --TakenOver--> copying;
+- taking over --TakeoverFailed (not fatal)--> taking over, after a back-off that doubles;
+- taking over or copying --ProducerLost (by a newer owner)--> fenced;
+- taking over or copying --ProducerLost (the producer's own state failed)--> taking over, with a
+  new producer, since nobody else will while this worker holds the bucket;
+- taking over or copying --Stop (the bucket revoked, the worker stopping)--> stopped;
+- taking over or copying --Failed--> failed (the worker exits non-zero).
 
-While copying, ``next`` holds only offsets the route topic holds committed, and nothing is skipped
-without a record there:
-- a batch committed (Copied) moves ``next``; a batch not copied (NotCopied) rewinds each partition
-  it held to ``next``, and stops a partition whose record the destination refuses as too large;
-- a partition new to the bucket is first stored at its earliest offset (FindStarts, StartsStored),
-  so that offsets retention deletes from then on are a gap it records;
-- offsets retention deleted before they were copied (OutOfRange) are a gap, recorded in the
-  transaction that moves ``next`` past them (GapStored).
+While copying, ``next`` holds only offsets committed to the route topic: a batch (Copied), an
+earliest offset (StartsStored) or a gap (GapStored) committed moves it, and a batch not copied
+(NotCopied) rewinds to it.
 """
 
 from __future__ import annotations
@@ -308,8 +304,6 @@ class AbortBatch:
 
 @dataclass(frozen=True)
 class Reposition:
-    """Fetch ``source`` from ``offset`` next."""
-
     source: SourcePartition
     offset: int
 
@@ -363,7 +357,10 @@ _PHASES: dict[type, frozenset[Phase]] = {
 
 def step(state: BucketState, event: Event) -> Step:
     """The bucket's state after ``event``, and what the copier does about it."""
-    if state.phase not in _PHASES[type(event)]:
+    phases = _PHASES.get(type(event))
+    if phases is None:
+        raise TypeError(f"not an event: {event!r}")
+    if state.phase not in phases:
         raise InvalidTransition(f"{type(event).__name__} while {state.phase.value}")
     match event:
         case TakenOver(offsets):
@@ -422,7 +419,6 @@ def step(state: BucketState, event: Event) -> Step:
             lags = {p: max(0, end - state.next.get(p, 0)) for p, end in ends.items()}
             waiting = {p for p, lag in lags.items() if lag > 0}
             return Step(replace(state, lag_checked=now, backlog=(state.backlog - set(lags)) | waiting), Lags(lags))
-    raise TypeError(f"not an event: {event!r}")
 
 
 def lag_due(state: BucketState, now: float) -> bool:

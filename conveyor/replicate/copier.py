@@ -92,7 +92,7 @@ class _Source:
             self.feed = PositionFeed(shared.platform, shared.route.source, group_name("replicate", name),
                                      "route topic", _FEED_INTERVAL, shared.metrics.registry, self.admin,
                                      client_ids=[client_id])
-        except BaseException:
+        except BaseException:  # the copier closes the consumer of a whole _Source only
             self.consumer.close()
             raise
         self.asked: dict[TopicPartition, Future] = {}

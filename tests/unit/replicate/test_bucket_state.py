@@ -230,3 +230,8 @@ def test_only_a_refusal_for_size_is_too_large() -> None:
     assert large == Refusal("large", B, 25, too_large=True)
     assert CopyFailure(KafkaError(KafkaError.RECORD_LIST_TOO_LARGE, "list"), B, 25).refusal().too_large
     assert not CopyFailure(KafkaError(KafkaError._TIMED_OUT, "timed out")).refusal().too_large
+
+
+def test_what_is_not_an_event_is_refused() -> None:
+    with pytest.raises(TypeError):
+        step(COPYING, Pauses({}))  # type: ignore[arg-type]
