@@ -223,7 +223,7 @@ class BucketCopier(threading.Thread):
         wanted = frozenset(self.shared.bucket_partitions(self.bucket))
         now = time.monotonic()
         decision = self._apply(FindStarts(wanted, now, _answer(source.asked)))
-        if self._state.asked is None:
+        if self._state.asked is None:  # answered (or never asked): the futures go with the question
             source.asked.clear()
         if isinstance(decision, AskStarts):
             source.asked.update(source.admin.list_offsets(
