@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conveyor.config import Platform, RealtimeView
-from conveyor.pipeline.realtime.job import run
+from conveyor.pipeline.realtime import job
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.service import Loop
 
@@ -51,7 +51,7 @@ class RealtimeService(Loop):
     def _stream(self, stop: threading.Event) -> int:
         config = self.config
         started = time.monotonic()
-        behind = run(self._spark, config.platform, config.views, self.metrics, stop, config.seconds,
-                     config.available_now)
+        behind = job.run(self._spark, config.platform, config.views, self.metrics, stop, config.seconds,
+                         config.available_now)
         self._on_end(self.metrics, started, time.monotonic(), behind)
         return 0
