@@ -6,8 +6,9 @@ place) or in its driver (the process group of the `conveyor` process and its JVM
 its executor with it). After the kills and a final clean run the table holds exactly the produced
 event_ids, each once, and the quarantine exactly the bad records.
 
-CONVEYOR_CLUSTER_KILLS sets the number of struck runs (default 2, one of each kind; the issue's full
-count is 10), half of them executor kills. CONVEYOR_CHAOS_SEED replays the kinds' order and the kill
+CONVEYOR_CLUSTER_KILLS sets the number of struck runs, half of them executor kills (default 1, an
+executor kill: what only a cluster has; a killed driver is the local twin's case and is struck here
+from 2 on; 10 for the full count). CONVEYOR_CHAOS_SEED replays the kinds' order and the kill
 times. The local-mode twin is tests/chaos/test_lake_kill.py.
 """
 
@@ -37,7 +38,7 @@ from tests.sparkkit import SparkCluster, on_cluster, spark_cluster  # noqa: F401
 
 pytestmark = pytest.mark.chaos
 
-KILLS = int(os.environ.get("CONVEYOR_CLUSTER_KILLS", "2"))
+KILLS = int(os.environ.get("CONVEYOR_CLUSTER_KILLS", "1"))
 
 
 def _started(pid: int) -> int:

@@ -2,7 +2,7 @@
 Spark driver) is killed at random points, then run again; at the end the table holds exactly the
 produced events, each once, and no file of a killed run is left behind.
 
-CONVEYOR_LAKE_CHAOS_RUNS sets the number of killed runs (default 2; the issue's full count is 20).
+CONVEYOR_LAKE_CHAOS_RUNS sets the number of killed runs (default 1; 20 for the full count).
 De-duplication by event_id is off here, so only the offsets committed with the data can keep the
 count exact. tests/chaos/test_lake_cluster_kill.py does the same on a standalone Spark cluster.
 """
@@ -29,7 +29,7 @@ from tests.lakekit import (  # noqa: F401
 
 pytestmark = pytest.mark.chaos
 
-RUNS = int(os.environ.get("CONVEYOR_LAKE_CHAOS_RUNS", "2"))
+RUNS = int(os.environ.get("CONVEYOR_LAKE_CHAOS_RUNS", "1"))
 
 
 def test_killed_runs_land_every_event_exactly_once(lake_spark, lake_case, chaos_rng, tmp_path):
