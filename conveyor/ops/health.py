@@ -51,7 +51,8 @@ class Rule(str, Enum):
     TOPIC_AMPLIFICATION = "topic_read_amplification"
 
 
-# The exporter's sample names (conveyor/runtime/jmx-exporter.yaml) -> our field names.
+# The exporter's sample names (conveyor/runtime/jmx-exporter.yaml) -> our field names. Pages printed
+# under Strimzi's rules reach here renamed to these by the scraper (conveyor.ops.exporter_names).
 _VALUES = {
     "kafka_server_replicamanager_underreplicatedpartitions": "under_replicated",
     "kafka_server_replicamanager_underminisrpartitioncount": "under_min_isr",
