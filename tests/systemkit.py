@@ -54,6 +54,14 @@ class Proc:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def ended_on_its_own(self) -> str | None:
+        """What a process that was started and then exited by itself left (None: it runs, or was
+        never started): its exit status and its log's last line."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        lines = self.log.read_text(errors="replace").strip().splitlines()
+        return f"{self.name} exited {self.process.returncode}: {lines[-1][:300] if lines else ''}"
+
     def kill(self) -> bool:
         """SIGKILL; True when it was running (the kill landed)."""
         if not self.alive():

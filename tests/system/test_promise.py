@@ -6,8 +6,9 @@ views job and the dispatcher run as processes of their own; the SDK sends hostil
 through both gateways (sizes up to the gateway's limit, event times from 7 days old to the future
 tolerance, the same event resent through the other data centre later, contract edge values,
 non-ASCII text) while a seeded schedule SIGKILLs and SIGSTOPs every process and stops a broker of
-each cluster, Redis and PostgreSQL. Then everything is let to settle and one checker (`conveyor
-verify`) compares every sink with what was accepted, beside this test's own exact reads.
+each cluster, Redis and PostgreSQL. A process that ends on its own is started again, as a service
+manager would, and listed in the output. Then everything is let to settle and one checker
+(`conveyor verify`) compares every sink with what was accepted, beside this test's own exact reads.
 
 CONVEYOR_SOAK_MINUTES sets how long traffic and faults last (default 3; `make soak` runs 30);
 CONVEYOR_CHAOS_SEED the seed.
@@ -120,7 +121,18 @@ class Faults:
         self.rng, self.procs, self.local, self.postgres = rng, procs, local, postgres
         self.landed: Counter[str] = Counter()
         self.log: list[str] = []
+        #: Processes that ended on their own (not by this schedule), started again as a service
+        #: manager (systemd's Restart=, a Kubernetes pod) would.
+        self.crashes: list[str] = []
         self.error: BaseException | None = None
+
+    def supervise(self) -> None:
+        """Start again every process that ended on its own, and record it."""
+        for proc in self.procs.values():
+            ended = proc.ended_on_its_own()
+            if ended is not None:
+                self.crashes.append(f"{time.strftime('%H:%M:%S')} {ended}")
+                proc.start()
 
     def _one(self) -> None:
         rng = self.rng
@@ -155,6 +167,7 @@ class Faults:
         try:
             while time.monotonic() < deadline:
                 time.sleep(self.rng.uniform(2, 8))
+                self.supervise()
                 self._one()
         except BaseException as error:  # surfaced by the test thread
             self.error = error
@@ -192,16 +205,22 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
         # Every kind of fault landed, and clients' retries through the other data centre made copies.
         assert any(k.startswith("kill") for k in faults.landed) and ledger.resent, (context, ledger.resent)
 
-        # Settle: every process up and running again.
-        for proc in procs.values():
-            if not proc.alive():
-                proc.start()
+        # Settle: every process up and running again, and kept so until the sinks are read.
+        faults.supervise()
         accepted = set(ledger.events)
-        eventually(lambda: accepted <= {v["event_id"] for _, _, _, v in read_records(platform, [TOPIC])}, 600,
-                   "every accepted event on central", errors=(KafkaException,))  # leaders move after restarts
+
+        def on_central() -> bool:
+            faults.supervise()
+            return accepted <= {v["event_id"] for _, _, _, v in read_records(platform, [TOPIC])}
+
+        def in_the_lake() -> bool:
+            faults.supervise()
+            return set(read_back(postgres_server, tmp_path / "warehouse", TOPIC)[0]) >= accepted
+
+        # Leaders move after restarts; the lake's table may not exist yet when first looked at.
+        eventually(on_central, 600, "every accepted event on central", errors=(KafkaException,))
+        eventually(in_the_lake, 900, "every accepted event in the lake", errors=(NoSuchTableError,), interval=5)
         warehouse = tmp_path / "warehouse"
-        eventually(lambda: set(read_back(postgres_server, warehouse, TOPIC)[0]) >= accepted, 900,
-                   "every accepted event in the lake", errors=(NoSuchTableError,), interval=5)
         for runner in ("lake-a", "lake-b"):
             procs[runner].stop()
         landed, lost_commits, lineage = read_back(postgres_server, warehouse, TOPIC)
@@ -234,10 +253,12 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
         print(f"seed {seed}, {MINUTES:g} minutes of traffic and faults: {len(accepted)} events accepted "
               f"({sum(ledger.acceptances.values())} acceptances, {len(ledger.resent)} resent through the other "
               f"data centre), faults landed: {dict(faults.landed)}, lake commits lost to the other runner: "
-              f"{lost_commits}")
+              f"{lost_commits}; processes that ended on their own and were started again: {faults.crashes}")
         for check in checks:
             print(f"{check['verdict']}  {check['invariant']} {check['subject']}: {check['summary']}")
     finally:
+        if faults.crashes:
+            print(f"processes that ended on their own: {faults.crashes}")
         subscriber.stop()
         for proc in procs.values():
             proc.stop()
