@@ -32,7 +32,7 @@ from conveyor.replicate.copier import RouteState, read_bucket_offsets
 from conveyor.replicate.metrics import ReplicateMetrics
 from conveyor.replicate import plan
 from conveyor.replicate.plan import SourcePartition
-from conveyor.runtime.jars import java_binary
+from conveyor.jars import java_binary
 from conveyor.runtime.local import LOG4J_CONFIG, LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,15 +6,14 @@ import re
 
 from pydantic import Field, model_validator
 
+from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
 from conveyor.config.tls import Tls
 from conveyor.config.units import Model, Name, Seconds, SizeBytes
-from conveyor.ops.health import HealthPolicy
-from conveyor.ops.offset_manager import OffsetManagerPolicy
-from conveyor.ops.rewind import DEFAULT_REWIND_POLICY
 
 #: The judging rules' own defaults: the settings below only expose them.
 _HEALTH = HealthPolicy()
 _OFFSETS = OffsetManagerPolicy()
+_REWIND = RewindPolicy()
 
 
 class OpsPanel(Model):
@@ -69,7 +68,7 @@ class Ops(Model):
     #: Byte rates below this per broker (mean) are too small for skew to matter.
     skew_min_bytes: SizeBytes = int(_HEALTH.skew_min_bytes)
     #: Read rate over write rate that counts as read amplification (the mission's incident was 4x).
-    amplification: float = Field(default=DEFAULT_REWIND_POLICY.amplification_threshold, gt=1)
+    amplification: float = Field(default=_REWIND.amplification_threshold, gt=1)
     #: An hour of a topic must be complete in the lake this long after it ends (the rules file's
     #: LakeHourLate); 2h: yesterday has landed by 02:00.
     lake_deadline: Seconds = Field(default=7200.0, gt=0)

@@ -22,9 +22,9 @@ from confluent_kafka import KafkaException
 
 from conveyor import kafka
 from conveyor.config import Platform, Security
+from conveyor.jars import Jars, java_binary, resolve_jars
 from conveyor.runtime import postgres, processes
 from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
-from conveyor.runtime.jars import Jars, java_binary, resolve_jars
 from conveyor.runtime.layout import ClusterLayout, Node, RedisLayout, plan_layout, redis_layout
 from conveyor.runtime.postgres import PostgresLayout, postgres_layout
 from conveyor.runtime.processes import Daemon
