@@ -74,7 +74,7 @@ def apply(
     yes: YesOption = False,
     output: OutputOption = OutputFormat.table,
 ) -> None:
-    """Create the missing SCRAM users (local clusters) and ACLs; with --prune, after a typed
+    """Create the missing SCRAM users (those a cluster's users names) and ACLs; with --prune, after a typed
     confirmation (or --yes), also remove the ACLs platform.yaml does not declare."""
     model = platform_from(platform)
     plans = provisioner.plan(model, cluster, prune)

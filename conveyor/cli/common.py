@@ -18,7 +18,7 @@ import typer
 from rich.console import Console, JustifyMethod, OverflowMethod
 from rich.table import Table
 
-from conveyor.config import DEFAULT_PLATFORM_FILE, Platform, load_platform
+from conveyor.config import DEFAULT_PLATFORM_FILE, Platform, load_resolved_platform
 from conveyor.service import Endpoint
 
 # Rich assumes 80 columns when output is not a terminal, which truncates tables in CI logs and
@@ -43,7 +43,9 @@ DEFAULT_PLATFORM = Path(DEFAULT_PLATFORM_FILE)
 
 
 def platform_from(path: Path) -> Platform:
-    return load_platform(path)
+    """The platform every command but the runtime's own works with: platform.yaml with the resolved
+    view of `conveyor up` laid over it (conveyor.config.resolved)."""
+    return load_resolved_platform(path)
 
 
 MetricsPortOption = Annotated[int | None, typer.Option(

@@ -47,7 +47,7 @@ class Ops(Model):
     """Settings of the operations watcher (``conveyor ops watch``) and its dashboard."""
 
     port: int = Field(default=18070, ge=1024, le=65535, description="/metrics, /healthz, /api and the dashboard")
-    #: Serve the dashboard over HTTPS (``tls: {}`` for a certificate from the local runtime's CA).
+    #: Serve the dashboard over HTTPS (``tls: {}`` for the platform's certificate, see Tls).
     tls: Tls | None = None
     #: Seconds between samples of offsets and broker metrics.
     interval: Seconds = Field(default=5.0, gt=0)
@@ -84,8 +84,6 @@ class Ops(Model):
     notify_url: str | None = Field(default=None, pattern=r"^https?://")
     #: Posts tried per change before it is dropped (with back-off doubling from 0.5 s).
     notify_attempts: int = Field(default=5, ge=1, le=20)
-    #: JMX exporter URLs of the brokers of clusters given by bootstrap (local ones are known).
-    metrics: dict[Name, list[str]] = Field(default_factory=dict)
     #: Component name -> its /metrics URL, read for the panels.
     components: dict[Name, str] = Field(default_factory=dict)
     panels: dict[Name, OpsPanel] = Field(default_factory=_default_panels)

@@ -96,7 +96,7 @@ class BrokerReading:
     broker_id: int | None = None
     #: Why the scrape failed; None when it answered.
     error: str | None = None
-    #: False for a dedicated controller; None to infer it from the metrics (clusters by bootstrap).
+    #: False for a dedicated controller; None to infer it from the metrics (a page without its role).
     broker: bool | None = None
     under_replicated: float | None = None
     under_min_isr: float | None = None
@@ -308,8 +308,8 @@ class ClusterHealth:
 
 @dataclass(frozen=True, slots=True)
 class MetadataCounts:
-    """Cluster metadata's view, the fallback when no broker metrics answer (a cluster by bootstrap
-    without metrics URLs, or every exporter down)."""
+    """Cluster metadata's view, the fallback when no broker metrics answer (a cluster without
+    metrics pages, or every exporter down)."""
 
     under_replicated: int = 0
     offline: int = 0

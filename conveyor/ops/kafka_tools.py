@@ -143,7 +143,7 @@ class KafkaTools:
 
     def __init__(self, platform: Platform, cluster: str, jars: Jars | None = None, timeout: float = 300.0) -> None:
         self.platform, self.cluster, self.timeout = platform, cluster, timeout
-        self.bootstrap = kafka.bootstrap_servers(platform, cluster)
+        self.bootstrap = platform.bootstrap(cluster)
         self._jars = jars
 
     @property

@@ -37,7 +37,7 @@ from conveyor.ops.notify import WebhookNotifier
 from conveyor.ops.panels import PanelTracker, PanelView
 from conveyor.ops.rewind import OffsetFinding
 from conveyor.ops.sampler import SamplerProcess
-from conveyor.ops.scrape import Scraper, check_metrics_config, component_url, metrics_targets
+from conveyor.ops.scrape import Scraper, component_url, metrics_targets
 from conveyor.ops.offset_manager import assess_offset_manager
 from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, RewindEvidence
 from conveyor.ops.traffic import TopicRates, TrafficPolicy, assess_traffic, topic_rates
@@ -228,7 +228,6 @@ class Watcher:
 
     def __init__(self, platform: Platform, clusters: Sequence[str] | None = None) -> None:
         """``clusters``: only these (default: every cluster of the platform)."""
-        check_metrics_config(platform)
         platform = platform.acting_as(Part.ops)
         self.platform = platform
         self.interval = platform.ops.interval

@@ -6,8 +6,8 @@ user (``admin``, SCRAM-SHA-512), which it writes into every secured cluster's me
 time. Brokers read their key from a PKCS#12 store (the JVM reads it natively); clients trust the
 CA from its PEM file (librdkafka's ``ssl.ca.location``, a PEM trust store for Java clients).
 
-Secrets live in files readable only by their owner and are never printed: the platform's admin
-client reads them from here.
+Secrets live in files readable only by their owner and are never printed; `conveyor up` hands them
+to the platform's clients in the resolved view (conveyor.runtime.endpoints).
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def test_a_topic_stuck_on_a_frozen_broker_does_not_slow_another(provisioned: Pla
 
 
 def _wait_registered(local: LocalPlatform, cluster: str, broker_id: int) -> None:
-    admin = kafka.admin(local.platform, cluster)
+    admin = kafka.admin(local.clients, cluster)
     deadline = time.monotonic() + 60
     while broker_id not in {n.id for n in admin.describe_cluster(request_timeout=10).result().nodes}:
         assert time.monotonic() < deadline

@@ -62,11 +62,10 @@ def platform_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def secured(platform_path: Path) -> Iterator[Platform]:
-    platform = load_platform(platform_path)
-    local = LocalPlatform(platform)
+    local = LocalPlatform(load_platform(platform_path))
     try:
         local.up()
-        yield platform
+        yield local.clients
     finally:
         local.down()
 
@@ -78,7 +77,7 @@ def _conveyor(platform_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _plain(platform: Platform, **settings: str) -> dict[str, str]:
     """A client's settings from scratch: the broker's address and what the test gives."""
-    return {"bootstrap.servers": kafka.bootstrap_servers(platform, "vault"), "socket.timeout.ms": "5000",
+    return {"bootstrap.servers": platform.bootstrap("vault"), "socket.timeout.ms": "5000",
             "log_level": "0", **settings}
 
 
