@@ -1,5 +1,5 @@
-"""TLS of the HTTP edges (the gateway, the dashboard): what a server presents and what Conveyor's
-own clients trust, from a ``tls:`` section of platform.yaml."""
+"""TLS of the edges (the gateway, the dashboard, the dispatcher): what a server presents and what
+Conveyor's own clients trust, from the ``tls:`` sections of platform.yaml."""
 
 from __future__ import annotations
 

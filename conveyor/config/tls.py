@@ -1,4 +1,5 @@
-"""``tls:`` of a service that others connect to (the gateway, the dashboard)."""
+"""``tls:`` of a service that others connect to (the gateway, the dashboard, the dispatcher), and
+the platform's own at the top of the file."""
 
 from __future__ import annotations
 

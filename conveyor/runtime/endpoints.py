@@ -12,7 +12,7 @@ from conveyor.config.resolved import ResolvedCatalog, ResolvedCluster, ResolvedV
 from conveyor.config.tls import Tls
 from conveyor.runtime.layout import ClusterLayout, RedisLayout
 from conveyor.runtime.postgres import PostgresLayout
-from conveyor.runtime.security import LocalSecurity, client_settings
+from conveyor.runtime.security import LocalSecurity, admin_settings
 
 
 def resolved_view(platform: Platform, layouts: list[ClusterLayout], redis: RedisLayout | None,
@@ -37,7 +37,7 @@ def _cluster(platform: Platform, layout: ClusterLayout, material: LocalSecurity)
     # after `up` (a benchmark's, a test's, one an edit of platform.yaml asks for) connects as itself.
     names = wanted(platform, layout.name)[1] | {part.user for part in Part}
     users = {user: material.service_password(user) for user in sorted(names)}
-    return ResolvedCluster(bootstrap=layout.bootstrap, client=_secrets(client_settings(material)), metrics=metrics,
+    return ResolvedCluster(bootstrap=layout.bootstrap, client=_secrets(admin_settings(material)), metrics=metrics,
                            disks=disks, users=_secrets(users),
                            credentials={part: _secrets({"sasl.username": part.user,
                                                         "sasl.password": material.service_password(part.user)})

@@ -127,14 +127,14 @@ def local_security(home: Path) -> LocalSecurity:
     return LocalSecurity(home / "security")
 
 
-def client_settings(material: LocalSecurity, user: str | None = None) -> dict[str, str]:
-    """librdkafka settings of ``user`` (a service or one of Conveyor's parts) on a secured local
-    cluster; without a user, of the platform's admin."""
+def admin_settings(material: LocalSecurity) -> dict[str, str]:
+    """librdkafka settings of the platform's admin on a secured local cluster; a part or a service
+    replaces the user and password with its own."""
     return {
         "security.protocol": "SASL_SSL",
         "sasl.mechanisms": SCRAM_MECHANISM,
-        "sasl.username": user or ADMIN_USER,
-        "sasl.password": material.service_password(user) if user else material.admin_password,
+        "sasl.username": ADMIN_USER,
+        "sasl.password": material.admin_password,
         "ssl.ca.location": str(material.ca_cert),
     }
 
