@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup demo test test-unit test-integration test-chaos-full test-system soak bench down clean
+.PHONY: setup system-deps demo test test-unit soak bench down clean
 
 setup: $(STAMP) system-deps
 	@$(BIN)/python -c "from conveyor.jars import resolve_jars; resolve_jars()"
@@ -53,20 +53,17 @@ demo: setup
 
 # Two workers, a file to each at a time (module fixtures stay in one process); each worker starts
 # its own clusters on ports 2,000 apart (tests/conftest.py). Most of the suite's time is spent
-# waiting on brokers and Spark, so two workers on two cores nearly halve it.
-# tests/system runs apart (make test-system, make soak): with it the suite took 44 minutes here.
-test: setup
-	$(BIN)/python -m pytest tests -q -n 2 --dist loadfile --ignore=tests/system
-
-# The whole platform under traffic and faults for CONVEYOR_SOAK_MINUTES (30 for make soak, 3 for
-# make test-system), then one checker of every sink. The seed is printed; replay it with
+# waiting on brokers and Spark, so two workers on two cores nearly halve it. The longest files go
+# first (the system test, then the chaos and integration tests) and the unit tests fill the gaps at
+# the end. The system test runs the whole platform under faults for CONVEYOR_SOAK_MINUTES (3 here,
+# 30 for make soak), then one checker of every sink; the seed is printed, replay it with
 # CONVEYOR_CHAOS_SEED.
+test: setup
+	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile
+
 CONVEYOR_SOAK_MINUTES ?= 30
 soak: setup
 	CONVEYOR_SOAK_MINUTES=$(CONVEYOR_SOAK_MINUTES) $(BIN)/python -m pytest tests/system -q -s
-
-test-system: setup
-	CONVEYOR_SOAK_MINUTES=3 $(BIN)/python -m pytest tests/system -q -s
 
 test-unit: setup
 	$(BIN)/python -m pytest tests/unit -q

@@ -1,6 +1,7 @@
-"""Benchmark: the balance planner on synthetic skewed clusters at the mission's scale.
+"""Benchmark: the balance planner on synthetic skewed clusters at the scale Conveyor is built for.
 
-Two clusters (MISSION.md sections 3 and 5):
+Two clusters (a bus of 20,000 partitions, and a cluster near the 200,000-partition limit of
+docs/architecture.md, section 3):
 
 - ``read-cluster``: 9 brokers on 3 racks, 2,000 topics x 10 partitions (20,000), RF 3; replicas
   favour some brokers, a fifth of the topics have every leader on one broker, heavy-tailed traffic;
@@ -65,7 +66,7 @@ def read_cluster(seed: int = 7) -> ClusterModel:
         for n in range(10):
             reps = [rng.choices(ids, [weight[i] for i in ids])[0] for ids in by_rack.values()]
             rng.shuffle(reps)
-            if pinned:  # the mission's case: every leader of the topic on one broker
+            if pinned:  # the field's case: every leader of the topic on one broker
                 reps[reps.index(next(r for r in reps if r in by_rack["a"]))] = 1
                 reps.remove(1)
                 reps.insert(0, 1)

@@ -1,9 +1,10 @@
 """Benchmark: our balance plan against Kafka's own ``kafka-reassign-partitions --generate``, on the
 same real cluster state, and producer p99 during a throttled and an unthrottled scale-out.
 
-1. A local cluster of 5 brokers, one rack each (the mission's 5-broker read cluster), with a skewed
-   assignment: replicas crowd brokers 1-3, every leader of the hottest topics on broker 1, one
-   topic isolated on the brokers tagged ``money``. Traffic with heavy-tailed rates per topic and
+1. A local cluster of 5 brokers, one rack each (the size of the read cluster whose reads hit 2-3
+   of its 5 brokers, docs/architecture.md, section 6), with a skewed assignment: replicas crowd
+   brokers 1-3, every leader of the hottest topics on broker 1, one topic isolated on the brokers
+   tagged ``money``. Traffic with heavy-tailed rates per topic and
    consumers on most topics runs throughout.
 2. Both planners see that state: ours through ``live_cluster`` (metadata, JMX loads), Kafka's as
    ``ReassignPartitionsCommand --generate`` over the same topics and brokers, from the same jars.

@@ -1,14 +1,16 @@
 """Benchmark: lag evaluation and rewind scanning over 20,000 and 200,000 partitions.
 
-The mission's scale (MISSION.md sections 3 and 5): a bus with 20,000 partitions, a cluster with
-200,000. Each partition gets a full window (10 samples) drawn from a mix of behaviours (caught up,
-draining, slow, stalled, stopped, rewound, reset, offset beyond the end, commit lost), spread over
-groups of 100 partitions. Figures, best of 3:
+The scale Conveyor is built for: a bus with 20,000 partitions, and a cluster at the 200,000 advised
+as one cluster's limit (docs/architecture.md, section 3). Each partition gets a full window (10
+samples) drawn from a mix of behaviours (caught up, draining, slow, stalled, stopped, rewound,
+reset, offset beyond the end, commit lost), spread over groups of 100 partitions. Figures, best of
+3:
 
 - ``evaluate``: :func:`conveyor.ops.lag.evaluate_group` for every group;
 - ``findings``: :func:`conveyor.ops.rewind.scan_group` (offset findings, read amplification);
 - ``single_value``: the peer, a one-value lag check (end - committed of the latest sample) over the
-  same windows: the floor that the mission says is not enough, to show what the window costs;
+  same windows: the floor, not enough to judge a group (docs/architecture.md, section 6), to show
+  what the window costs;
 - ``add``: the sampler's cost per sample pushed into a window;
 - memory per tracked partition (tracemalloc), for our int64 window and for the peer layout we
   avoided, a ``deque(maxlen=10)`` of ``Sample`` objects.

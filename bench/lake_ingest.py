@@ -11,8 +11,8 @@
   no quarantine, no gaps, no de-duplication;
 - ``user_job_merge``: the same job de-duplicating as a user would with Iceberg: ``foreachBatch``,
   ``dropDuplicates`` on event_id, then ``MERGE INTO`` the table on event_id within an hour either
-  side of the event's time, ``WHEN NOT MATCHED THEN INSERT``; the route the lake's de-duplication
-  has not taken yet (README, "Lake"), measured before choosing it;
+  side of the event's time, ``WHEN NOT MATCHED THEN INSERT``; the route the lake's
+  de-duplication did not take (docs/benchmarks.md, "Lake ingestion");
 - ``lake`` and ``lake_no_dedup``: ``conveyor pipeline lake`` (one run of :func:`run_once`): parse
   and check every record against the contract, quarantine, Iceberg commits carrying the offsets,
   with and without the event_id de-duplication window;

@@ -1,4 +1,4 @@
-"""Benchmark: what one sampling round costs the brokers with 2,000 topics (MISSION.md section 3).
+"""Benchmark: what one sampling round costs the brokers with 2,000 topics.
 
 A one-broker cluster of its own gets 2,000 one-partition topics and 50 consumer groups that each
 committed offsets on 40 of them (every topic is consumed). Per round we count the requests the

@@ -8,7 +8,7 @@ over Arrow batches of ``rows`` records (``mapInArrow``, fed as soon as that many
 and adds each batch's partial sums to Redis at once with HINCRBY. That is **not exactly once**:
 the adds carry no fence, and a replayed real-time batch need not read the same records (its end is
 decided by time, not fixed in the offset log before it runs, as a micro-batch's is). How the job
-would fence its writes in this mode: docs/realtime.md, "Session 12".
+would fence its writes in this mode: docs/realtime.md, "Spark's real-time mode".
 
 Two settings the job does not use are needed: Spark's V2 Kafka source (the only one with real-time
 support; the job keeps V1 for SPARK-55271, see conveyor.pipeline.spark) and

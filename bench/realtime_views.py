@@ -18,7 +18,7 @@ catch-up: the traffic flows until the job is within 10 s of the stream, then ``-
 are measured. A job that never catches up is measured all the same and said to be so, with its
 capacity (records applied per second while it was behind). The platform is the demo's central
 cluster (3 brokers, RF 3) and a Redis on their own ports and folder. The ``rtm`` path is measured
-from within 1 s of the stream instead (docs/realtime.md, "Session 12").
+from within 1 s of the stream instead (docs/realtime.md, "Spark's real-time mode").
 
     python -m bench.realtime_views [--rate 20000] [--duration 60] [--base-port 31800] [--paths realtime,rtm,naive]
 

@@ -1,9 +1,9 @@
 """Kafka clients with the platform's safe defaults, built from platform.yaml.
 
-Every part of Conveyor gets its producers, consumers and admin clients here, so the defaults that
-MISSION.md argues for are set once: acks=all with idempotence (a leader re-election loses nothing
-that was acknowledged), no auto-commit (auto-commit gives no guarantee at all), and offsets stored
-only when the caller says the message is processed.
+Every part of Conveyor gets its producers, consumers and admin clients here, so the safe defaults
+are set once: acks=all with idempotence (a leader re-election loses nothing that was acknowledged),
+no auto-commit (auto-commit gives no guarantee at all), and offsets stored only when the caller says
+the message is processed.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     # A group with no committed offset starts at the beginning: a re-read is visible and
-    # de-duplicable, a skip is silent loss (MISSION.md section 2).
+    # de-duplicable, a skip is silent loss.
     "auto.offset.reset": "earliest",
     # Never hand out records of aborted or open transactions (the replicator writes transactionally).
     "isolation.level": "read_committed",

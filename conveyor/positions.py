@@ -2,11 +2,11 @@
 
 The lake keeps its offsets in the Iceberg snapshot summary, the replicator in its route topic, the
 real-time job in its Spark checkpoint: each for exactly-once reasons, and each invisible to lag
-evaluation, rewind detection and the throttle, which read consumer groups (the blind spot of the
-mission's 4x read incident). So each of them also commits its position, for monitoring only, to a
-consumer group named after the part and its route or view (:func:`group_name`), with commit
-metadata naming where the real position lives (``{"monitor-only": "iceberg"}``). Nothing ever
-resumes from these groups.
+evaluation, rewind detection and the throttle, which read consumer groups (the blind spot of the 4x
+read incident of docs/architecture.md, section 4). So each of them also commits its position, for
+monitoring only, to a consumer group named after the part and its route or view
+(:func:`group_name`), with commit metadata naming where the real position lives (``{"monitor-only":
+"iceberg"}``). Nothing ever resumes from these groups.
 
 Committed through the admin API (OffsetCommit with no member), because the monitoring group has
 no members: nobody subscribes with its name. The coordinator accepts such a commit for an empty

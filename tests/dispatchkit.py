@@ -134,12 +134,14 @@ def thirty_clients_read_everything(sent: set[bytes], subscribe: Callable[[int, L
 
 
 def committed_offsets(platform: Platform, topic: str, group: str) -> dict[int, tuple[int, str]]:
-    """The group's committed (offset, metadata) per partition, as Kafka stores them."""
-    from confluent_kafka import TopicPartition
+    """The group's committed (offset, metadata) per partition, as Kafka stores them. A coordinator
+    that is moving or loading (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) is asked again."""
+    from confluent_kafka import KafkaException, TopicPartition
 
     consumer = kafka.consumer(platform, "central", group, "dispatch-test-inspect")
     try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+        tps = eventually(lambda: consumer.committed([TopicPartition(topic, p) for p in range(3)], timeout=10),
+                         30, f"the committed offsets of {group}", errors=(KafkaException,))
     finally:
         consumer.close()
     return {tp.partition: (tp.offset, tp.metadata or "") for tp in tps}

@@ -242,19 +242,54 @@ def kill_driver(process: subprocess.Popen) -> bool:
     return True
 
 
+def _table_folders(case: LakeCase) -> dict[str, Path]:
+    """Per table of the case's topic, the folder of its data files (a Hadoop catalog's warehouse)."""
+    from conveyor.pipeline.catalog import local_warehouse
+
+    warehouse = local_warehouse(case.platform)
+    assert warehouse is not None
+    return {data_table(case.topic): warehouse / "events" / case.topic / "data",
+            quarantine_table(case.topic): warehouse / "quarantine" / case.topic / "data"}
+
+
+def data_files(case: LakeCase) -> set[Path]:
+    """Every data file on disk of the case's tables, referenced or not."""
+    return {p for folder in _table_folders(case).values() for p in folder.rglob("*.parquet")}
+
+
+def wrote_a_file(case: LakeCase, process: subprocess.Popen) -> bool:
+    """Waits until the run has written a data file of the case's tables (True) or ended (False). A
+    run's tasks write a file per partition and table one after another (one core) and commit after
+    the last, so a kill at that moment lands between the first write and the commit."""
+    before = data_files(case)
+    while process.poll() is None:
+        if data_files(case) - before:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def kill_driver_mid_write(case: LakeCase) -> Kill:
+    """SIGKILL the run's driver as soon as it has written a data file."""
+    return Kill("driver mid-write", lambda process: wrote_a_file(case, process) and kill_driver(process),
+                timed=False)
+
+
 @dataclass(frozen=True)
 class Kill:
     """What a chaos run kills: ``strike(process)`` at the drawn moment; it returns True when it hit
-    the run, False when the run ended before there was anything to kill."""
+    the run, False when the run ended before there was anything to kill. An untimed kill is struck
+    as the run starts and waits for its own moment."""
 
     name: str
     strike: Callable[[subprocess.Popen], bool]
+    timed: bool = True
 
 
 @dataclass(frozen=True)
 class RunOutcome:
     kill: str
-    #: Seconds after the run's start the kill was aimed at.
+    #: Seconds after the run's start the kill was aimed at (0: an untimed kill).
     delay: float
     #: The kill hit the run (False: the run finished first and does not count).
     hit: bool
@@ -263,23 +298,26 @@ class RunOutcome:
 
 def killed_runs(path: Path, log: Path, rng: random.Random, kills: Sequence[Kill],
                 timeout: float = 600) -> list[RunOutcome]:
-    """Lake runs of ``path``, each struck by the next of ``kills`` at a moment drawn from ``rng``
-    within the time a whole run takes, until every kill has hit a run.
+    """Lake runs of ``path``, each struck by the next of ``kills``, until every kill has hit a run.
 
-    One full run first measures that time. A run that finishes before its kill is not counted, and
-    the later kills aim within its shorter time. A driver killed ends the run; a run whose executor
-    was killed goes on, and its return code is kept."""
-    started = time.monotonic()
-    first = lake_process(path, log)
-    assert first.wait(timeout) == 0, log.read_text()[-3000:]
-    duration = time.monotonic() - started
+    A timed kill strikes at a moment drawn from ``rng`` within the time a whole run takes: one full
+    run first measures it (when any kill is timed), a run that finishes before its kill is not
+    counted, and the later kills aim within the shortest run seen (runs shorten as the first one's
+    backlog is gone). A driver killed ends the run; a run whose executor was killed goes on, and its
+    return code is kept."""
+    duration = 0.0
+    if any(kill.timed for kill in kills):
+        started = time.monotonic()
+        first = lake_process(path, log)
+        assert first.wait(timeout) == 0, log.read_text()[-3000:]
+        duration = time.monotonic() - started
     outcomes: list[RunOutcome] = []
     for kill in kills:
         while True:
-            assert len(outcomes) < 3 * len(kills), f"runs keep finishing before their kill: {outcomes}"
+            assert len(outcomes) < 3 * len(kills) + 2, f"runs keep finishing before their kill: {outcomes}"
             started = time.monotonic()
             process = lake_process(path, log)
-            delay = rng.uniform(0.3 * duration, duration)
+            delay = rng.uniform(0.2 * duration, 0.8 * duration) if kill.timed else 0.0
             try:
                 rc = process.wait(timeout=delay)
             except subprocess.TimeoutExpired:
@@ -287,8 +325,8 @@ def killed_runs(path: Path, log: Path, rng: random.Random, kills: Sequence[Kill]
                 rc = process.wait(timeout)
             else:
                 hit = False
-            if not hit and process.returncode == 0:
-                duration = time.monotonic() - started
+            if not hit and process.returncode == 0 and kill.timed:
+                duration = min(duration, time.monotonic() - started)
             outcomes.append(RunOutcome(kill.name, round(delay, 1), hit, rc))
             if hit:
                 break
@@ -305,16 +343,11 @@ def assert_landed_once(spark: Any, case: LakeCase, traffic: ChaosTraffic, contex
 
 def unreferenced_files(spark: Any, case: LakeCase) -> dict[str, list[str]]:
     """Per table of the case's topic, the data files on disk that no snapshot references."""
-    from conveyor.pipeline.catalog import local_warehouse
-
-    warehouse = local_warehouse(case.platform)
-    assert warehouse is not None
     found = {}
-    for table, folder in ((data_table(case.topic), "events"), (quarantine_table(case.topic), "quarantine")):
+    for table, folder in _table_folders(case).items():
         files = spark.sql(f"SELECT file_path FROM {table}.all_data_files").collect()
         referenced = {r.file_path.removeprefix("file:") for r in files}
-        on_disk = {str(p) for p in (warehouse / folder / case.topic / "data").rglob("*.parquet")}
-        found[table] = sorted(on_disk - referenced)
+        found[table] = sorted({str(p) for p in folder.rglob("*.parquet")} - referenced)
     return found
 
 

@@ -73,7 +73,7 @@ def wait_until_led(producer, topic: str, partitions: int | None = None) -> list[
     """Until the producer's metadata has every partition of ``topic`` (``partitions`` of them, or
     any number) with a leader; their numbers. Producers here write to a new topic only then, as a
     service writes only to provisioned topics: one acked event was once missing from a topic
-    written to within its first second (see the README's replicator section)."""
+    written to within its first second (docs/replicate.md, "One request in flight")."""
     deadline = time.monotonic() + 30
     while True:
         found = producer.list_topics(topic, timeout=10).topics[topic]

@@ -38,8 +38,8 @@ _COLUMNS = (
 def status(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = None,
            output: OutputOption = OutputFormat.table) -> None:
     """Per topic: rows, files and size in the lake, quarantined records, data lost to retention,
-    the last run, the last complete hour, whether yesterday is complete (MISSION.md: yesterday must
-    land by 01:00), and the offsets still waiting in Kafka."""
+    the last run, the last complete hour, whether yesterday is complete (yesterday must land by
+    01:00), and the offsets still waiting in Kafka."""
     from conveyor.pipeline.catalog import describe
     from conveyor.pipeline.lake import lake_topics
     from conveyor.pipeline.status import lake_status

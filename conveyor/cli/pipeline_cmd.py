@@ -7,13 +7,11 @@ Exit statuses: 0 done; 1 an error (nothing half-done is visible); 2 a bad platfo
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import timedelta
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,9 +23,7 @@ from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column,
                                  OutputOption, PlatformOption, Section, console, endpoint, err_console, field_of,
                                  platform_from, render, say)
 from conveyor.config import Platform, parse_duration_ms
-from conveyor.kafka import KafkaOperationError
-from conveyor.pipeline.errors import RunFailedError
-from conveyor.service import Loop, serve
+from conveyor.service import serve
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,7 +35,6 @@ app = typer.Typer(help="The PySpark pipelines: land topics in the lake exactly o
                   "the real-time views in Redis.",
                   no_args_is_help=True)
 
-EXIT_DATA_LOST = 3
 EXIT_AUDIT_FAILED = 4
 
 class StartingOffsets(str, Enum):
@@ -133,8 +128,9 @@ def lake(
     committed with the table's data to the partitions' current ends. Bad records go to quarantine;
     data retention deleted before it landed is recorded as a gap and the run goes on (exit 3). With -o json,
     each run prints one JSON document."""
-    from conveyor.pipeline.lake import lake_topics, run_once
-    from conveyor.pipeline.metrics import LakeMetrics
+    from conveyor.pipeline.lake import lake_topics
+    from conveyor.pipeline.lake_service import LakeConfig, LakeJob, LakeScheduler
+    from conveyor.pipeline.schedule import Schedule
 
     if once and every:
         raise typer.BadParameter("give --once or --every, not both")
@@ -145,34 +141,16 @@ def lake(
     model = platform_from(platform)
     lake_topics(model, topics)  # refuse unknown topics before Spark starts
     spark = start_spark(model, "conveyor-lake")
-    metrics = LakeMetrics(timedelta(seconds=model.pipeline.lake.allowed_lateness))
-
-    def run() -> RunSummary:
-        with _progress(spark, output) as step:
-            summary = run_once(spark, model, topics, step)
-        print_summary(summary, output)
-        metrics.observe(summary)
-        if metrics_file is not None:
-            metrics.write(metrics_file)
-        return summary
-
+    job = LakeJob(spark, LakeConfig(model, topics, metrics_file), partial(_progress, spark, output),
+                  partial(print_summary, output=output))
     if interval is None:
-        raise typer.Exit(EXIT_DATA_LOST if run().lost else 0)
+        raise typer.Exit(job.once())
+    scheduler = LakeScheduler(job, Schedule(interval), _print_run_failed)
+    raise typer.Exit(serve(scheduler, endpoint(metrics_host, metrics_port)))
 
-    def schedule(stop: threading.Event) -> int:
-        lost = False
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                lost = bool(run().lost) or lost
-            except (RunFailedError, KafkaOperationError) as err:
-                # The next run redoes this one's range; a scheduler keeps going.
-                metrics.failed()
-                err_console.print(f"[bold red]run failed:[/] {err}", highlight=False)
-            stop.wait(max(0.0, interval - (time.monotonic() - started)))
-        return EXIT_DATA_LOST if lost else 0
 
-    raise typer.Exit(serve(Loop(metrics.registry, schedule), endpoint(metrics_host, metrics_port)))
+def _print_run_failed(err: Exception) -> None:
+    err_console.print(f"[bold red]run failed:[/] {err}", highlight=False)
 
 
 def _audit_result(hour: HourAudit) -> str:
@@ -291,9 +269,9 @@ def realtime(
     Streaming query, exactly once per key and window; late and malformed events go to the side
     output (pipeline.realtime.rejects_topic) with the reason. Runs until SIGTERM unless --for or
     --available-now is given."""
-    from conveyor.pipeline.realtime.job import rebuild, run
-    from conveyor.pipeline.realtime.metrics import RealtimeMetrics
+    from conveyor.pipeline.realtime.job import rebuild
     from conveyor.pipeline.realtime.plan import job_views
+    from conveyor.pipeline.realtime.service import RealtimeConfig, RealtimeService
 
     try:
         seconds = parse_duration_ms(run_for) / 1000 if run_for else None
@@ -313,14 +291,8 @@ def realtime(
         rebuild(spark, model, chosen)
         say(output, f"rebuilding views {', '.join(chosen)}: checkpoint and Redis data deleted, counting from the "
             "earliest offsets")
-    metrics = RealtimeMetrics(metrics_file)
-
-    def stream(stop: threading.Event) -> int:
-        started = time.monotonic()
-        say(output, f"real-time views {', '.join(chosen)}: streaming from {model.pipeline.source}")
-        behind = run(spark, model, chosen, metrics, stop, seconds, available_now)
-        _print_realtime_summary(metrics, started, time.monotonic(), behind, output)
-        return 0
-
-    raise typer.Exit(serve(Loop(metrics.registry, stream), endpoint(metrics_host, metrics_port)))
+    service = RealtimeService(spark, RealtimeConfig(model, chosen, seconds, available_now, metrics_file),
+                              partial(_print_realtime_summary, output=output))
+    say(output, f"real-time views {', '.join(chosen)}: streaming from {model.pipeline.source}")
+    raise typer.Exit(serve(service, endpoint(metrics_host, metrics_port)))
 # --- end of conveyor pipeline realtime -------------------------------------------------------------

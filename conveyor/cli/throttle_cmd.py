@@ -5,7 +5,6 @@ Registered under the ``ops`` group: ``ops_cmd.app.command()(throttle_cmd.throttl
 
 from __future__ import annotations
 
-import threading
 from typing import Annotated
 
 import typer
@@ -13,9 +12,9 @@ import typer
 from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, MetricsHostOption, PlatformOption, YesOption,
                                  confirm, console, endpoint, platform_from)
 from conveyor.config import parse_size_bytes
-from conveyor.ops.throttle.controller import ThrottleController
 from conveyor.ops.throttle.policy import Action, Decision, Round, ThrottlePolicy
-from conveyor.service import Loop, serve
+from conveyor.ops.throttle.service import ThrottleConfig, ThrottleService
+from conveyor.service import serve
 
 _DEFAULTS = ThrottlePolicy()
 
@@ -71,22 +70,9 @@ def throttle(
     model = platform_from(platform)
     cluster = model.read_cluster(cluster)
     confirm(cluster, f"let the throttle set client quotas on cluster {cluster}", yes)
-    controller = ThrottleController(model, cluster, policy, on_decision=_show_decision)
+    service = ThrottleService(ThrottleConfig(model, cluster, policy, interval), _show_decision, _show_round)
     if once:
-        try:
-            _show_round(controller.cycle())
-        finally:
-            controller.close()
+        service.once()
         return
-
-    def work(stop: threading.Event) -> int:
-        console.print(f"throttling lagging consumers of {cluster} every {interval:g} s (Ctrl-C to stop)")
-        try:
-            controller.run(interval, stop, _show_round)
-        finally:
-            controller.close()
-        return 0
-
-    service = Loop(controller.metrics.registry, work, lambda: (True, {"cluster": cluster,
-                                                                       "quotas": len(controller.state.quotas)}))
+    console.print(f"throttling lagging consumers of {cluster} every {interval:g} s (Ctrl-C to stop)")
     raise typer.Exit(serve(service, endpoint(metrics_host, metrics_port)))

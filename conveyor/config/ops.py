@@ -60,14 +60,16 @@ class Ops(Model):
     max_lag_seconds: Seconds | None = Field(default=None, ge=0)
     #: Regular expressions over group ids that are not watched (tools, tests).
     exclude_groups: list[str] = Field(default_factory=list)
-    #: Request time p99 (Produce, FetchConsumer, Metadata): warning above, alarm above (MISSION: 10 s).
+    #: Request time p99 (Produce, FetchConsumer, Metadata): warning above, alarm above (10 s by
+    #: default).
     request_p99_warn: Seconds = Field(default=_HEALTH.p99_warn_ms / 1000, gt=0)
     request_p99_alarm: Seconds = Field(default=_HEALTH.p99_alarm_ms / 1000, gt=0)
     #: Load skew across brokers (max over mean) above this is a warning.
     skew_warn: float = Field(default=_HEALTH.skew_warn, gt=1)
     #: Byte rates below this per broker (mean) are too small for skew to matter.
     skew_min_bytes: SizeBytes = int(_HEALTH.skew_min_bytes)
-    #: Read rate over write rate that counts as read amplification (the mission's incident was 4x).
+    #: Read rate over write rate that counts as read amplification (the incident of
+    #: docs/architecture.md, section 4, was 4x).
     amplification: float = Field(default=_REWIND.amplification_threshold, gt=1)
     #: An hour of a topic must be complete in the lake this long after it ends (the rules file's
     #: LakeHourLate); 2h: yesterday has landed by 02:00.

@@ -179,7 +179,7 @@ class Catalog(Model):
 
 
 class Pipeline(Model):
-    """Settings of the Spark pipelines; each pipeline issue adds its own section."""
+    """Settings of the Spark pipelines; each pipeline has its own section."""
 
     #: Cluster the pipelines read.
     source: Name | None = None

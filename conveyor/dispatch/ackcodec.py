@@ -1,6 +1,6 @@
 """Individual acks above the committed offset, packed into offset commit metadata. Pure.
 
-The dispatcher commits the lowest unacked offset (MISSION.md section 3); acks above it survive a
+The dispatcher commits the lowest unacked offset (docs/dispatch.md); acks above it survive a
 takeover only inside the commit's metadata string, which the broker caps at
 ``offset.metadata.max.bytes`` (4096 by default). As in Confluent's parallel-consumer the acks are
 packed two ways and the smaller wins; ``max_length`` bounds the result so the tracker can hold

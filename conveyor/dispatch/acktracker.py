@@ -1,6 +1,6 @@
 """Individual acks of one partition: what the dispatcher may commit, and when to hold back. Pure.
 
-Clients sharing a partition ack out of order (MISSION.md section 3). The committed offset is the
+Clients sharing a partition ack out of order (docs/dispatch.md). The committed offset is the
 lowest offset still owed an ack, so it advances over each contiguous run of acks; the acks above
 it ride in the commit metadata (``ackcodec``). The broker caps that metadata, so instead of
 dropping acks on overflow, as Confluent's parallel-consumer does, the tracker bounds the metadata

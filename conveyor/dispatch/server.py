@@ -218,10 +218,12 @@ class DispatchNode:
                 for topic, group in idle:
                     del self._readers[(topic, group)]
                     self.metrics.forget(topic, group)  # before a new reader of the pair binds its series
+                    # Counted with the slot it frees, not after the slow stop, so that a group admitted
+                    # into that slot never sees the count lag behind.
+                    self.metrics.reaped.labels(topic=topic, group=group).inc()
                 self.metrics.readers.set(len(self._readers))
             for (topic, group), reader in idle.items():
                 reader.stop()
-                self.metrics.reaped.labels(topic=topic, group=group).inc()
                 log.info("stopped the reader of %s/%s: no client for %g s", topic, group, idle_for)
 
     def health(self) -> tuple[bool, dict[str, Any]]:

@@ -1,9 +1,10 @@
 """Audit counts: the exact number of accepted events per (topic, event hour, gateway instance).
 
 The gateway adds to the counts only after Kafka acknowledged the events, and publishes them as
-cumulative records (format in DESIGN.md) so that a lost or repeated audit record never changes
-the total: the latest record per key wins. The pipeline compares the sum over instances with what
-landed in the lake (MISSION.md section 1: check delivery against the producer's own counts).
+cumulative records (format: docs/platform.md, "Formats shared between parts") so that a lost or
+repeated audit record never changes the total: the latest record per key wins. The pipeline
+compares the sum over instances with what landed in the lake: delivery checked against the
+producer's own counts (docs/architecture.md, section 1).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Per-topic bulkheads (MISSION.md section 5: split request queues per topic hash and fail fast
-when a queue is full, so one slow topic cannot hang the whole service).
+"""Per-topic bulkheads: request queues split per topic hash that fail fast when full, so one slow
+topic cannot hang the whole service (docs/architecture.md, section 1).
 
 Topics hash into lanes; each lane has its own worker budget (requests writing at once) and a
 bounded wait queue. A request that finds its lane full is refused at once with 503 and

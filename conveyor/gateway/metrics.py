@@ -1,4 +1,4 @@
-"""The gateway's Prometheus metrics (names documented in README.md), on a registry of its own so
+"""The gateway's Prometheus metrics (names documented in docs/gateway.md), on a registry of its own so
 that several gateways in one process (tests) never share counters."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Writes accepted events to Kafka and waits for every acknowledgement, failing over between the
-writable clusters (MISSION.md section 4: losing a data centre must not stop writes).
+writable clusters: losing a data centre must not stop writes (docs/architecture.md, section 2).
 
 The local cluster's producer gives up on a message after ``failover_after`` seconds; what it could
 not deliver is written to the next writable cluster named in platform.yaml, and the gateway stays

@@ -1,5 +1,5 @@
 """Partition advisor: how many partitions a topic needs, and when the dispatcher is the better
-answer than more partitions (MISSION.md section 3). Pure: no Kafka, no clock.
+answer than more partitions (docs/architecture.md, section 3). Pure: no Kafka, no clock.
 
 Within a consumer group a partition has one consumer, so a topic's partitions cap how many
 consumers work in parallel. For a produce rate ``r`` (messages/s) and a per-message processing
@@ -19,7 +19,7 @@ dispatcher (many consumers per partition, individual acks, no order) is the bett
 - the count exceeds the per-topic budget (1,000 partitions for every topic would mean 2 million;
   advice is under 200,000 per cluster), or
 - the backlog already there needs more consumers than the topic has partitions: new partitions
-  only receive new messages, so they do not help the backlog (the mission's lesson);
+  only receive new messages, so they do not help the backlog;
 
 unless consumers need per-key order, which only partitions give.
 

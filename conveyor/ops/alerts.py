@@ -109,8 +109,8 @@ HEALTH_TEXT = {
         "the leader's and followers' network and disk, replica fetcher threads, replication throttles left set"),
     Rule.SKEW: (
         "{detail} per broker on {cluster} is uneven: max over mean {value:,.2f} (above {limit:g})",
-        "`conveyor balance plan --cluster {cluster}`: load on few brokers makes them the bottleneck, as in the "
-        "mission's reads hitting 2-3 of 5 brokers"),
+        "`conveyor balance plan --cluster {cluster}`: load on few brokers makes them the bottleneck: "
+        "reads that hit 2-3 of 5 brokers slow every client of those brokers"),
     Rule.COMPACTION_STALLED: (
         "the log cleaner on {subject} leaves its compacted logs {value:,.0f}% dirty (above {limit:g}%) across the "
         "last {detail} samples: __consumer_offsets may not be compacted, and a coordinator taking it over loads "
@@ -129,7 +129,7 @@ HEALTH_TEXT = {
         "bytes out of {subject} on {cluster} rose to {value:,.0f} B/s from {limit:,.0f} B/s while bytes in stayed "
         "flat; {detail}",
         "who reads the topic (the brokers' request logs, client ids, `conveyor ops lag`); jobs that keep offsets in "
-        "their own store: the mission's 4x read incident"),
+        "their own store and rewind all together read a topic several times over"),
 }
 
 #: Lag statuses whose cause is the offset manager's, by reason: their own rule instead of lag_err.

@@ -1,10 +1,10 @@
 """Broker and cluster health from the JMX exporter's metrics. Pure: no HTTP, no clock.
 
-MISSION.md section 1 lists what operators must watch: load per broker, leader re-elections,
-out-of-sync partitions and the maximum replication lag ("worry when it stays above zero"), and the
-response time of simple requests with an alarm above 10 s. :func:`reading_from_samples` picks
-those values out of one scrape; :func:`assess_cluster` runs the rules over every node of a cluster
-and returns typed findings. Each rule is a small named function over plain numbers, tested from a
+What operators must watch (docs/architecture.md, section 6): load per broker, leader re-elections,
+out-of-sync partitions and the maximum replication lag (worry when it stays above zero), and the
+response time of simple requests with an alarm above 10 s. :func:`reading_from_samples` picks those
+values out of one scrape; :func:`assess_cluster` runs the rules over every node of a cluster and
+returns typed findings. Each rule is a small named function over plain numbers, tested from a
 table like the lag rules (``conveyor.ops.lag``). Messages are written in ``conveyor.ops.alerts``.
 
 Sources, and why: per-broker values come from the brokers themselves (each partition's leader
@@ -53,7 +53,8 @@ class Rule(str, Enum):
     TOPIC_AMPLIFICATION = "topic_read_amplification"
 
 
-# The exporter's sample names (conveyor/runtime/jmx-exporter.yaml) -> our field names.
+# The exporter's sample names (conveyor/runtime/jmx-exporter.yaml) -> our field names. Pages printed
+# under Strimzi's rules reach here renamed to these by the scraper (conveyor.ops.exporter_names).
 _VALUES = {
     "kafka_server_replicamanager_underreplicatedpartitions": "under_replicated",
     "kafka_server_replicamanager_underminisrpartitioncount": "under_min_isr",
@@ -251,7 +252,7 @@ def request_time(p99_ms: float, warn_ms: float, alarm_ms: float) -> Severity:
 
 
 def follower_lag_stays(lags: Sequence[float], min_samples: int) -> Severity:
-    """The mission's "worry when it stays above zero": never zero across the recent samples."""
+    """Worry when follower lag stays above zero: never zero across the recent samples."""
     return Severity.WARNING if len(lags) >= min_samples and min(lags) > 0 else Severity.OK
 
 

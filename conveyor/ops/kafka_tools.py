@@ -1,12 +1,12 @@
 """Kafka's own command-line tools, run from the resolved jars: reassignment, client quotas and
 share groups' state.
 
-confluent-kafka 2.16's AdminClient has no partition reassignment, no client-quota calls (DESIGN.md)
-and no share-group calls (no ``list_share_group_offsets``, no share-group describe), so these run
-the same classes operators know as ``kafka-reassign-partitions``, ``kafka-configs`` and
-``kafka-share-groups``: ``java -cp <classpath> <class> ...``. Each call is one short-lived JVM (about
-2 s on a busy two-core machine), so callers batch work into few calls. Output is parsed line by
-line from the tools' documented messages; a non-zero exit raises :class:`KafkaToolError` with the
+confluent-kafka 2.16's AdminClient has no partition reassignment, no client-quota calls and no
+share-group calls (no ``list_share_group_offsets``, no share-group describe), so these run the same
+classes operators know as ``kafka-reassign-partitions``, ``kafka-configs`` and
+``kafka-share-groups``: ``java -cp <classpath> <class> ...``. Each call is one short-lived JVM
+(about 2 s on a busy two-core machine), so callers batch work into few calls. Output is parsed line
+by line from the tools' documented messages; a non-zero exit raises :class:`KafkaToolError` with the
 tool's last lines.
 
 A cluster's security settings (its ``client`` settings, or a secured local cluster's) are handed

@@ -1,16 +1,18 @@
 """Consumer lag evaluation: Burrow's window rules over sampled offsets. Pure: no Kafka, no clock.
 
-A lag checker judges a window of offsets, never one value (MISSION.md section 2). Per partition a
-:class:`PartitionWindow` keeps the last few samples (10 by default) of the group's committed offset
-and the partition's end offset; :func:`evaluate_partition` runs the rules over it and
-:func:`evaluate_group` takes the worst partition. Each rule is a small named function over plain
-sequences of ints, so it is tested from a table (like Burrow's ``core/internal/evaluator/caching.go``).
+A lag checker judges a window of offsets, never one value (docs/architecture.md, section 6). Per
+partition a :class:`PartitionWindow` keeps the last few samples (10 by default) of the group's
+committed offset and the partition's end offset; :func:`evaluate_partition` runs the rules over it
+and :func:`evaluate_group` takes the worst partition. Each rule is a small named function over plain
+sequences of ints, so it is tested from a table (like Burrow's
+``core/internal/evaluator/caching.go``).
 
 Where we part from Burrow, and why:
 
 - REWIND is reported whenever the committed offset went backwards in the window, even if the
   consumer was caught up at some point. Burrow hides a rewind behind an earlier zero-lag sample, and
-  silent rewinds are exactly what the mission's offset incidents were.
+  silent rewinds are exactly what the field's offset incidents were (docs/architecture.md, section
+  6).
 - Missing data is an error, not OK: no samples, stale samples, a committed offset that disappeared
   (offset fetches returning none made mirror consumers reset), an offset past the end or below the
   log start. Each means a reset by ``auto.offset.reset`` is coming or the evaluator is blind.

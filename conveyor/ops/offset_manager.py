@@ -1,9 +1,10 @@
-"""The offset manager's health (MISSION.md section 2), from the brokers' exporter readings. Pure.
+"""The offset manager's health, from the brokers' exporter readings. Pure.
 
-Committed offsets live in ``__consumer_offsets``, a compacted topic the group coordinator loads
-into memory when it takes a partition over. The mission's incidents came from there: a log
-cleaner that stopped compacting it (the coordinator then loads a huge log, slowly, and answered
-"no offset" or an old one meanwhile), and consumers that reset on those answers. The rules:
+Committed offsets live in ``__consumer_offsets``, a compacted topic the group coordinator loads into
+memory when it takes a partition over. The field's offset incidents (docs/architecture.md, section
+6) came from there: a log cleaner that stopped compacting it (the coordinator then loads a huge log,
+slowly, and answered "no offset" or an old one meanwhile), and consumers that reset on those
+answers. The rules:
 
 - compaction stalled: the cleaner's max dirty ratio stays above a threshold across a window
   of samples (one high sample is a cleaner that has not got round to it yet);

@@ -1,8 +1,8 @@
 """Rewinds, resets and read amplification, found in lag windows. Pure: no Kafka, no clock.
 
-The mission's offset incidents were all silent (MISSION.md sections 1 and 2): an out-of-range
-fetch resets a consumer by ``auto.offset.reset`` (earliest re-reads, latest skips), an offset
-manager handed back a month-old offset after a rebalance, "no offset" answers made mirror
+The field's offset incidents were all silent (docs/architecture.md, sections 4 and 6): an
+out-of-range fetch resets a consumer by ``auto.offset.reset`` (earliest re-reads, latest skips), an
+offset manager handed back a month-old offset after a rebalance, "no offset" answers made mirror
 consumers reset, and a batch job that lost its offsets re-read its topics until read load grew 4x.
 Each function here turns one of those patterns into a typed finding whose message says what went
 wrong and where to look. A finding stays visible while its samples are in the window; it is

@@ -2,7 +2,8 @@
 
 Where the pages are: each cluster's ``metrics`` in platform.yaml (`conveyor up` gives those of
 the clusters it starts).
-Parsing is prometheus_client's own text parser; what the values mean is ``conveyor.ops.health``.
+Parsing is prometheus_client's own text parser; names from Strimzi's exporter rules become ours
+there (``conveyor.ops.exporter_names``); what the values mean is ``conveyor.ops.health``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import ssl
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from conveyor.config import Platform
-from conveyor.ops.health import BrokerReading, reading_from_samples
+from conveyor.ops.exporter_names import canonical_labels, canonical_name
+from conveyor.ops.health import BrokerReading, MetricSample, reading_from_samples
 from conveyor.ops.panels import Family
 
 
@@ -40,8 +42,15 @@ def metrics_targets(platform: Platform, cluster: str) -> tuple[Target, ...]:
                  for page in platform.cluster(cluster).metrics)
 
 
+def _sample(name: str, labels: Mapping[str, str], value: float) -> MetricSample:
+    ours = canonical_name(name)
+    return ours, canonical_labels(ours, labels), value
+
+
 def parse_page(text: str) -> tuple[Family, ...]:
-    return tuple(Family(f.name, f.type, tuple((s.name, s.labels, s.value) for s in f.samples))
+    """The page's families, with the names every reader knows whichever exporter rules printed it."""
+    return tuple(Family(canonical_name(f.name), f.type,
+                        tuple(_sample(s.name, s.labels, s.value) for s in f.samples))
                  for f in text_string_to_metric_families(text))
 
 

@@ -5,12 +5,12 @@ The sampler (``conveyor.ops.sampler``) turns one round of admin calls into an
 per (group, partition), keeps each group's total lag for the dashboard's sparklines, and evaluates
 every group with the lag rules and the rewind findings.
 
-Which partitions a group is judged on: every partition of every topic it has ever committed to
-while it is listed. A commit that disappears (expired or deleted offsets, an offset fetch that
-answers none) therefore shows as COMMIT_LOST instead of the partition silently leaving the view,
-which is how the mission's mirror consumers reset unnoticed. A window is dropped once it has held
-no commit for a whole window, so an intentional offset deletion clears after one window; a group
-that is no longer listed, or a deleted topic, is dropped at once.
+Which partitions a group is judged on: every partition of every topic it has ever committed to while
+it is listed. A commit that disappears (expired or deleted offsets, an offset fetch that answers
+none) therefore shows as COMMIT_LOST instead of the partition silently leaving the view, which is
+how consumers reset unnoticed in the field (docs/architecture.md, section 6). A window is dropped
+once it has held no commit for a whole window, so an intentional offset deletion clears after one
+window; a group that is no longer listed, or a deleted topic, is dropped at once.
 """
 
 from __future__ import annotations

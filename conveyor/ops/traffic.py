@@ -1,11 +1,12 @@
-"""Broker-side read amplification per topic (MISSION.md section 2). Pure: no HTTP, no clock.
+"""Broker-side read amplification per topic. Pure: no HTTP, no clock.
 
 The read amplification found from consumer groups' commits (``conveyor.ops.rewind``) sees only
-readers that commit to a group. The mission's 4x incident was a job keeping its offsets in its
-own folder: the brokers' bytes out of the topic rose while bytes in stayed flat, and no group
-showed why. So the brokers' own per-topic byte counters (``BytesInPerSec``/``BytesOutPerSec``
-with a topic label) are judged too: per topic, bytes out rising while bytes in stay flat is
-flagged whether or not some group's commits explain it; the finding names the groups that do.
+readers that commit to a group. The field's 4x incident (docs/architecture.md, section 4) was a job
+keeping its offsets in its own folder: the brokers' bytes out of the topic rose while bytes in
+stayed flat, and no group showed why. So the brokers' own per-topic byte counters
+(``BytesInPerSec``/``BytesOutPerSec`` with a topic label) are judged too: per topic, bytes out
+rising while bytes in stay flat is flagged whether or not some group's commits explain it; the
+finding names the groups that do.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """``conveyor pipeline audit``: the gateway's own counts against the rows that landed, per hour.
 
-MISSION.md section 1: exact data needs a check of delivery against the producer's own counts. The
-gateway publishes cumulative accepted counts per (topic, event hour, instance) to ``_audit`` (format
-in DESIGN.md); the latest record per key wins and the sum over instances is what was produced. An
-hour that is not complete yet may still be landing, so only complete hours can fail the audit.
+Exact data needs a check of delivery against the producer's own counts (docs/architecture.md,
+section 1). The gateway publishes cumulative accepted counts per (topic, event hour, instance) to
+``_audit`` (format: docs/platform.md, "Formats shared between parts"); the latest record per key
+wins and the sum over instances is what was produced. An hour that is not complete yet may still be
+landing, so only complete hours can fail the audit.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ PARTITION_PREFIX = "partitions."
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: The gateway's audit topic (DESIGN.md, "Formats shared between parts").
+#: The gateway's audit topic (docs/platform.md, "Formats shared between parts").
 AUDIT_TOPIC = "_audit"
 _AUDIT_SCHEMA = "topic string, hour string, source string, count bigint, updated_at string"
 

@@ -2,8 +2,8 @@
 
 An hour is complete when every partition has been landed past the end of the hour plus the allowed
 lateness: a run lands everything appended before it listed the partitions' ends, and an event may
-reach Kafka up to the allowed lateness after its event time. The daily deadline of MISSION.md
-section 1 (yesterday landed by 01:00) is then a question about one hour: is 23:00 complete?
+reach Kafka up to the allowed lateness after its event time. The daily deadline (yesterday landed by
+01:00, docs/architecture.md, section 4) is then a question about one hour: is 23:00 complete?
 """
 
 from __future__ import annotations

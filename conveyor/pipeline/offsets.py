@@ -1,13 +1,13 @@
 """Which offsets a lake run reads, and which ones retention took before they were read. Pure.
 
 A table's current snapshot names the next offset of every partition it has landed (the offsets are
-committed with the data, MISSION.md section 1), so the table is the checkpoint. Several tables land
-one range (a topic's rows and its quarantine, committed one after the other): the run reads from the
-lowest of their positions, and each table keeps only the rows at or above its own, so a run killed
-between two commits redoes exactly what is missing from each.
+committed with the data), so the table is the checkpoint. Several tables land one range (a topic's
+rows and its quarantine, committed one after the other): the run reads from the lowest of their
+positions, and each table keeps only the rows at or above its own, so a run killed between two
+commits redoes exactly what is missing from each.
 
 A position below the partition's earliest offset means retention deleted data nobody landed: that
-is a gap, never a silent skip (MISSION.md section 2).
+is a gap, never a silent skip.
 """
 
 from __future__ import annotations

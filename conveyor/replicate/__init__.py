@@ -1,2 +1,2 @@
 """Federation replicator: each writable cluster copied into the central cluster, exactly once,
-while topics and workers come and go (MISSION.md sections 4 and 5)."""
+while topics and workers come and go (docs/architecture.md, section 2)."""

@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError
 
 from conveyor.errors import ConveyorError
+from conveyor.replicate.bucket_state import ProducerError, Refusal
 from conveyor.replicate.plan import SourcePartition
 
 #: What a newer owner's init_transactions makes the old producer see.
 FENCE_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+#: What the destination says of a record larger than it takes.
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 
 
 class ReplicateError(ConveyorError):
@@ -41,3 +44,12 @@ class CopyFailure:
     error: KafkaError
     source: SourcePartition | None = None
     offset: int | None = None
+
+    def refusal(self) -> Refusal:
+        return Refusal(self.error.str(), self.source, self.offset, self.error.code() in _TOO_LARGE)
+
+
+def producer_error(error: KafkaError) -> ProducerError:
+    """A producer's error as the bucket's state machine reads it."""
+    return ProducerError(error.str(), fatal=error.fatal(), fenced=error.code() in FENCE_CODES,
+                         abortable=error.txn_requires_abort(), retriable=error.retriable())

@@ -1,4 +1,4 @@
-"""The replicator's Prometheus metrics, per route and source partition (names in README.md)."""
+"""The replicator's Prometheus metrics, per route and source partition (names in docs/replicate.md)."""
 
 from __future__ import annotations
 

@@ -46,6 +46,9 @@ class Worker:
         self.copiers: dict[int, BucketCopier] = {}
         self._stop = threading.Event()
         self._backoff = 1.0
+        #: Set by the assignment callback: the membership consumer's new partitions are paused on its
+        #: next loop, as its offsets are read by the copiers, not by it.
+        self._pause_pending = False
         #: Per undeclared topic, the source configs its copy does not have (logged when they change).
         self.differences: dict[str, tuple[ConfigDifference, ...]] = {}
 
@@ -156,7 +159,6 @@ class Worker:
         membership = kafka.consumer(platform, route.destination, plan.group_id(self.state.name), self.worker_id, {
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
             "partition.assignment.strategy": "cooperative-sticky"})
-        self._pause_pending = False
         membership.subscribe([plan.route_topic(self.state.name)], on_assign=self._assigned,
                              on_revoke=self._revoked, on_lost=self._revoked)
         status = 0

@@ -1,9 +1,9 @@
 """Topic contracts: one JSON Schema (draft 2020-12) per topic, compiled once with jsonschema-rs.
 
-A contract is what a topic promises its consumers (MISSION.md section 3: the bus validates the
-contract of every exchange). Every event carries ``event_id`` (UUID) and ``event_time`` (RFC 3339),
-and the schema's ``x-key`` names the field whose value keys the Kafka record, so all events of one
-key land in one partition, in order.
+A contract is what a topic promises its consumers (docs/architecture.md, section 1: the bus
+validates the contract of every exchange). Every event carries ``event_id`` (UUID) and
+``event_time`` (RFC 3339), and the schema's ``x-key`` names the field whose value keys the Kafka
+record, so all events of one key land in one partition, in order.
 
 The gateway and the lake check events with the same :class:`Contract`, so what one accepts the
 other lands. The platform has one numeric model: a JSON Schema ``integer`` is a signed 64-bit

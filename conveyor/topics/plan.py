@@ -1,7 +1,7 @@
 """What it takes to make one cluster's topics match platform.yaml. Pure: no Kafka here.
 
-The mission's federation needs every topic in every cluster (MISSION.md section 4: a separate tool
-created each topic everywhere when the bus was asked to). The plan lists creations, partition
+The federation needs every topic in every cluster (docs/architecture.md, section 2), created by
+the tool that plans them rather than by hand on each cluster. The plan lists creations, partition
 increases and config changes; what Kafka cannot do (shrink a topic, change the replication factor
 in place) is a refusal with the reason, and a plan with refusals is never applied.
 """

@@ -1,4 +1,4 @@
-"""SIGKILL a dispatcher node and some client processes mid-stream, restart them (MISSION.md section 3).
+"""SIGKILL a dispatcher node and some client processes mid-stream, restart them.
 
 Two dispatcher nodes (``python -m conveyor dispatch serve``) and four client processes
 (``dispatch_worker.py``) share a 3-partition topic while more messages are produced. Each round

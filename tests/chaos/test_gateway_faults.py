@@ -1,5 +1,5 @@
 """The gateway when brokers fail: failover between data centres loses no accepted event, and a
-topic stuck on a frozen broker never holds up another topic (MISSION.md sections 4 and 5)."""
+topic stuck on a frozen broker never holds up another topic."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RF 3 and min ISR 2 on the central cluster, proved by killing brokers (MISSION.md section 1).
+"""RF 3 and min ISR 2 on the central cluster, proved by killing brokers.
 
 One broker SIGKILLed while a producer streams: every write still succeeds. A second one killed:
 writes fail with NOT_ENOUGH_REPLICAS instead of being accepted on a single copy. Both restarted:

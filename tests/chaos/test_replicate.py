@@ -1,7 +1,7 @@
-"""The replicator under fire (MISSION.md sections 4 and 5): dc1 and dc2 copied into central while
-workers are SIGKILLed at random and 20 topics are created mid-run. A read_committed consumer on
-central must see exactly the produced events, each once, in per-key order; the at-least-once mode
-loses nothing; a record too large stops only its own partition.
+"""The replicator under fire: dc1 and dc2 copied into central while workers are SIGKILLed at random
+and 20 topics are created mid-run. A read_committed consumer on central must see exactly the
+produced events, each once, in per-key order; the at-least-once mode loses nothing; a record too
+large stops only its own partition.
 
 CONVEYOR_CHAOS_ROUNDS sets the number of kills (default 10, the issue's minimum). Adding topics
 without pausing the others is timed in test_replicate_pause.py; retention gaps are in

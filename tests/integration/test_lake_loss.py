@@ -12,12 +12,12 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from conveyor import kafka
-from conveyor.cli.pipeline_cmd import EXIT_DATA_LOST
 from conveyor.gateway.audit import AuditCounts
 from conveyor.pipeline.audit import AUDIT_TOPIC, audit_lake
 from conveyor.pipeline.completeness import floor_hour
 from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.offsets import Gap
+from conveyor.pipeline.schedule import EXIT_DATA_LOST
 from conveyor.pipeline.tables import current_commit, data_table, gaps_of, quarantine_table
 from tests.conftest import demo_event
 from tests.lakekit import lake_case, lake_folder, lake_spark, produce, rows_of  # noqa: F401

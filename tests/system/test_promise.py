@@ -161,8 +161,9 @@ class Faults:
 
 
 def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system, local, postgres_server,  # noqa: F811
-                                                                       chaos_rng, tmp_path):
+                                                                       chaos_rng, tmp_path, request):
     platform, path, ports = system
+    seed = dict(request.node.user_properties)["chaos seed"]
     logs = tmp_path / "logs"
     logs.mkdir()
     procs = _processes(path, ports, logs)
@@ -230,9 +231,12 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
         assert verify.returncode == 0, [c for c in checks if c["verdict"] != "PASS"]
         checked = {check["invariant"] for check in checks if check["verdict"] == "PASS"}
         assert checked == {"lake", "audit", "views", "replication", "dispatch"}, verify.stdout  # none skipped
-        print(f"{len(accepted)} events accepted ({sum(ledger.acceptances.values())} acceptances, "
-              f"{len(ledger.resent)} resent through the other data centre), faults landed: {dict(faults.landed)}, "
-              f"lake commits lost to the other runner: {lost_commits}")
+        print(f"seed {seed}, {MINUTES:g} minutes of traffic and faults: {len(accepted)} events accepted "
+              f"({sum(ledger.acceptances.values())} acceptances, {len(ledger.resent)} resent through the other "
+              f"data centre), faults landed: {dict(faults.landed)}, lake commits lost to the other runner: "
+              f"{lost_commits}")
+        for check in checks:
+            print(f"{check['verdict']}  {check['invariant']} {check['subject']}: {check['summary']}")
     finally:
         subscriber.stop()
         for proc in procs.values():

@@ -1,4 +1,4 @@
-"""Smart throttling of lagging consumers (MISSION.md section 5). Pure: no Kafka, no clock.
+"""Smart throttling of lagging consumers. Pure: no Kafka, no clock.
 
 When a broker is busy (its produce request p99 or its disk utilisation at or above a threshold),
 consumers far behind the tail are the ones reading old segments from disk and
@@ -9,7 +9,7 @@ healthy again, when the client caught up, or when it no longer reads from a busy
 Why produce p99 and not the consumers' fetch p99: a fetch request's total time includes the time
 the broker holds it waiting for new data (``fetch.max.wait.ms``, 500 ms by default), so tail
 consumers on an idle topic show a fetch p99 of about 500 ms on a perfectly healthy broker. Produce
-time is what a busy disk hurts first (the mission's "produce latency back to low"), and it has no
+time is what a busy disk hurts first (docs/architecture.md, section 6), and it has no
 such wait.
 
 The rules, each a small function over plain numbers, tested from a table:

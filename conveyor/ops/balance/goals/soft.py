@@ -20,7 +20,8 @@ class ReplicaCountGoal(ResourceGoal):
 class LeaderCountGoal(ResourceGoal):
     """Leaders balanced per broker, and each topic's leaders spread over the brokers holding it.
 
-    The per-topic spread is the mission's case (reads hitting 2-3 of 5 brokers): a topic whose
+    The per-topic spread is the field's case (reads hitting 2-3 of 5 brokers, docs/architecture.md,
+    section 6): a topic whose
     leaders crowd one broker is spread even when the cluster-wide counts already look balanced,
     by a leadership move or, when that would unbalance the counts, a leadership swap with a
     partition of another topic. A topic's cap is ceil(partitions / brokers holding the topic).

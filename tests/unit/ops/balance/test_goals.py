@@ -1,4 +1,4 @@
-"""Example tests of the balance goals and planner: the mission's cases and the hard-goal errors."""
+"""Example tests of the balance goals and planner: the field's cases and the hard-goal errors."""
 
 from __future__ import annotations
 
@@ -42,12 +42,12 @@ def follower_quota(leaders: list[int], quota: dict[int, int]) -> list[int]:
     return followers
 
 
-# -- the mission's cases -------------------------------------------------------------------------
+# -- the field's cases (docs/architecture.md, section 6) -----------------------------------------
 
 
 def test_every_leader_of_a_topic_on_one_broker_is_spread_by_leadership_alone() -> None:
-    # MISSION.md section 1: reads hit a few brokers because one topic's leaders sat together. The
-    # read cluster of DESIGN.md: 3 brokers, RF 3, so every broker holds every partition.
+    # Reads hit a few brokers because one topic's leaders sat together (docs/architecture.md,
+    # section 6). The demo's read cluster: 3 brokers, RF 3, so every broker holds every partition.
     parts = [Partition("clicks", n, (1, 2 + n % 2, 3 - n % 2), bytes_in=1000, bytes_out=3000, size=GB)
              for n in range(9)]
     model = ClusterModel(brokers(1, 2, 3), parts)

@@ -1,0 +1,320 @@
+"""The same brokers scraped under Conveyor's JMX exporter rules and under Strimzi's kafka-metrics.yaml
+read the same: one broker state printed as each exporter prints it, through the real parser and the
+real health, load and produce-rate readers (docs/ops.md, "Broker exporter rules")."""
+
+from __future__ import annotations
+
+from string import Template
+
+import pytest
+
+from conveyor.ops import health
+from conveyor.ops.advise_live import MESSAGES_IN
+from conveyor.ops.balance import loads
+from conveyor.ops.balance.loads import BrokerCounters, PartitionLoad, counters_from_samples, partition_loads
+from conveyor.ops.exporter_names import MISSING, RENAMED, SAME, canonical_labels, canonical_name
+from conveyor.ops.health import (
+    BrokerReading,
+    ClusterHealth,
+    Rule,
+    Severity,
+    assess_cluster,
+    broker_health,
+    reading_from_samples,
+)
+from conveyor.ops.panels import Family
+from conveyor.ops.scrape import parse_page
+
+T0 = 1_700_000_000_000
+_MGMT = "Attribute exposed for management"
+
+# The gauges Conveyor reads that both rule sets print alike, to the letter.
+_GAUGES = f"""\
+# HELP kafka_server_replicamanager_underreplicatedpartitions {_MGMT} kafka.server:name=UnderReplicatedPartitions,type=ReplicaManager,attribute=Value
+# TYPE kafka_server_replicamanager_underreplicatedpartitions gauge
+kafka_server_replicamanager_underreplicatedpartitions $urp
+# HELP kafka_server_replicamanager_underminisrpartitioncount {_MGMT} kafka.server:name=UnderMinIsrPartitionCount,type=ReplicaManager,attribute=Value
+# TYPE kafka_server_replicamanager_underminisrpartitioncount gauge
+kafka_server_replicamanager_underminisrpartitioncount $min_isr
+# HELP kafka_server_replicamanager_leadercount {_MGMT} kafka.server:name=LeaderCount,type=ReplicaManager,attribute=Value
+# TYPE kafka_server_replicamanager_leadercount gauge
+kafka_server_replicamanager_leadercount $leaders
+# HELP kafka_server_replicamanager_partitioncount {_MGMT} kafka.server:name=PartitionCount,type=ReplicaManager,attribute=Value
+# TYPE kafka_server_replicamanager_partitioncount gauge
+kafka_server_replicamanager_partitioncount $replicas
+# HELP kafka_controller_kafkacontroller_offlinepartitionscount {_MGMT} kafka.controller:name=OfflinePartitionsCount,type=KafkaController,attribute=Value
+# TYPE kafka_controller_kafkacontroller_offlinepartitionscount gauge
+kafka_controller_kafkacontroller_offlinepartitionscount $offline
+# HELP kafka_controller_kafkacontroller_activecontrollercount {_MGMT} kafka.controller:name=ActiveControllerCount,type=KafkaController,attribute=Value
+# TYPE kafka_controller_kafkacontroller_activecontrollercount gauge
+kafka_controller_kafkacontroller_activecontrollercount $active
+# HELP kafka_log_logcleanermanager_max_dirty_percent {_MGMT} kafka.log:name=max-dirty-percent,type=LogCleanerManager,attribute=Value
+# TYPE kafka_log_logcleanermanager_max_dirty_percent gauge
+kafka_log_logcleanermanager_max_dirty_percent $dirty
+# HELP kafka_log_logcleanermanager_time_since_last_run_ms {_MGMT} kafka.log:name=time-since-last-run-ms,type=LogCleanerManager,attribute=Value
+# TYPE kafka_log_logcleanermanager_time_since_last_run_ms gauge
+kafka_log_logcleanermanager_time_since_last_run_ms $idle
+# HELP kafka_log_log_size {_MGMT} kafka.log:name=Size,type=Log,attribute=Value
+# TYPE kafka_log_log_size gauge
+kafka_log_log_size{{partition="0",topic="ad-events"}} $size_ads0
+kafka_log_log_size{{partition="1",topic="ad-events"}} $size_ads1
+kafka_log_log_size{{partition="0",topic="clicks"}} $size_clicks0
+"""
+
+# As the JMX exporter 1.x agent prints a broker under conveyor/runtime/jmx-exporter.yaml: meters keep
+# "PerSec", label names are lowercased. It also carries what Strimzi's rules leave out (request
+# times and counts, the group coordinator), read by the watcher when present.
+CONVEYOR = Template(f"""\
+# HELP jmx_scrape_error Non-zero if this scrape failed.
+# TYPE jmx_scrape_error gauge
+jmx_scrape_error 0.0
+{_GAUGES}# HELP kafka_server_replicamanager_isrshrinkspersec_total {_MGMT} kafka.server:name=IsrShrinksPerSec,type=ReplicaManager,attribute=Count
+# TYPE kafka_server_replicamanager_isrshrinkspersec_total counter
+kafka_server_replicamanager_isrshrinkspersec_total $shrinks
+# HELP kafka_server_replicamanager_isrexpandspersec_total {_MGMT} kafka.server:name=IsrExpandsPerSec,type=ReplicaManager,attribute=Count
+# TYPE kafka_server_replicamanager_isrexpandspersec_total counter
+kafka_server_replicamanager_isrexpandspersec_total $expands
+# HELP kafka_server_brokertopicmetrics_bytesinpersec_total {_MGMT} kafka.server:name=BytesInPerSec,type=BrokerTopicMetrics,attribute=Count
+# TYPE kafka_server_brokertopicmetrics_bytesinpersec_total counter
+kafka_server_brokertopicmetrics_bytesinpersec_total $in_all
+kafka_server_brokertopicmetrics_bytesinpersec_total{{topic="ad-events"}} $in_ads
+kafka_server_brokertopicmetrics_bytesinpersec_total{{topic="clicks"}} $in_clicks
+# HELP kafka_server_brokertopicmetrics_bytesoutpersec_total {_MGMT} kafka.server:name=BytesOutPerSec,type=BrokerTopicMetrics,attribute=Count
+# TYPE kafka_server_brokertopicmetrics_bytesoutpersec_total counter
+kafka_server_brokertopicmetrics_bytesoutpersec_total $out_all
+kafka_server_brokertopicmetrics_bytesoutpersec_total{{topic="ad-events"}} $out_ads
+kafka_server_brokertopicmetrics_bytesoutpersec_total{{topic="clicks"}} $out_clicks
+# HELP kafka_server_brokertopicmetrics_messagesinpersec_total {_MGMT} kafka.server:name=MessagesInPerSec,type=BrokerTopicMetrics,attribute=Count
+# TYPE kafka_server_brokertopicmetrics_messagesinpersec_total counter
+kafka_server_brokertopicmetrics_messagesinpersec_total $msgs_all
+kafka_server_brokertopicmetrics_messagesinpersec_total{{topic="ad-events"}} $msgs_ads
+kafka_server_brokertopicmetrics_messagesinpersec_total{{topic="clicks"}} $msgs_clicks
+# HELP kafka_server_brokertopicmetrics_replicationbytesinpersec_total {_MGMT} kafka.server:name=ReplicationBytesInPerSec,type=BrokerTopicMetrics,attribute=Count
+# TYPE kafka_server_brokertopicmetrics_replicationbytesinpersec_total counter
+kafka_server_brokertopicmetrics_replicationbytesinpersec_total 5.0E7
+# HELP kafka_server_replicafetchermanager_maxlag {_MGMT} kafka.server:name=MaxLag,type=ReplicaFetcherManager,attribute=Value
+# TYPE kafka_server_replicafetchermanager_maxlag gauge
+kafka_server_replicafetchermanager_maxlag{{clientid="Replica"}} $max_lag
+# HELP kafka_controller_controllerstats_uncleanleaderelectionspersec_total {_MGMT} kafka.controller:name=UncleanLeaderElectionsPerSec,type=ControllerStats,attribute=Count
+# TYPE kafka_controller_controllerstats_uncleanleaderelectionspersec_total counter
+kafka_controller_controllerstats_uncleanleaderelectionspersec_total $unclean
+# HELP kafka_network_requestmetrics_totaltimems {_MGMT} kafka.network:name=TotalTimeMs,type=RequestMetrics,attribute=99thPercentile
+# TYPE kafka_network_requestmetrics_totaltimems gauge
+kafka_network_requestmetrics_totaltimems{{quantile="0.99",request="Produce"}} 4.0
+kafka_network_requestmetrics_totaltimems{{quantile="0.99",request="Metadata"}} 1.0
+# HELP kafka_network_requestmetrics_requests_total {_MGMT} kafka.network:name=RequestsPerSec,type=RequestMetrics,attribute=Count
+# TYPE kafka_network_requestmetrics_requests_total counter
+kafka_network_requestmetrics_requests_total{{request="Produce",version="11"}} 1234.0
+# HELP kafka_server_group_coordinator_metrics_partition_load_time_max The max time it took to load the partitions in the last 30sec. kafka.server:name=null,type=group-coordinator-metrics,attribute=partition-load-time-max
+# TYPE kafka_server_group_coordinator_metrics_partition_load_time_max gauge
+kafka_server_group_coordinator_metrics_partition_load_time_max 12.0
+# HELP kafka_coordinator_group_groupmetadatamanager_numgroups {_MGMT} kafka.coordinator.group:name=NumGroups,type=GroupMetadataManager,attribute=Value
+# TYPE kafka_coordinator_group_groupmetadatamanager_numgroups gauge
+kafka_coordinator_group_groupmetadatamanager_numgroups 7.0
+""")
+
+# The same broker as the agent prints it under Strimzi's kafka-metrics.yaml: "PerSec" stripped from
+# meters, label names as the MBean spells them (clientId), RequestMetrics and the coordinators not
+# exported at all, idle percent under its own "_percent" rule.
+STRIMZI = Template(f"""\
+# HELP jmx_scrape_error Non-zero if this scrape failed.
+# TYPE jmx_scrape_error gauge
+jmx_scrape_error 0.0
+# HELP kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent {_MGMT} kafka.server:name=RequestHandlerAvgIdlePercent,type=KafkaRequestHandlerPool,attribute=MeanRate
+# TYPE kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent gauge
+kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent 0.93
+{_GAUGES}# HELP kafka_server_replicamanager_isrshrinks_total {_MGMT} kafka.server:name=IsrShrinksPerSec,type=ReplicaManager,attribute=Count
+# TYPE kafka_server_replicamanager_isrshrinks_total counter
+kafka_server_replicamanager_isrshrinks_total $shrinks
+# HELP kafka_server_replicamanager_isrexpands_total {_MGMT} kafka.server:name=IsrExpandsPerSec,type=ReplicaManager,attribute=Count
+# TYPE kafka_server_replicamanager_isrexpands_total counter
+kafka_server_replicamanager_isrexpands_total $expands
+# HELP kafka_server_brokertopicmetrics_bytesin_total {_MGMT} kafka.server:name=BytesInPerSec,type=BrokerTopicMetrics,attribute=Count
+# TYPE kafka_server_brokertopicmetrics_bytesin_total counter
+kafka_server_brokertopicmetrics_bytesin_total $in_all
+kafka_server_brokertopicmetrics_bytesin_total{{topic="ad-events"}} $in_ads
+kafka_server_brokertopicmetrics_bytesin_total{{topic="clicks"}} $in_clicks
+# HELP kafka_server_brokertopicmetrics_bytesout_total {_MGMT} kafka.server:name=BytesOutPerSec,type=BrokerTopicMetrics,attribute=Count
+# TYPE kafka_server_brokertopicmetrics_bytesout_total counter
+kafka_server_brokertopicmetrics_bytesout_total $out_all
+kafka_server_brokertopicmetrics_bytesout_total{{topic="ad-events"}} $out_ads
+kafka_server_brokertopicmetrics_bytesout_total{{topic="clicks"}} $out_clicks
+# HELP kafka_server_brokertopicmetrics_messagesin_total {_MGMT} kafka.server:name=MessagesInPerSec,type=BrokerTopicMetrics,attribute=Count
+# TYPE kafka_server_brokertopicmetrics_messagesin_total counter
+kafka_server_brokertopicmetrics_messagesin_total $msgs_all
+kafka_server_brokertopicmetrics_messagesin_total{{topic="ad-events"}} $msgs_ads
+kafka_server_brokertopicmetrics_messagesin_total{{topic="clicks"}} $msgs_clicks
+# HELP kafka_server_brokertopicmetrics_replicationbytesin_total {_MGMT} kafka.server:name=ReplicationBytesInPerSec,type=BrokerTopicMetrics,attribute=Count
+# TYPE kafka_server_brokertopicmetrics_replicationbytesin_total counter
+kafka_server_brokertopicmetrics_replicationbytesin_total 5.0E7
+# HELP kafka_server_replicafetchermanager_maxlag {_MGMT} kafka.server:name=MaxLag,type=ReplicaFetcherManager,attribute=Value
+# TYPE kafka_server_replicafetchermanager_maxlag gauge
+kafka_server_replicafetchermanager_maxlag{{clientId="Replica"}} $max_lag
+# HELP kafka_controller_controllerstats_uncleanleaderelections_total {_MGMT} kafka.controller:name=UncleanLeaderElectionsPerSec,type=ControllerStats,attribute=Count
+# TYPE kafka_controller_controllerstats_uncleanleaderelections_total counter
+kafka_controller_controllerstats_uncleanleaderelections_total $unclean
+""")
+
+# Two brokers, two scrapes 10 s apart: b1 leads most, its ISRs shrank, a partition is under-replicated
+# and one under min ISR; b1 is also the active controller. Counters print as the agent prints doubles.
+STATES = {
+    "b1": ({"urp": "2.0", "min_isr": "1.0", "leaders": "20.0", "replicas": "40.0", "shrinks": "3.0",
+            "expands": "1.0", "in_all": "1.0E8", "in_ads": "8.0E7", "in_clicks": "2.0E7", "out_all": "2.0E8",
+            "out_ads": "1.5E8", "out_clicks": "5.0E7", "msgs_all": "100000.0", "msgs_ads": "80000.0",
+            "msgs_clicks": "20000.0", "max_lag": "12.0", "offline": "0.0", "active": "1.0", "unclean": "0.0",
+            "dirty": "35.0", "idle": "4200.0", "size_ads0": "5.24288E8", "size_ads1": "4.0E8",
+            "size_clicks0": "1.0E8"},
+           {"urp": "2.0", "min_isr": "1.0", "leaders": "20.0", "replicas": "40.0", "shrinks": "8.0",
+            "expands": "2.0", "in_all": "2.0E8", "in_ads": "1.7E8", "in_clicks": "3.0E7", "out_all": "3.0E8",
+            "out_ads": "2.3E8", "out_clicks": "7.0E7", "msgs_all": "150000.0", "msgs_ads": "120000.0",
+            "msgs_clicks": "30000.0", "max_lag": "9.0", "offline": "0.0", "active": "1.0", "unclean": "0.0",
+            "dirty": "36.0", "idle": "5100.0", "size_ads0": "5.5E8", "size_ads1": "4.2E8",
+            "size_clicks0": "1.1E8"}),
+    "b2": ({"urp": "0.0", "min_isr": "0.0", "leaders": "4.0", "replicas": "40.0", "shrinks": "0.0",
+            "expands": "0.0", "in_all": "1.0E7", "in_ads": "0.0", "in_clicks": "1.0E7", "out_all": "1.0E7",
+            "out_ads": "0.0", "out_clicks": "1.0E7", "msgs_all": "10000.0", "msgs_ads": "0.0",
+            "msgs_clicks": "10000.0", "max_lag": "0.0", "offline": "NaN", "active": "0.0", "unclean": "0.0",
+            "dirty": "10.0", "idle": "3000.0", "size_ads0": "5.2E8", "size_ads1": "4.0E8",
+            "size_clicks0": "1.0E8"},
+           {"urp": "0.0", "min_isr": "0.0", "leaders": "4.0", "replicas": "40.0", "shrinks": "0.0",
+            "expands": "0.0", "in_all": "2.0E7", "in_ads": "0.0", "in_clicks": "2.0E7", "out_all": "2.0E7",
+            "out_ads": "0.0", "out_clicks": "2.0E7", "msgs_all": "12000.0", "msgs_ads": "0.0",
+            "msgs_clicks": "12000.0", "max_lag": "0.0", "offline": "NaN", "active": "0.0", "unclean": "0.0",
+            "dirty": "10.0", "idle": "4000.0", "size_ads0": "5.5E8", "size_ads1": "4.2E8",
+            "size_clicks0": "1.1E8"}),
+}
+EXPORTERS = {"conveyor": CONVEYOR, "strimzi": STRIMZI}
+
+
+def pages(exporter: str, node: str) -> tuple[tuple[Family, ...], tuple[Family, ...]]:
+    """The node's two scrapes, parsed as the scraper parses them."""
+    before, after = STATES[node]
+    return parse_page(EXPORTERS[exporter].substitute(before)), parse_page(EXPORTERS[exporter].substitute(after))
+
+
+def samples(page: tuple[Family, ...]) -> list[tuple[str, dict[str, str], float]]:
+    return [(name, dict(labels), value) for family in page for name, labels, value in family.samples]
+
+
+def readings(exporter: str, node: str) -> tuple[BrokerReading, BrokerReading]:
+    before, after = pages(exporter, node)
+    broker_id = int(node[1:])
+    return (reading_from_samples(node, T0, samples(before), broker_id),
+            reading_from_samples(node, T0 + 10_000, samples(after), broker_id))
+
+
+#: What Strimzi's rules export too, so what must read the same from both.
+SHARED = ("under_replicated", "under_min_isr", "leaders", "replicas", "max_follower_lag", "offline_partitions",
+          "active_controller", "isr_shrinks", "isr_expands", "bytes_in", "bytes_out", "unclean_elections",
+          "cleaner_dirty_percent", "cleaner_idle_ms", "topic_bytes")
+
+
+def shared(reading: BrokerReading) -> dict[str, object]:
+    return {name: getattr(reading, name) for name in SHARED}
+
+
+def test_a_broker_reads_the_same_from_either_exporter() -> None:
+    conveyor, strimzi = readings("conveyor", "b1")[1], readings("strimzi", "b1")[1]
+    assert shared(strimzi) == shared(conveyor) == {
+        "under_replicated": 2.0, "under_min_isr": 1.0, "leaders": 20.0, "replicas": 40.0, "max_follower_lag": 9.0,
+        "offline_partitions": 0.0, "active_controller": 1.0, "isr_shrinks": 8.0, "isr_expands": 2.0,
+        "bytes_in": 2e8, "bytes_out": 3e8, "unclean_elections": 0.0, "cleaner_dirty_percent": 36.0,
+        "cleaner_idle_ms": 5100.0, "topic_bytes": {"ad-events": (1.7e8, 2.3e8), "clicks": (3e7, 7e7)}}
+    assert strimzi.is_broker and conveyor.is_broker
+
+
+def test_what_strimzis_rules_do_not_export_stays_unknown() -> None:
+    conveyor, strimzi = readings("conveyor", "b1")[1], readings("strimzi", "b1")[1]
+    assert (conveyor.p99_ms, conveyor.requests, conveyor.coordinator_load_ms, conveyor.groups) == (
+        {"Produce": 4.0, "Metadata": 1.0}, {"Produce": 1234.0}, 12.0, 7.0)
+    assert (strimzi.p99_ms, strimzi.requests, strimzi.coordinator_load_ms, strimzi.groups) == ({}, {}, None, None)
+
+
+def cluster(exporter: str) -> ClusterHealth:
+    nodes = [readings(exporter, node) for node in STATES]
+    return assess_cluster("central", T0 + 10_000, [broker_health(after, before) for before, after in nodes])
+
+
+def test_the_cluster_health_is_the_same_from_either_exporter() -> None:
+    conveyor, strimzi = cluster("conveyor"), cluster("strimzi")
+    assert strimzi.findings == conveyor.findings
+    assert {(f.rule, f.severity, f.subject) for f in strimzi.findings} == {
+        (Rule.UNDER_REPLICATED, Severity.WARNING, "central"), (Rule.UNDER_MIN_ISR, Severity.CRITICAL, "central"),
+        (Rule.ISR_SHRINKING, Severity.WARNING, "b1"), (Rule.SKEW, Severity.WARNING, "central")}
+    assert (strimzi.under_replicated, strimzi.under_min_isr, strimzi.offline_partitions) == (2, 1, 0)
+    assert strimzi.skew == conveyor.skew and strimzi.skew["bytes_in"] is not None
+    rates = [(b.bytes_in_per_s, b.bytes_out_per_s, b.isr_shrinks_per_s, b.isr_expands_per_s)
+             for b in strimzi.brokers]
+    assert rates == [(b.bytes_in_per_s, b.bytes_out_per_s, b.isr_shrinks_per_s, b.isr_expands_per_s)
+                     for b in conveyor.brokers] == [(1e7, 1e7, 0.5, 0.1), (1e6, 1e6, 0.0, 0.0)]
+
+
+@pytest.mark.parametrize("node", list(STATES))
+def test_partition_loads_are_the_same_from_either_exporter(node: str) -> None:
+    def measured(exporter: str) -> tuple[BrokerCounters, dict[tuple[str, int], PartitionLoad]]:
+        before, after = pages(exporter, node)
+        scrape = (counters_from_samples(int(node[1:]), samples(before)),
+                  counters_from_samples(int(node[1:]), samples(after)))
+        leaders = {("ad-events", 0): 1, ("ad-events", 1): 1, ("clicks", 0): 2}
+        return scrape[1], partition_loads(leaders, [scrape], 10.0)
+
+    (conveyor_counters, conveyor_loads), (strimzi_counters, strimzi_loads) = measured("conveyor"), measured("strimzi")
+    assert strimzi_counters == conveyor_counters
+    assert strimzi_counters.bytes_in and strimzi_counters.bytes_out and len(strimzi_counters.sizes) == 3
+    assert strimzi_loads == conveyor_loads
+
+
+def test_produce_counts_per_topic_are_the_same_from_either_exporter() -> None:
+    def produced(exporter: str) -> dict[str, float]:
+        return {labels["topic"]: value for name, labels, value in samples(pages(exporter, "b1")[1])
+                if name == MESSAGES_IN and "topic" in labels}
+
+    assert produced("strimzi") == produced("conveyor") == {"ad-events": 120000.0, "clicks": 30000.0}
+
+
+# --- The table ---
+
+def test_every_metric_a_reader_reads_is_in_the_table_once() -> None:
+    read = {*health._VALUES, *health._TOPIC_BYTES, health._MAX_LAG, health._TOTAL_TIME, health._REQUESTS,
+            loads.SIZE, loads.BYTES_IN, loads.BYTES_OUT, MESSAGES_IN}
+    table = [*SAME, *RENAMED, *MISSING]
+    assert len(table) == len(set(table))
+    assert set(table) == read
+
+
+@pytest.mark.parametrize("theirs, ours", [
+    pytest.param("kafka_server_brokertopicmetrics_bytesin_total", "kafka_server_brokertopicmetrics_bytesinpersec_total",
+                 id="sample"),
+    pytest.param("kafka_server_brokertopicmetrics_bytesin", "kafka_server_brokertopicmetrics_bytesinpersec",
+                 id="counter-family"),
+    pytest.param("kafka_controller_controllerstats_uncleanleaderelections_total",
+                 "kafka_controller_controllerstats_uncleanleaderelectionspersec_total", id="controller-meter"),
+    pytest.param("kafka_server_brokertopicmetrics_bytesinpersec_total",
+                 "kafka_server_brokertopicmetrics_bytesinpersec_total", id="ours-already"),
+    pytest.param("kafka_server_replicamanager_leadercount", "kafka_server_replicamanager_leadercount",
+                 id="gauge-named-alike"),
+    pytest.param("kafka_server_brokertopicmetrics_replicationbytesin_total",
+                 "kafka_server_brokertopicmetrics_replicationbytesin_total", id="not-read-left-alone"),
+    pytest.param("conveyor_gateway_events_total", "conveyor_gateway_events_total", id="component"),
+])
+def test_canonical_name(theirs: str, ours: str) -> None:
+    assert canonical_name(theirs) == ours
+
+
+def test_strimzis_label_names_are_made_ours_only_where_they_differ() -> None:
+    lag = "kafka_server_replicafetchermanager_maxlag"
+    assert canonical_labels(lag, {"clientId": "Replica"}) == {"clientid": "Replica"}
+    assert canonical_labels(lag, {"clientid": "Replica"}) == {"clientid": "Replica"}
+    assert canonical_labels("kafka_log_log_size", {"topic": "t", "partition": "0"}) == {"topic": "t", "partition": "0"}
+    assert canonical_labels("x", {"clientId": "Replica"}) == {"clientId": "Replica"}
+
+
+def test_a_parsed_strimzi_page_has_our_family_names_and_types() -> None:
+    def families(exporter: str) -> dict[str, str]:
+        return {f.name: f.type for f in pages(exporter, "b1")[0] if f.name.startswith("kafka_")}
+
+    read = {name.removesuffix("_total") for name in (*SAME, *RENAMED)}
+    conveyor, strimzi = families("conveyor"), families("strimzi")
+    assert strimzi["kafka_server_replicamanager_isrshrinkspersec"] == "counter"
+    assert {n: t for n, t in strimzi.items() if n in read} == {n: t for n, t in conveyor.items() if n in read}
+    assert read <= strimzi.keys()
