@@ -33,12 +33,8 @@ def _cluster(platform: Platform, layout: ClusterLayout, material: LocalSecurity)
     disks = {n.node_id: str(n.data_dir) for n in layout.brokers}
     if layout.cluster.security != Security.sasl_ssl:
         return ResolvedCluster(bootstrap=layout.bootstrap, metrics=metrics, disks=disks)
-    # Every part gets a user, whether platform.yaml gives it work yet or not: a part started right
-    # after `up` (a benchmark's, a test's, one an edit of platform.yaml asks for) connects as itself.
-    names = wanted(platform, layout.name)[1] | {part.user for part in Part}
-    users = {user: material.service_password(user) for user in sorted(names)}
     return ResolvedCluster(bootstrap=layout.bootstrap, client=_secrets(admin_settings(material)), metrics=metrics,
-                           disks=disks, users=_secrets(users),
+                           disks=disks, users=_users(platform, layout.name, material),
                            credentials={part: _secrets({"sasl.username": part.user,
                                                         "sasl.password": material.service_password(part.user)})
                                         for part in Part})
@@ -46,3 +42,20 @@ def _cluster(platform: Platform, layout: ClusterLayout, material: LocalSecurity)
 
 def _secrets(settings: dict[str, str]) -> dict[str, SecretStr]:
     return {key: SecretStr(value) for key, value in settings.items()}
+
+
+def _users(platform: Platform, cluster: str, material: LocalSecurity) -> dict[str, SecretStr]:
+    # Every part gets a user, whether platform.yaml gives it work yet or not: a part started right
+    # after `up` (a benchmark's, a test's, one an edit of platform.yaml asks for) connects as itself.
+    names = wanted(platform, cluster)[1] | {part.user for part in Part}
+    return _secrets({user: material.service_password(user) for user in sorted(names)})
+
+
+def with_current_users(platform: Platform, view: ResolvedView, material: LocalSecurity) -> ResolvedView:
+    """``view`` with each secured cluster's users as platform.yaml asks for them now: a service
+    added to platform.yaml after `conveyor up` gets its SCRAM user from the next `acl apply` or
+    `topics apply`. The rest of the view is what up started, and stays."""
+    clusters = {name: started.model_copy(update={"users": _users(platform, name, material)})
+                if started.users and name in platform.clusters else started
+                for name, started in view.clusters.items()}
+    return view.model_copy(update={"clusters": clusters})

@@ -4,6 +4,7 @@ make; the Redis and the edges' certificate. No process is started."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import yaml
@@ -71,3 +72,28 @@ def test_the_runtime_takes_platform_yaml_as_written():
     assert [layout.name for layout in LocalPlatform(parse_platform(data, root=ROOT)).layouts] == ["dc1", "central"]
     assert {layout.name for layout in LocalPlatform(load_platform(ROOT / "platform.yaml")).layouts} == {
         "dc1", "dc2", "central"}
+
+
+def test_a_service_added_after_up_gets_its_user_from_the_next_apply_and_the_rest_of_the_view_stays(tmp_path):
+    from conveyor.cli.common import platform_to_apply
+
+    local = _local(tmp_path)
+    local.write_view()
+    written = read_resolved_view(local.platform)
+    data = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    data["runtime"]["home"] = str(tmp_path / "home")
+    data["services"]["fraud"] = {"token_sha256": "0" * 64}
+    data["topics"]["ad-events"]["consumers"].append("fraud")
+    shutil.copytree(ROOT / "contracts", tmp_path / "contracts")
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(data))
+
+    planned = platform_to_apply(path, keep=False)
+    assert "fraud" in planned.clusters["central"].users
+    assert "fraud" not in read_resolved_view(local.platform).clusters["central"].users, "a plan writes nothing"
+    kept = platform_to_apply(path, keep=True)
+    view = read_resolved_view(local.platform)
+    assert "fraud" in view.clusters["central"].users
+    assert view.clusters["central"].users["fraud"] == kept.clusters["central"].users["fraud"]
+    assert view.clusters["central"].bootstrap == written.clusters["central"].bootstrap
+    assert view.clusters["dc1"] == written.clusters["dc1"] and view.redis == written.redis
