@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 .PHONY: setup system-deps demo test test-unit soak bench down clean
 
 setup: $(STAMP) system-deps
-	@$(BIN)/python -c "from conveyor.runtime.jars import resolve_jars; resolve_jars()"
+	@$(BIN)/python -c "from conveyor.jars import resolve_jars; resolve_jars()"
 	@$(BIN)/python -c "from conveyor.pipeline.spark import pipeline_jars; pipeline_jars()"
 
 $(STAMP): pyproject.toml

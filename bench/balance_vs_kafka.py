@@ -233,7 +233,9 @@ def scale_out(platform: Platform, grown: Platform, console: Console, throttle: i
     once, and apply that plan twice from the same state, throttled then unthrottled (moved back in
     between, unmeasured), under the probe."""
     _run(platform, _planned(platform, "balance", None))
-    _up(LocalPlatform(grown))
+    grown_local = LocalPlatform(grown)
+    _up(grown_local)
+    grown = grown_local.clients
     scale = _planned(grown, "throttled", throttle)
     probe = Probe(platform, "t9")
     probe.thread.start()
@@ -266,6 +268,7 @@ def main() -> None:
         try:
             with console.status("starting 5 brokers"):
                 _up(local)
+            platform = local.clients
             with console.status("creating skewed topics and preloading data"):
                 _create(platform, random.Random(5))
             with Traffic(platform):

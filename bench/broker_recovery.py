@@ -164,6 +164,7 @@ def run(runs: int, rate: int, base_port: int) -> dict:
         platform = _platform(Path(tmp), base_port)
         local = LocalPlatform(platform)
         local.up()
+        platform = local.clients
         try:
             admin = kafka.admin(platform, "central")
             for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})]

@@ -43,7 +43,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from bench.common import write_results
 from conveyor import kafka
-from conveyor.config import Platform, load_platform
+from conveyor.config import Platform, load_platform, load_resolved_platform
 from conveyor.dispatch.client import Message, Subscriber
 from conveyor.dispatch.protos import dispatch_pb2 as pb
 from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
@@ -315,7 +315,7 @@ def run(platform_path: Path, quick: bool, node_port: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = _with_topics(platform_path, Path(tmp), None, every)
         share_path = _with_topics(platform_path, Path(tmp), None, every, backend="share")
-        platform = load_platform(path)
+        platform = load_resolved_platform(path)
         admin = kafka.admin(platform, "central")
         cluster = platform.cluster("central")
         for future in admin.create_topics([NewTopic(t, 3, cluster.default_replication_factor)

@@ -181,6 +181,7 @@ def run(seconds: int, base_port: int, runs: int = 3, warmup: int = 60) -> dict:
         platform, platform_file = _platform(Path(tmp) / "home", base_port)
         local = LocalPlatform(platform)
         local.up()
+        platform = local.clients
         gateway = None
         try:
             provision(platform)

@@ -52,6 +52,7 @@ from rich.table import Table
 from bench.common import provision
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
+from conveyor.config.resolved import resolved
 from conveyor.pipeline.guard import state_dir
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, read_range
 from conveyor.pipeline.lake import parsed_range, range_records, run_once
@@ -237,6 +238,7 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
         no_dedup = lake_platform(folder, base_port, "0s")  # the same platform, de-duplication off
         local = LocalPlatform(platform)
         local.up()
+        platform, no_dedup = local.clients, resolved(no_dedup)
         try:
             provision(platform)
             produced_bytes = produce(platform, events, size)

@@ -38,7 +38,6 @@ from conveyor.config import Platform, parse_platform
 from conveyor.ops.health import reading_from_samples
 from conveyor.ops.sampler import OffsetSampler
 from conveyor.ops.scrape import parse_page
-from conveyor.runtime.layout import plan_layout
 from conveyor.runtime.local import LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,7 +115,8 @@ def run(topic_count: int, base_port: int, console: Console) -> dict:
         try:
             with console.status("starting a one-broker cluster"):
                 local.up()
-            metrics_url = plan_layout(platform)[0].nodes[0].metrics_url
+            platform = local.clients
+            metrics_url = local.layouts[0].nodes[0].metrics_url
             topics = [f"bench-{i:05d}" for i in range(topic_count)]
             rows, created = [], 0
             for upto in (GROUPS, topic_count):  # first one topic per group, then all of them

@@ -53,6 +53,7 @@ from bench import realtime_mode
 from bench.common import provision
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
+from conveyor.config.resolved import resolved
 from conveyor.gateway.generate import AdTraffic
 from conveyor.pipeline.realtime.deltas import quantiles
 from conveyor.pipeline.realtime.job import run as run_realtime
@@ -389,6 +390,7 @@ def run(rate: int, duration: float, base_port: int, warmup: float, paths: tuple[
         rtm = realtime_platform(Path(tmp), base_port, TOPICS["rtm"], realtime=realtime, spark=spark)
         local = LocalPlatform(platform)
         local.up()
+        platform, rtm = local.clients, resolved(rtm)
         try:
             provision(platform)
             provision(rtm)

@@ -32,7 +32,7 @@ from conveyor.replicate.copier import RouteState, read_bucket_offsets
 from conveyor.replicate.metrics import ReplicateMetrics
 from conveyor.replicate import plan
 from conveyor.replicate.plan import SourcePartition
-from conveyor.runtime.jars import java_binary
+from conveyor.jars import java_binary
 from conveyor.runtime.local import LOG4J_CONFIG, LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,8 +85,8 @@ def _start_mm2(platform: Platform, local: LocalPlatform, tmp: Path) -> subproces
     props = tmp / "mm2.properties"
     props.write_text("\n".join([
         "clusters = dc1, central",
-        f"dc1.bootstrap.servers = {kafka.bootstrap_servers(platform, 'dc1')}",
-        f"central.bootstrap.servers = {kafka.bootstrap_servers(platform, 'central')}",
+        f"dc1.bootstrap.servers = {platform.bootstrap('dc1')}",
+        f"central.bootstrap.servers = {platform.bootstrap('central')}",
         "dc1->central.enabled = true", "central->dc1.enabled = false",
         "dc1->central.topics = mm2-.*",
         "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
@@ -214,6 +214,7 @@ def run(records: int, rate: int, seconds: int, base_port: int) -> dict:
         platform, platform_file = _platform(tmp, base_port)
         local = LocalPlatform(platform)
         local.up()
+        platform = local.clients
         procs: list[subprocess.Popen] = []
         try:
             _create(platform, "dc1", ["ours-tput", "mm2-tput"], 12)

@@ -60,7 +60,7 @@ def run(warm_runs: int, skip_cold: bool, base_port: int) -> dict:
                 result["warm_seconds"].append(round(_timed_up(local), 2))
                 if run_index == 0:
                     for cluster in local.platform.clusters:
-                        smoke(local.platform, cluster, messages=1000)
+                        smoke(local.clients, cluster, messages=1000)
                     state = local.state()
                     result["rss_mib"] = {
                         s.node.name: round(_rss_mib(s.pid), 1) for c in state.clusters for s in c.nodes if s.pid

@@ -119,6 +119,7 @@ def run(seconds: int, runs: int, warmup: int, records: int, base_port: int) -> d
         platform, platform_file = _platform(tmp, base_port)
         local = LocalPlatform(platform)
         local.up()
+        platform = local.clients
         try:
             provision(platform)
             return {"host": host(), "gateway": gateways(platform_file, tmp, base_port, seconds, runs, warmup),

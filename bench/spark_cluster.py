@@ -39,6 +39,7 @@ from bench.common import arguments, host, provision, write_results
 from bench.lake_ingest import lake_platform, lake_seconds, produce
 from bench.realtime_views import measure_realtime, realtime_platform
 from conveyor.config import Platform
+from conveyor.config.resolved import resolved
 from conveyor.pipeline.spark import spark_session
 from conveyor.runtime.local import LocalPlatform
 from conveyor.runtime.spark_standalone import StandaloneCluster, StandaloneSettings
@@ -119,6 +120,8 @@ def run(bench: ClusterBench) -> dict[str, Any]:
                  for name, spark in masters.items()}
         local = LocalPlatform(views["local"])  # central and Redis: every platform here names the same ones
         local.up()
+        lakes = {name: resolved(platform) for name, platform in lakes.items()}
+        views = {name: resolved(platform) for name, platform in views.items()}
         try:
             for platform in (*lakes.values(), *views.values()):
                 provision(platform)

@@ -14,11 +14,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient
 
-from conveyor.config import Platform, Security
+from conveyor.config import Platform
 from conveyor.errors import ConveyorError
 from conveyor.kafka_logs import LIBRDKAFKA
-from conveyor.runtime.layout import plan_layout
-from conveyor.runtime.security import client_settings, local_security
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "acks": "all",
@@ -56,16 +54,6 @@ class KafkaOperationError(ConveyorError):
         return cls(what, exc.args[0])
 
 
-def bootstrap_servers(platform: Platform, cluster_name: str) -> str:
-    cluster = platform.cluster(cluster_name)
-    if cluster.bootstrap is not None:
-        return cluster.bootstrap
-    for layout in plan_layout(platform):
-        if layout.name == cluster_name:
-            return layout.bootstrap
-    raise AssertionError(f"local cluster {cluster_name} has no layout")
-
-
 def client_config(
     platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -73,9 +61,7 @@ def client_config(
     platform acting as one of Conveyor's parts (``Platform.acting_as``) connects as that part."""
     cluster = platform.cluster(cluster_name)
     part = platform.part
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers(platform, cluster_name)}
-    if cluster.is_local and cluster.security == Security.sasl_ssl:
-        config.update(client_settings(local_security(platform.home), part.user if part else None))
+    config: dict[str, Any] = {"bootstrap.servers": platform.bootstrap(cluster_name)}
     config.update({key: secret.get_secret_value() for key, secret in cluster.client.items()})
     if part is not None:
         config.update({key: secret.get_secret_value() for key, secret in cluster.credentials.get(part, {}).items()})

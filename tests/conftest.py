@@ -2,7 +2,8 @@
 
 One session fixture brings up the demo platform (same platform.yaml, same contracts) in a
 temporary folder on its own ports, so a demo running on this machine is left alone, and takes it
-down at the end. Set CONVEYOR_TEST_PLATFORM to a platform file to run the same tests against
+down at the end; the tests read the platform as the CLI does, with the resolved view that `up`
+wrote laid over platform.yaml. Set CONVEYOR_TEST_PLATFORM to a platform file to run the same tests against
 clusters that already run (the tests that kill brokers are then skipped: they need local ones).
 """
 
@@ -22,7 +23,7 @@ import yaml
 from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
-from conveyor.config import Platform, load_platform
+from conveyor.config import Platform, load_platform, load_resolved_platform
 from conveyor.runtime.local import LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,22 +111,23 @@ def platform_file(platform_data: dict[str, Any], tmp_path_factory: pytest.TempPa
 
 
 @pytest.fixture(scope="session")
-def platform(platform_file: Path) -> Platform:
-    return load_platform(platform_file)
-
-
-@pytest.fixture(scope="session")
-def local_platform(platform: Platform) -> Iterator[LocalPlatform | None]:
+def local_platform(platform_file: Path) -> Iterator[LocalPlatform | None]:
     """The running platform (None when the tests use existing clusters)."""
     if EXTERNAL:
         yield None
         return
-    local = LocalPlatform(platform)
+    local = LocalPlatform(load_platform(platform_file))
     try:
         local.up()
         yield local
     finally:
         local.down()
+
+
+@pytest.fixture(scope="session")
+def platform(platform_file: Path, local_platform: LocalPlatform | None) -> Platform:
+    """The platform as the CLI loads it: once the local one runs, with the view `up` wrote."""
+    return load_resolved_platform(platform_file)
 
 
 @pytest.fixture
@@ -175,7 +177,7 @@ def platform_variant(data: dict[str, Any], path: Path) -> Platform:
     from conveyor.acls import provisioner as acls
 
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    platform = load_platform(path)
+    platform = load_resolved_platform(path)
     acls.apply_secured(platform)
     return platform
 

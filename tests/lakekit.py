@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from conveyor import kafka
-from conveyor.config import Platform, load_platform
+from conveyor.config import Platform, load_resolved_platform
 from conveyor.pipeline.spark import spark_session
 from conveyor.runtime import postgres
 from conveyor.runtime.postgres import PostgresLayout
@@ -68,7 +68,7 @@ def lake_data(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
 
 @functools.cache
 def _spark(platform_file: Path) -> Any:
-    return spark_session(load_platform(platform_file), "conveyor-tests")
+    return spark_session(load_resolved_platform(platform_file), "conveyor-tests")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.config import Platform, parse_platform
+from conveyor.config.resolved import resolved
 from conveyor.ops.scrape import Scraper
 from conveyor.ops.watch import ClusterWatch
 
@@ -18,7 +19,7 @@ def ops_platform_with(platform_data: dict[str, Any], platform_file: Path, **ops:
     """The test platform with these ``ops:`` settings."""
     data = copy.deepcopy(platform_data)
     data["ops"] = ops
-    return parse_platform(data, root=platform_file.parent)
+    return resolved(parse_platform(data, root=platform_file.parent))
 
 
 @contextmanager

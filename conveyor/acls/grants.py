@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from conveyor.config import Cluster, Platform, Security
+from conveyor.config import Cluster, Platform
 
 
 class Resource(str, Enum):
@@ -57,9 +57,8 @@ def group_prefix(service: str) -> str:
 
 
 def is_secured(cluster: Cluster) -> bool:
-    """Whether the cluster authenticates clients (and so has an authorizer worth feeding)."""
-    if cluster.is_local:
-        return cluster.security == Security.sasl_ssl
+    """Whether the cluster authenticates clients (and so has an authorizer worth feeding), as its
+    client settings say."""
     protocol = cluster.client.get("security.protocol")
     return protocol is not None and protocol.get_secret_value().upper().startswith("SASL")
 

@@ -2,9 +2,9 @@
 
 The I/O edge of :mod:`conveyor.acls.plan`: the live ALLOW bindings and SCRAM users come from the
 admin client (as the platform's super user), the pure planner gives the difference, and apply
-creates what is missing and, with prune, deletes what is not declared. Credentials are made only
-on local clusters, with passwords kept by the local runtime; on an existing cluster its owner
-manages users, and the plan lists only ACLs.
+creates what is missing and, with prune, deletes what is not declared. SCRAM users are made only
+where the cluster's ``users`` names them with their passwords (`conveyor up` does for the secured
+clusters it starts); elsewhere the cluster's owner manages users, and the plan lists only ACLs.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from conveyor.acls.parts import wanted
 from conveyor.acls.plan import AclPlan, plan_acls
 from conveyor.config import Platform
 from conveyor.errors import ConveyorError
-from conveyor.runtime.security import ADMIN_USER, local_security
 
 _TIMEOUT = 15.0
 #: Iterations of SCRAM's key derivation; Kafka's minimum is 4096.
@@ -85,9 +84,10 @@ def plan(platform: Platform, clusters: Iterable[str] | None = None, prune: bool 
             grants, users = live_grants(admin), live_users(admin)
         except KafkaException as exc:
             raise _failed(name, "reading ACLs and users", exc) from None
-        want_grants, want_users = wanted(platform, name)
-        plans.append(plan_acls(name, want_grants, grants, want_users if cluster.is_local else set(), users, prune,
-                               keep=frozenset({principal(ADMIN_USER)})))
+        want_grants, _ = wanted(platform, name)
+        admin_user = cluster.client.get("sasl.username")
+        keep = frozenset({principal(admin_user.get_secret_value())} if admin_user is not None else ())
+        plans.append(plan_acls(name, want_grants, grants, set(cluster.users), users, prune, keep=keep))
     return plans
 
 
@@ -100,10 +100,10 @@ def apply(platform: Platform, plans: list[AclPlan]) -> int:
         admin = kafka.admin(platform, cluster_plan.cluster)
         try:
             if cluster_plan.users:
-                material = local_security(platform.home)
+                passwords = platform.cluster(cluster_plan.cluster).users
                 upserts = [UserScramCredentialUpsertion(
                     user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, _SCRAM_ITERATIONS),
-                    material.service_password(user).encode()) for user in cluster_plan.users]
+                    passwords[user].get_secret_value().encode()) for user in cluster_plan.users]
                 for future in admin.alter_user_scram_credentials(upserts, request_timeout=_TIMEOUT).values():
                     future.result()
             if cluster_plan.add:

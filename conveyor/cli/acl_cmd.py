@@ -17,7 +17,7 @@ from conveyor.cli.common import (
     Section,
     YesOption,
     confirm,
-    platform_from,
+    platform_to_apply,
     render,
 )
 from conveyor.cli.topics_cmd import PLAN_CHANGES, PLAN_IN_SYNC, ClusterOption, PruneOption
@@ -60,7 +60,7 @@ def plan(
     """Show what `apply` would change: missing SCRAM users and ACLs, and with --prune the ACLs
     platform.yaml does not declare. Exit status: 0 when every secured cluster matches, 2 when
     `apply` would change something, 1 on an error."""
-    plans = provisioner.plan(platform_from(platform), cluster, prune)
+    plans = provisioner.plan(platform_to_apply(platform, keep=False), cluster, prune)
     code = PLAN_IN_SYNC if all(p.in_sync for p in plans) else PLAN_CHANGES
     render(output, _section(plans), exit_code=code)
     raise typer.Exit(code)
@@ -74,9 +74,9 @@ def apply(
     yes: YesOption = False,
     output: OutputOption = OutputFormat.table,
 ) -> None:
-    """Create the missing SCRAM users (local clusters) and ACLs; with --prune, after a typed
+    """Create the missing SCRAM users (those a cluster's users names) and ACLs; with --prune, after a typed
     confirmation (or --yes), also remove the ACLs platform.yaml does not declare."""
-    model = platform_from(platform)
+    model = platform_to_apply(platform, keep=True)
     plans = provisioner.plan(model, cluster, prune)
     report = Report(output)
     report.add(_section(plans))

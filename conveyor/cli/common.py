@@ -18,7 +18,8 @@ import typer
 from rich.console import Console, JustifyMethod, OverflowMethod
 from rich.table import Table
 
-from conveyor.config import DEFAULT_PLATFORM_FILE, Platform, load_platform
+from conveyor.config import DEFAULT_PLATFORM_FILE, Platform, load_platform, load_resolved_platform
+from conveyor.config.resolved import read_resolved_view, with_resolved_view, write_resolved_view
 from conveyor.service import Endpoint
 
 # Rich assumes 80 columns when output is not a terminal, which truncates tables in CI logs and
@@ -43,7 +44,26 @@ DEFAULT_PLATFORM = Path(DEFAULT_PLATFORM_FILE)
 
 
 def platform_from(path: Path) -> Platform:
-    return load_platform(path)
+    """The platform every command but the runtime's own works with: platform.yaml with the resolved
+    view of `conveyor up` laid over it (conveyor.config.resolved)."""
+    return load_resolved_platform(path)
+
+
+def platform_to_apply(path: Path, keep: bool) -> Platform:
+    """:func:`platform_from`, with the SCRAM users of the clusters `conveyor up` started as
+    platform.yaml asks for them now, not as it did at up; ``keep``: write them into the view, so
+    that the services added since connect with them (`acl apply`, `topics apply`)."""
+    from conveyor.runtime.endpoints import with_current_users
+    from conveyor.runtime.security import local_security
+
+    platform = load_platform(path)
+    view = read_resolved_view(platform)
+    if view is None:
+        return platform
+    view = with_current_users(platform, view, local_security(platform.home))
+    if keep:
+        write_resolved_view(platform, view)
+    return with_resolved_view(platform, view)
 
 
 MetricsPortOption = Annotated[int | None, typer.Option(

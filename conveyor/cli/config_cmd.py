@@ -6,9 +6,8 @@ from typing import Any
 
 import typer
 
-from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section,
-                                 platform_from, render)
-from conveyor.config import Platform
+from conveyor.cli.common import DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section, render
+from conveyor.config import Platform, load_platform
 
 app = typer.Typer(rich_markup_mode="markdown", help="The platform file.", no_args_is_help=True)
 
@@ -22,8 +21,8 @@ def _clusters(model: Platform) -> list[dict[str, Any]]:
             topics.append({"topic": topic_name, "partitions": topic.partitions, "replication_factor": replication,
                            "min_insync_replicas": min_isr})
         rows.append({"cluster": name, "role": cluster.role.value,
-                     "brokers": cluster.brokers if cluster.is_local else None,
-                     "bootstrap": None if cluster.is_local else cluster.bootstrap,
+                     "brokers": cluster.brokers if cluster.bootstrap is None else None,
+                     "bootstrap": cluster.bootstrap,
                      "racks": list(cluster.racks), "topics": topics})
     return rows
 
@@ -40,7 +39,7 @@ def _topics(row: dict[str, Any]) -> str:
 @app.command()
 def check(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = OutputFormat.table) -> None:
     """Validate the platform file; print every problem with its path, or a summary."""
-    model = platform_from(platform)
+    model = load_platform(platform)  # the file as written, not what `conveyor up` resolved
     columns = (Column("cluster"), Column("role"), Column("brokers", cell=_brokers),
                Column("racks", cell=lambda r: ",".join(r["racks"])),
                Column("topics (partitions x RF, min ISR)", cell=_topics))

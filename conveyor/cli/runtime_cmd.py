@@ -1,4 +1,6 @@
-"""``conveyor up``, ``down``, ``status`` and ``smoke``: the local runtime."""
+"""``conveyor up``, ``down``, ``status`` and ``smoke``: the local runtime. Up, down and status read
+platform.yaml as written (the runtime starts the clusters it gives no bootstrap); smoke is a client
+of what runs."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section, console,
                                  err_console, platform_from, render, say)
-from conveyor.kafka import bootstrap_servers
+from conveyor.config import load_platform
 from conveyor.runtime import processes
 from conveyor.runtime.local import LocalPlatform, PlatformState
 from conveyor.runtime.services import service_daemons
@@ -25,9 +27,10 @@ def register(app: typer.Typer) -> None:
 
 
 def up(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = OutputFormat.table) -> None:
-    """Start every local cluster of the platform (real KRaft brokers) and Redis, then wait until
+    """Start every cluster platform.yaml gives no bootstrap (real KRaft brokers) and Redis, write
+    where they are and how to log in (the resolved view every other command reads), then wait until
     each cluster reports all its brokers. Running it again starts only what is missing."""
-    local = LocalPlatform(platform_from(platform))
+    local = LocalPlatform(load_platform(platform))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console if output is OutputFormat.table else err_console,
                   transient=True) as progress:
@@ -45,7 +48,7 @@ def up(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = Outpu
 
 def down(platform: PlatformOption = DEFAULT_PLATFORM) -> None:
     """Stop exactly the processes `conveyor up` started for this platform (found by pid file)."""
-    stopped = LocalPlatform(platform_from(platform)).down()
+    stopped = LocalPlatform(load_platform(platform)).down()
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
 
 
@@ -79,13 +82,13 @@ def _pid(row: dict[str, Any]) -> str:
 
 def status(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = OutputFormat.table) -> None:
     """Show which local processes run, with their pids and ports. Exits 1 when any is down."""
-    local = LocalPlatform(platform_from(platform))
+    local = LocalPlatform(load_platform(platform))
     state = local.state()
     columns = (Column("cluster"), Column("node"), Column("roles"), Column("rack"), Column("pid", cell=_pid),
                Column("client", "client_port"), Column("controller", "controller_port"),
                Column("metrics", "metrics_port"))
     existing = [{"cluster": name, "bootstrap": cluster.bootstrap}
-                for name, cluster in local.platform.clusters.items() if not cluster.is_local]
+                for name, cluster in local.platform.clusters.items() if cluster.bootstrap is not None]
     render(output, Section("processes", "local processes", columns, _processes(local, state)),
            existing_clusters=existing, all_running=state.all_running)
     if output is OutputFormat.table:
@@ -104,7 +107,7 @@ def smoke(
     rows = []
     for name in platform_model.clusters:
         result = smoke_cluster(platform_model, name, messages)
-        rows.append({"cluster": name, "bootstrap": bootstrap_servers(platform_model, name), **asdict(result)})
+        rows.append({"cluster": name, "bootstrap": platform_model.bootstrap(name), **asdict(result)})
     columns = (Column("cluster"), Column("bootstrap"), Column("produced"),
                Column("consumed", cell=lambda r: f"[green]{r['consumed']}[/]"),
                Column("produce", cell=lambda r: f"{r['produce_seconds'] * 1000:.0f} ms"),

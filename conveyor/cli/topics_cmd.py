@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Report, Section,
-                                 YesOption, confirm, platform_from, render)
+                                 YesOption, confirm, platform_from, platform_to_apply, render)
 from conveyor.acls import provisioner as acl_provisioner
 from conveyor.topics import provisioner
 from conveyor.topics.plan import ChangeKind, ClusterPlan
@@ -84,7 +84,7 @@ def apply(
 ) -> None:
     """Create missing topics, add partitions and fix config drift on every cluster. Deletes only
     with --prune, after a typed confirmation (or --yes). Changes nothing if any part cannot apply."""
-    platform_model = platform_from(platform)
+    platform_model = platform_to_apply(platform, keep=True)
     plans = provisioner.plan(platform_model, cluster, prune)
     deletions = [(p.cluster, c.topic) for p in plans for c in p.changes if c.kind == ChangeKind.delete]
     report = Report(output)

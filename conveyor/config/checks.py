@@ -24,10 +24,17 @@ def _unknown(path: str, section: str, kind: str, name: str) -> Problem:
     return Problem(path, f"names unknown {kind} {name!r}", refers_to=(f"{section}.{name}",))
 
 
+#: What a cluster given by bootstrap may say about itself, and `conveyor up` says of the ones it starts.
+_SET_BY_UP = ("client", "credentials", "users", "metrics", "disks")
+
+
 def _cluster_problems(platform: Platform) -> Iterator[Problem]:
     for name, cluster in platform.clusters.items():
-        if cluster.is_local and cluster.client:
-            yield Problem(f"clusters.{name}.client", "only applies to a cluster given by bootstrap")
+        if cluster.bootstrap is None:
+            for setting in _SET_BY_UP:
+                if getattr(cluster, setting):
+                    yield Problem(f"clusters.{name}.{setting}", "only applies to a cluster given by bootstrap; "
+                                                                "`conveyor up` sets it for the clusters it starts")
         for other in cluster.failover:
             target = platform.clusters.get(other)
             if target is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from conveyor.config.units import Model, Name, Secret
 
@@ -16,7 +16,8 @@ class ClusterRole(str, Enum):
 
 
 class Security(str, Enum):
-    """How a local cluster's clients connect: in clear without identity, or SCRAM over TLS with ACLs."""
+    """How the clients of a cluster `conveyor up` starts connect: in clear without identity, or
+    SCRAM over TLS with ACLs."""
 
     plaintext = "plaintext"
     sasl_ssl = "sasl_ssl"
@@ -45,8 +46,33 @@ class ReplicationDefaults(Model):
     min_insync: int | None = Field(default=None, ge=1, description="default: min(2, factor)")
 
 
+class MetricsPage(Model):
+    """One node's JMX exporter page (Prometheus text)."""
+
+    url: str = Field(pattern=r"^https?://")
+    #: The node's name in reports; default: the URL's host:port.
+    node: Name | None = None
+    #: The broker's node.id, which ties the page to its broker (the throttle and the balancer weigh
+    #: brokers by it); left out, ops infers from the page whether the node is a broker.
+    broker: int | None = Field(default=None, ge=0)
+    #: A dedicated KRaft controller: no broker figures on its page.
+    controller: bool = False
+
+    @model_validator(mode="after")
+    def _one_role(self) -> MetricsPage:
+        if self.controller and self.broker is not None:
+            raise ValueError("a page is a broker's (broker: id) or a dedicated controller's (controller: true)")
+        return self
+
+
+def _page(value: object) -> object:
+    """A page given by its URL alone."""
+    return {"url": value} if isinstance(value, str) else value
+
+
 class Cluster(Model):
-    """A Kafka cluster: started locally by ``conveyor up``, or an existing one at ``bootstrap``."""
+    """A Kafka cluster: an existing one at ``bootstrap``, or, without it, one ``conveyor up`` starts
+    on this machine (it then writes the bootstrap and the rest into the resolved view)."""
 
     role: ClusterRole
     brokers: int = Field(default=1, ge=1, le=32)
@@ -59,14 +85,22 @@ class Cluster(Model):
     client: dict[str, Secret] = Field(default_factory=dict)
     #: Per part of Conveyor, settings that replace ``client``'s for its own identity on an existing
     #: cluster (``sasl.username``, ``sasl.password``, ``ssl.certificate.location``...). A part not
-    #: named here connects with ``client``'s. Local secured clusters need none: `conveyor up` and
-    #: `conveyor acl apply` make each part's credentials.
+    #: named here connects with ``client``'s.
     credentials: dict[Part, dict[str, Secret]] = Field(default_factory=dict)
+    #: SCRAM-SHA-512 users Conveyor keeps on the cluster, name -> password: `acl apply` creates those
+    #: the cluster lacks. Left out, the cluster's owner manages its users and Conveyor only its ACLs.
+    users: dict[str, Secret] = Field(default_factory=dict)
+    #: The JMX exporter page of each node (a URL, or a page with its node's name and broker id): the
+    #: ops watcher, the balancer and the throttle read the brokers' figures there.
+    metrics: list[Annotated[MetricsPage, BeforeValidator(_page)]] = Field(default_factory=list)
+    #: Broker id -> a folder on the broker's data disk, seen from this machine: the throttle weighs
+    #: the disk's busy time (/proc/diskstats) as a signal. Brokers on other machines give none.
+    disks: dict[Annotated[int, Field(ge=0)], str] = Field(default_factory=dict)
     replication: ReplicationDefaults = Field(default_factory=ReplicationDefaults)
     #: Writable clusters the gateway writes to, in order, while this one cannot take writes.
     failover: list[Name] = Field(default_factory=list)
-    #: Listeners of a local cluster: sasl_ssl runs SCRAM-SHA-512 over TLS with Kafka's authorizer
-    #: on (nothing allowed without an ACL). An existing cluster's security goes under ``client``.
+    #: Listeners of a cluster `conveyor up` starts: sasl_ssl runs SCRAM-SHA-512 over TLS with Kafka's
+    #: authorizer on (nothing allowed without an ACL). An existing cluster's security goes under ``client``.
     security: Security = Security.plaintext
 
     @model_validator(mode="after")
@@ -84,10 +118,6 @@ class Cluster(Model):
             if outside:
                 raise ValueError(f"tag {tag!r} names broker ids {outside} beyond the {self.brokers} brokers")
         return self
-
-    @property
-    def is_local(self) -> bool:
-        return self.bootstrap is None
 
     @property
     def default_replication_factor(self) -> int:

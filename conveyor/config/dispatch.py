@@ -17,7 +17,7 @@ class Dispatch(Model):
     cluster: Name | None = None
     port: int = Field(default=18090, ge=1024, le=65535, description="gRPC port; --port overrides")
     metrics_port: int = Field(default=18190, ge=1024, le=65535, description="/metrics and /healthz")
-    #: Serve gRPC over TLS (``tls: {}`` for a certificate from the local runtime's CA).
+    #: Serve gRPC over TLS (``tls: {}`` for the platform's certificate, see Tls).
     tls: Tls | None = None
     #: A delivered message not acked within this is delivered again.
     ack_deadline: Seconds = Field(default=30.0, gt=0)

@@ -37,5 +37,5 @@ class Gateway(Model):
     audit_interval: Seconds = Field(default=2.0, gt=0)
     #: Requests with more events get a per-partition summary instead of one entry per event.
     summary_above: int = Field(default=100, ge=0)
-    #: Serve HTTPS (``tls: {}`` for a certificate from the local runtime's CA).
+    #: Serve HTTPS (``tls: {}`` for the platform's certificate, see Tls).
     tls: Tls | None = None

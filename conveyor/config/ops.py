@@ -6,15 +6,14 @@ import re
 
 from pydantic import Field, model_validator
 
+from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
 from conveyor.config.tls import Tls
 from conveyor.config.units import Model, Name, Seconds, SizeBytes
-from conveyor.ops.health import HealthPolicy
-from conveyor.ops.offset_manager import OffsetManagerPolicy
-from conveyor.ops.rewind import DEFAULT_REWIND_POLICY
 
 #: The judging rules' own defaults: the settings below only expose them.
 _HEALTH = HealthPolicy()
 _OFFSETS = OffsetManagerPolicy()
+_REWIND = RewindPolicy()
 
 
 class OpsPanel(Model):
@@ -48,7 +47,7 @@ class Ops(Model):
     """Settings of the operations watcher (``conveyor ops watch``) and its dashboard."""
 
     port: int = Field(default=18070, ge=1024, le=65535, description="/metrics, /healthz, /api and the dashboard")
-    #: Serve the dashboard over HTTPS (``tls: {}`` for a certificate from the local runtime's CA).
+    #: Serve the dashboard over HTTPS (``tls: {}`` for the platform's certificate, see Tls).
     tls: Tls | None = None
     #: Seconds between samples of offsets and broker metrics.
     interval: Seconds = Field(default=5.0, gt=0)
@@ -71,7 +70,7 @@ class Ops(Model):
     skew_min_bytes: SizeBytes = int(_HEALTH.skew_min_bytes)
     #: Read rate over write rate that counts as read amplification (the incident of
     #: docs/architecture.md, section 4, was 4x).
-    amplification: float = Field(default=DEFAULT_REWIND_POLICY.amplification_threshold, gt=1)
+    amplification: float = Field(default=_REWIND.amplification_threshold, gt=1)
     #: An hour of a topic must be complete in the lake this long after it ends (the rules file's
     #: LakeHourLate); 2h: yesterday has landed by 02:00.
     lake_deadline: Seconds = Field(default=7200.0, gt=0)
@@ -87,8 +86,6 @@ class Ops(Model):
     notify_url: str | None = Field(default=None, pattern=r"^https?://")
     #: Posts tried per change before it is dropped (with back-off doubling from 0.5 s).
     notify_attempts: int = Field(default=5, ge=1, le=20)
-    #: JMX exporter URLs of the brokers of clusters given by bootstrap (local ones are known).
-    metrics: dict[Name, list[str]] = Field(default_factory=dict)
     #: Component name -> its /metrics URL, read for the panels.
     components: dict[Name, str] = Field(default_factory=dict)
     panels: dict[Name, OpsPanel] = Field(default_factory=_default_panels)

@@ -122,8 +122,8 @@ class Realtime(Model):
     #: s3a://...); each job (set of views) has its own checkpoint folder in it.
     checkpoint: str = "realtime"
     #: The views' Redis: one server's URL, or a list of Redis Cluster nodes' URLs (some of them: the
-    #: client discovers the rest; the first one's credentials and TLS apply to all). Default: the
-    #: runtime's Redis (runtime.redis.url, else the one `conveyor up` runs).
+    #: client discovers the rest; the first one's credentials and TLS apply to all). Unset, `conveyor
+    #: up` gives it in the resolved view: runtime.redis.url, else the Redis it runs.
     redis: RedisUrl | Annotated[list[RedisUrl], Field(min_length=1)] | None = None
     #: Micro-batch interval.
     trigger: Seconds = Field(default=1.0, gt=0)
@@ -154,7 +154,7 @@ class Catalog(Model):
 
     type: Literal["hadoop", "jdbc", "rest", "hive"] = "hadoop"
     #: jdbc:postgresql://host:port/db, http(s)://rest-server, thrift://metastore:9083. For jdbc it
-    #: may be left out when runtime.postgres runs the database locally.
+    #: may be left out when runtime.postgres runs the database locally: `conveyor up` gives it then.
     uri: str | None = None
     #: Folder (relative to platform.yaml) or URI where table files go.
     warehouse: str = ".conveyor/warehouse"

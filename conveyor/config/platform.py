@@ -12,8 +12,9 @@ from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
 from conveyor.config.ops import Ops
 from conveyor.config.pipeline import Pipeline
-from conveyor.config.problems import ConfigError, Problem
+from conveyor.config.problems import ConfigError, NotSetError, Problem
 from conveyor.config.runtime import Runtime
+from conveyor.config.tls import Tls
 from conveyor.config.topics import Route, Service, Topic
 from conveyor.config.units import TOPIC_NAME, Model, Name
 
@@ -30,6 +31,9 @@ class Platform(Model):
     pipeline: Pipeline = Field(default_factory=Pipeline)
     dispatch: Dispatch = Field(default_factory=Dispatch)
     ops: Ops = Field(default_factory=Ops)
+    #: The certificate and key of every edge whose ``tls:`` gives none, and the authority Conveyor's
+    #: own clients trust (``ca``).
+    tls: Tls | None = None
 
     #: Folder of the platform file; relative paths inside the file are relative to it.
     root: Path = Field(default=Path("."), exclude=True)
@@ -55,6 +59,15 @@ class Platform(Model):
         except KeyError:
             known = ", ".join(sorted(self.clusters))
             raise ConfigError([Problem(f"clusters.{name}", f"no such cluster (known: {known})")]) from None
+
+    def bootstrap(self, cluster_name: str) -> str:
+        """The cluster's bootstrap servers, which a cluster `conveyor up` starts has only once it ran."""
+        bootstrap = self.cluster(cluster_name).bootstrap
+        if bootstrap is None:
+            raise NotSetError(f"clusters.{cluster_name}.bootstrap",
+                              "give the cluster's bootstrap servers in platform.yaml, or run `conveyor up` "
+                              "to start it on this machine")
+        return bootstrap
 
     def topics_on(self, cluster_name: str) -> dict[str, Topic]:
         """The topics that ``cluster_name`` carries."""
@@ -85,7 +98,4 @@ class Platform(Model):
             raise ConfigError([Problem("pipeline.source", f"set it, or give {setting}: there are {len(read)} read "
                                                           f"clusters ({', '.join(read) or 'none'})")])
         return read[0]
-
-    def local_clusters(self) -> dict[str, Cluster]:
-        return {name: c for name, c in self.clusters.items() if c.is_local}
 

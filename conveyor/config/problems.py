@@ -31,3 +31,14 @@ class ConfigError(ConveyorError):
         where = f"{source}: " if source else ""
         lines = "\n".join(f"  {p}" for p in problems)
         super().__init__(f"{where}{len(problems)} problem(s)\n{lines}")
+
+
+class NotSetError(ConveyorError):
+    """A setting a command needs is not in the platform: neither platform.yaml nor the resolved view
+    of `conveyor up` gives it. ``path`` names it inside the file."""
+
+    exit_code = 2
+
+    def __init__(self, path: str, remedy: str) -> None:
+        self.path = path
+        super().__init__(f"{path} is not set: {remedy}")

@@ -20,10 +20,6 @@ class Postgres(Model):
     user: str = Field(default="conveyor", pattern=r"^[a-z_][a-z0-9_]*$")
     database: str = Field(default="conveyor", pattern=r"^[a-z_][a-z0-9_]*$")
 
-    @property
-    def jdbc_uri(self) -> str:
-        return f"jdbc:postgresql://127.0.0.1:{self.port}/{self.database}"
-
 
 class Runtime(Model):
     """How ``conveyor up`` runs local clusters on this machine."""

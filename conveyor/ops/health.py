@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
+from conveyor.config.policies import HealthPolicy
+
 #: Requests whose p99 is watched: what producers, consumers and every client's bootstrap wait on.
 WATCHED_REQUESTS = ("Produce", "FetchConsumer", "Metadata")
 #: Per-broker loads compared across brokers for skew.
@@ -95,7 +97,7 @@ class BrokerReading:
     broker_id: int | None = None
     #: Why the scrape failed; None when it answered.
     error: str | None = None
-    #: False for a dedicated controller; None to infer it from the metrics (clusters by bootstrap).
+    #: False for a dedicated controller; None to infer it from the metrics (a page without its role).
     broker: bool | None = None
     under_replicated: float | None = None
     under_min_isr: float | None = None
@@ -199,24 +201,6 @@ def broker_health(now: BrokerReading, before: BrokerReading | None) -> BrokerHea
                         rate(now.bytes_out, before.bytes_out, seconds),
                         rate(now.isr_shrinks, before.isr_shrinks, seconds),
                         rate(now.isr_expands, before.isr_expands, seconds))
-
-
-@dataclass(frozen=True, slots=True)
-class HealthPolicy:
-    p99_warn_ms: float = 1_000.0
-    p99_alarm_ms: float = 10_000.0
-    skew_warn: float = 1.5
-    #: Mean per broker below which skew is not judged: a few bytes or leaders say nothing.
-    skew_min_bytes: float = 1_048_576.0
-    skew_min_count: float = 3.0
-    #: Follower lag must stay above zero across this many samples to count.
-    min_samples: int = 2
-
-    def __post_init__(self) -> None:
-        if self.p99_warn_ms > self.p99_alarm_ms:
-            raise ValueError("p99_warn_ms must not be above p99_alarm_ms")
-        if self.skew_warn <= 1 or self.min_samples < 1:
-            raise ValueError("skew_warn must be above 1 and min_samples at least 1")
 
 
 # --- Rules: each over plain numbers ---
@@ -325,8 +309,8 @@ class ClusterHealth:
 
 @dataclass(frozen=True, slots=True)
 class MetadataCounts:
-    """Cluster metadata's view, the fallback when no broker metrics answer (a cluster by bootstrap
-    without metrics URLs, or every exporter down)."""
+    """Cluster metadata's view, the fallback when no broker metrics answer (a cluster without
+    metrics pages, or every exporter down)."""
 
     under_replicated: int = 0
     offline: int = 0

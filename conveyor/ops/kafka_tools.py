@@ -26,9 +26,9 @@ from pathlib import Path
 
 from conveyor import kafka
 from conveyor.config import Platform
+from conveyor.jars import Jars, java_binary, resolve_jars
 from conveyor.java_client import JavaClientSettingError, java_settings
 from conveyor.ops.errors import OpsError
-from conveyor.runtime.jars import Jars, java_binary, resolve_jars
 
 REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 CONFIGS = "kafka.admin.ConfigCommand"
@@ -143,7 +143,7 @@ class KafkaTools:
 
     def __init__(self, platform: Platform, cluster: str, jars: Jars | None = None, timeout: float = 300.0) -> None:
         self.platform, self.cluster, self.timeout = platform, cluster, timeout
-        self.bootstrap = kafka.bootstrap_servers(platform, cluster)
+        self.bootstrap = platform.bootstrap(cluster)
         self._jars = jars
 
     @property

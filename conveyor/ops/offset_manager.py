@@ -18,27 +18,8 @@ the groups' windows (``COMMIT_LOST`` in ``conveyor.ops.lag``) and worded in ``co
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-
+from conveyor.config.policies import OffsetManagerPolicy
 from conveyor.ops.health import BrokerReading, HealthFinding, Rule, Severity
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetManagerPolicy:
-    #: The cleaner compacts a log once its dirty ratio passes min.cleanable.dirty.ratio (0.5 for
-    #: __consumer_offsets): a ratio that stays well above it means compaction is not happening.
-    dirty_percent_warn: float = 80.0
-    #: Samples in a row the dirty ratio must stay above the threshold.
-    dirty_samples: int = 3
-    #: The cleaner looks for work every log.cleaner.backoff.ms (15 s): far longer means it is dead.
-    cleaner_idle_alarm_ms: float = 15 * 60 * 1000.0
-    coordinator_load_warn_ms: float = 10_000.0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.dirty_percent_warn <= 100 or self.dirty_samples < 1:
-            raise ValueError("dirty_percent_warn must be in (0, 100] and dirty_samples at least 1")
-        if self.cleaner_idle_alarm_ms <= 0 or self.coordinator_load_warn_ms <= 0:
-            raise ValueError("cleaner_idle_alarm_ms and coordinator_load_warn_ms must be above 0")
 
 
 # --- Rules: each over plain numbers ---

@@ -1,7 +1,7 @@
 """Scraping Prometheus pages: each broker's JMX exporter, and the components that fill panels.
 
-Where the pages are: a local cluster's nodes are known from the runtime's layout (each node's
-``metrics_url``); a cluster given by ``bootstrap`` lists its exporters under ``ops.metrics``.
+Where the pages are: each cluster's ``metrics`` in platform.yaml (`conveyor up` gives those of
+the clusters it starts).
 Parsing is prometheus_client's own text parser; names from Strimzi's exporter rules become ours
 there (``conveyor.ops.exporter_names``); what the values mean is ``conveyor.ops.health``.
 """
@@ -20,11 +20,10 @@ from urllib.parse import urlsplit
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from conveyor.config import ConfigError, Platform, Problem
+from conveyor.config import Platform
 from conveyor.ops.exporter_names import canonical_labels, canonical_name
 from conveyor.ops.health import BrokerReading, MetricSample, reading_from_samples
 from conveyor.ops.panels import Family
-from conveyor.runtime.layout import plan_layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,26 +37,9 @@ class Target:
 
 def metrics_targets(platform: Platform, cluster: str) -> tuple[Target, ...]:
     """Every node of ``cluster`` whose exporter can be scraped."""
-    spec = platform.cluster(cluster)
-    if spec.is_local:
-        layout = next(layout for layout in plan_layout(platform) if layout.name == cluster)
-        return tuple(Target(n.name, n.metrics_url, n.node_id if n.is_broker else None, n.is_broker)
-                     for n in layout.nodes)
-    return tuple(Target(urlsplit(url).netloc or url, url) for url in platform.ops.metrics.get(cluster, ()))
-
-
-def check_metrics_config(platform: Platform) -> None:
-    """``ops.metrics`` may only name clusters given by bootstrap (local ones are known)."""
-    problems = []
-    for name in platform.ops.metrics:
-        cluster = platform.clusters.get(name)
-        if cluster is None:
-            problems.append(Problem(f"ops.metrics.{name}", f"names unknown cluster {name!r}"))
-        elif cluster.is_local:
-            problems.append(Problem(f"ops.metrics.{name}", "only for a cluster given by bootstrap; a local "
-                                                           "cluster's metrics URLs come from its layout"))
-    if problems:
-        raise ConfigError(problems)
+    return tuple(Target(page.node or urlsplit(page.url).netloc, page.url, page.broker,
+                        True if page.broker is not None else False if page.controller else None)
+                 for page in platform.cluster(cluster).metrics)
 
 
 def _sample(name: str, labels: Mapping[str, str], value: float) -> MetricSample:

@@ -20,13 +20,13 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from conveyor.config.policies import RewindPolicy
 from conveyor.ops.lag import NO_OFFSET, DEFAULT_POLICY, GroupStatus, LagPolicy, PartitionWindow, evaluate_group
 from conveyor.ops.rewind import (
     DEFAULT_REWIND_POLICY,
     MOVED_BACK,
     GroupFindings,
     OffsetFinding,
-    RewindPolicy,
     scan_group,
 )
 

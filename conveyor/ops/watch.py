@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 
 from conveyor.config import Part, Platform
+from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
 from conveyor.ops.alerts import Alert, group_alerts, health_alert, replication_gap_alert, sampling_alert, sort_alerts
 from conveyor.ops.errors import SampleError
 from conveyor.ops.health import (
     BrokerReading,
     ClusterHealth,
-    HealthPolicy,
     MetadataCounts,
     assess_cluster,
     broker_health,
@@ -35,10 +35,10 @@ from conveyor.ops.health import (
 from conveyor.ops.lag import LagPolicy
 from conveyor.ops.notify import WebhookNotifier
 from conveyor.ops.panels import PanelTracker, PanelView
-from conveyor.ops.rewind import OffsetFinding, RewindPolicy
+from conveyor.ops.rewind import OffsetFinding
 from conveyor.ops.sampler import SamplerProcess
-from conveyor.ops.scrape import Scraper, check_metrics_config, component_url, metrics_targets
-from conveyor.ops.offset_manager import OffsetManagerPolicy, assess_offset_manager
+from conveyor.ops.scrape import Scraper, component_url, metrics_targets
+from conveyor.ops.offset_manager import assess_offset_manager
 from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, RewindEvidence
 from conveyor.ops.traffic import TopicRates, TrafficPolicy, assess_traffic, topic_rates
 from conveyor.replicate.plan import Gap
@@ -228,7 +228,6 @@ class Watcher:
 
     def __init__(self, platform: Platform, clusters: Sequence[str] | None = None) -> None:
         """``clusters``: only these (default: every cluster of the platform)."""
-        check_metrics_config(platform)
         platform = platform.acting_as(Part.ops)
         self.platform = platform
         self.interval = platform.ops.interval

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conveyor.config import Platform
+from conveyor.config import NotSetError, Platform
 from conveyor.pipeline.errors import SparkSetupError
 
 if TYPE_CHECKING:
@@ -39,14 +39,6 @@ def local_warehouse(platform: Platform) -> Path | None:
     return Path(warehouse_uri(platform).removeprefix("file://"))
 
 
-def catalog_uri(platform: Platform) -> str | None:
-    """The catalog service's address: as given, or the local PostgreSQL's for a jdbc catalog without one."""
-    catalog, postgres = platform.pipeline.catalog, platform.runtime.postgres
-    if catalog.uri is None and catalog.type == "jdbc" and postgres is not None:
-        return postgres.jdbc_uri
-    return catalog.uri
-
-
 def catalog_properties(platform: Platform) -> dict[str, str]:
     """The Iceberg catalog properties of ``pipeline.catalog`` (without Spark's prefix)."""
     catalog = platform.pipeline.catalog
@@ -55,12 +47,11 @@ def catalog_properties(platform: Platform) -> dict[str, str]:
         properties["catalog-impl"] = _IMPLEMENTATIONS[catalog.type]
     else:
         properties["type"] = catalog.type
-    uri = catalog_uri(platform)
-    if uri is not None:
-        properties["uri"] = uri
-    postgres = platform.runtime.postgres
-    if catalog.type == "jdbc" and catalog.uri is None and postgres is not None:
-        properties["jdbc.user"] = postgres.user  # the local server trusts connections from 127.0.0.1
+    if catalog.uri is not None:
+        properties["uri"] = catalog.uri
+    elif catalog.type == "jdbc":
+        raise NotSetError("pipeline.catalog.uri", "a jdbc catalog needs its database: give its uri in platform.yaml, "
+                                                  "or set runtime.postgres and run `conveyor up` to start one")
     return properties | catalog.options
 
 
@@ -77,7 +68,7 @@ def catalog_conf(platform: Platform) -> dict[str, str]:
 
 def describe(platform: Platform) -> str:
     """One line naming the catalog, for titles and messages."""
-    uri = catalog_uri(platform)
+    uri = platform.pipeline.catalog.uri
     return f"{platform.pipeline.catalog.type} catalog {uri + ', ' if uri else ''}warehouse {warehouse_uri(platform)}"
 
 

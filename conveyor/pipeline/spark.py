@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conveyor.config import Platform
+from conveyor.jars import maven_classpath
 from conveyor.pipeline.catalog import catalog_conf, require_catalog
 from conveyor.pipeline.errors import SparkSetupError
 from conveyor.pipeline.shipping import ship_package
-from conveyor.runtime.jars import maven_classpath
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,11 +75,11 @@ def session_conf(platform: Platform, app_name: str, jars: list[str]) -> dict[str
         "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
         # No console progress bar over our own.
         "spark.ui.showConsoleProgress": "false",
-        **(_local_conf() if is_local(spark.master) else _cluster_conf(platform)),
+        **(_local_conf() if is_local_master(spark.master) else _cluster_conf(platform)),
     }
 
 
-def is_local(master: str) -> bool:
+def is_local_master(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
@@ -137,7 +137,7 @@ def _console_to(path: Path) -> Iterator[None]:
 def _shipped(session: SparkSession, platform: Platform) -> SparkSession:
     """The session, with the ``conveyor`` package shipped to its executors when they may run on
     other hosts (under ``local[N]`` they are this process's JVM and start this interpreter)."""
-    if not is_local(session.sparkContext.master):
+    if not is_local_master(session.sparkContext.master):
         ship_package(session, platform.home / "spark")
     return session
 
@@ -174,12 +174,12 @@ def spark_session(platform: Platform, app_name: str = "conveyor") -> SparkSessio
         return _shipped(builder.getOrCreate(), platform)
     settings = platform.pipeline.spark
     require_reachable_master(settings.master, settings.master_timeout)
-    if is_local(settings.master):
+    if is_local_master(settings.master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # PySpark starts every Python worker, on any host, with the interpreter this variable names.
     # Here that is this one (conveyor installed); a cluster's executors get the code shipped and
     # run the interpreter the settings name, else PYSPARK_PYTHON as given, else Spark's python3.
-    python = sys.executable if is_local(settings.master) else settings.executor_python
+    python = sys.executable if is_local_master(settings.master) else settings.executor_python
     if python:
         os.environ["PYSPARK_PYTHON"] = python
     log = spark_log(platform)

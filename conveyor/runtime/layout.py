@@ -119,13 +119,18 @@ def kraft_cluster_id(platform_name: str, cluster_name: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def local_clusters(platform: Platform) -> dict[str, Cluster]:
+    """The clusters this machine runs: those platform.yaml gives no bootstrap."""
+    return {name: cluster for name, cluster in platform.clusters.items() if cluster.bootstrap is None}
+
+
 def plan_layout(platform: Platform) -> list[ClusterLayout]:
     """Every local cluster with its nodes, ports handed out in the order the file declares the
     clusters. A one-broker cluster runs one combined node; a larger one gets a dedicated controller
     so that stopping brokers never takes the quorum with it."""
     layouts: list[ClusterLayout] = []
     port = platform.runtime.base_port
-    for name, cluster in platform.local_clusters().items():
+    for name, cluster in local_clusters(platform).items():
         cluster_dir = platform.home / name
         combined = cluster.brokers == 1
         specs: list[tuple[int, bool, bool]] = []

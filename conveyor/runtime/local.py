@@ -1,8 +1,10 @@
-"""The local platform: every cluster of platform.yaml as real KRaft brokers, plus Redis, and
-PostgreSQL when ``runtime.postgres`` asks for it.
+"""The local platform: every cluster platform.yaml gives no bootstrap as real KRaft brokers, plus
+Redis, and PostgreSQL when ``runtime.postgres`` asks for it.
 
 ``LocalPlatform`` is what ``conveyor up``, ``down`` and ``status`` drive, and what the test
-fixtures and chaos tests use to kill and restart single brokers. Constructing it does no I/O.
+fixtures and chaos tests use to kill and restart single brokers. It takes platform.yaml as written;
+``up`` writes the resolved view (conveyor.runtime.endpoints) that everything else reads, and
+:attr:`LocalPlatform.clients` is the platform with it. Constructing it does no I/O.
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ import redis
 from confluent_kafka import KafkaException
 
 from conveyor import kafka
+from conveyor.acls.provisioner import apply_secured
 from conveyor.config import Platform, Security
+from conveyor.config.resolved import ResolvedView, resolved_view_file, with_resolved_view, write_resolved_view
+from conveyor.jars import Jars, java_binary, resolve_jars
 from conveyor.runtime import postgres, processes
+from conveyor.runtime.endpoints import resolved_view
 from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
-from conveyor.runtime.jars import Jars, java_binary, resolve_jars
 from conveyor.runtime.layout import ClusterLayout, Node, RedisLayout, plan_layout, redis_layout
 from conveyor.runtime.postgres import PostgresLayout, postgres_layout
 from conveyor.runtime.processes import Daemon
@@ -97,11 +102,29 @@ class LocalPlatform:
         self.layouts = plan_layout(platform)
         self.redis = redis_layout(platform)
         self.postgres = postgres_layout(platform)
-        secured = any(layout.cluster.security == Security.sasl_ssl for layout in self.layouts)
-        #: TLS and SASL material, made at the first ``up`` when a local cluster is sasl_ssl.
-        self.security: LocalSecurity | None = local_security(platform.home) if secured else None
+        #: The secured clusters' TLS and SASL material and the edges' certificate, made at the first ``up``.
+        self.security: LocalSecurity = local_security(platform.home)
+        self.secured = [layout.name for layout in self.layouts if layout.cluster.security == Security.sasl_ssl]
         self._maven_repo = maven_repo
         self._jars: Jars | None = None
+        self._clients: Platform | None = None
+
+    @property
+    def clients(self) -> Platform:
+        """The platform with the resolved view of what this one starts: what its own clients, and
+        anyone in this process, connect with. Needs the material of the first ``up``."""
+        if self._clients is None:
+            self._clients = with_resolved_view(self.platform, self.view())
+        return self._clients
+
+    def view(self) -> ResolvedView:
+        """The resolved view of what this platform starts."""
+        return resolved_view(self.platform, self.layouts, self.redis, self.postgres, self.security)
+
+    def write_view(self) -> Path:
+        """Write the resolved view of what this platform starts, for every process that loads
+        platform.yaml (``up`` does, before anything connects)."""
+        return write_resolved_view(self.platform, self.view())
 
     # -- daemons -------------------------------------------------------------------------------
 
@@ -196,8 +219,8 @@ class LocalPlatform:
         progress("Resolving Kafka jars (Maven Central)", 1, 1)
         redis_argv = self.redis_argv(self.redis) if self.redis is not None else None
 
-        if self.security is not None:
-            self.security.ensure()
+        self.security.ensure()
+        self.write_view()
         missing = [(n, d) for n, d in self._all_node_daemons() if processes.running_pid(d) is None]
         self._format([n for n, _ in missing], progress)
 
@@ -218,12 +241,8 @@ class LocalPlatform:
             started.append("postgres")
 
         self.wait_ready(progress)
-        if self.security is not None:
-            # Every part and service has its user and ACLs from the start, topics or not: a part
-            # started right after `up` (a benchmark's, a test's) connects as itself at once.
-            from conveyor.acls.provisioner import apply_secured
-
-            apply_secured(self.platform, list(self.platform.local_clusters()))
+        if self.secured:
+            apply_secured(self.clients, self.secured)
         return self.state(tuple(started))
 
     def _format(self, nodes: list[Node], progress: Progress) -> None:
@@ -238,7 +257,7 @@ class LocalPlatform:
             self._write_properties(node)
             layout = self.layout(node.cluster)
             scram = []
-            if layout.cluster.security == Security.sasl_ssl and self.security is not None:
+            if layout.cluster.security == Security.sasl_ssl:
                 # The super user's SCRAM credential is in the metadata from the start: brokers
                 # authenticate to each other with it before any client could create one.
                 scram = ["--add-scram",
@@ -297,7 +316,7 @@ class LocalPlatform:
 
     def _brokers_registered(self, cluster: str) -> set[int]:
         # A broker still starting refuses connections: expected here, so librdkafka stays quiet.
-        admin = kafka.admin(self.platform, cluster, {"socket.connection.setup.timeout.ms": 2000, "log_level": 0})
+        admin = kafka.admin(self.clients, cluster, {"socket.connection.setup.timeout.ms": 2000, "log_level": 0})
         try:
             return {node.id for node in admin.describe_cluster(request_timeout=3).result().nodes}
         except KafkaException:
@@ -340,6 +359,9 @@ class LocalPlatform:
             stopped += processes.stop([redis_daemon], timeout)
         if self.postgres is not None:
             stopped += postgres.stop(self.postgres, timeout)
+        # The view describes what runs: without it, a command says to run `conveyor up` instead of
+        # waiting on ports where nothing listens.
+        resolved_view_file(self.platform).unlink(missing_ok=True)
         return stopped
 
     def kill_broker(self, cluster: str, broker_id: int) -> int | None:

@@ -6,8 +6,8 @@ user (``admin``, SCRAM-SHA-512), which it writes into every secured cluster's me
 time. Brokers read their key from a PKCS#12 store (the JVM reads it natively); clients trust the
 CA from its PEM file (librdkafka's ``ssl.ca.location``, a PEM trust store for Java clients).
 
-Secrets live in files readable only by their owner and are never printed: the platform's admin
-client reads them from here.
+Secrets live in files readable only by their owner and are never printed; `conveyor up` hands them
+to the platform's clients in the resolved view (conveyor.runtime.endpoints).
 """
 
 from __future__ import annotations
@@ -127,14 +127,14 @@ def local_security(home: Path) -> LocalSecurity:
     return LocalSecurity(home / "security")
 
 
-def client_settings(material: LocalSecurity, user: str | None = None) -> dict[str, str]:
-    """librdkafka settings of ``user`` (a service or one of Conveyor's parts) on a secured local
-    cluster; without a user, of the platform's admin."""
+def admin_settings(material: LocalSecurity) -> dict[str, str]:
+    """librdkafka settings of the platform's admin on a secured local cluster; a part or a service
+    replaces the user and password with its own."""
     return {
         "security.protocol": "SASL_SSL",
         "sasl.mechanisms": SCRAM_MECHANISM,
-        "sasl.username": user or ADMIN_USER,
-        "sasl.password": material.service_password(user) if user else material.admin_password,
+        "sasl.username": ADMIN_USER,
+        "sasl.password": material.admin_password,
         "ssl.ca.location": str(material.ca_cert),
     }
 

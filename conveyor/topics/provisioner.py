@@ -42,7 +42,7 @@ class ClusterSnapshot:
 
 def _unreachable(platform: Platform, cluster: str, exc: KafkaException) -> ProvisionError:
     return ProvisionError(
-        f"cluster {cluster} at {kafka.bootstrap_servers(platform, cluster)} did not answer "
+        f"cluster {cluster} at {platform.bootstrap(cluster)} did not answer "
         f"({exc.args[0].str() if exc.args else exc}); is it running? (`conveyor status`)"
     )
 

@@ -20,6 +20,7 @@ from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
+from conveyor.config.resolved import resolved
 from conveyor.runtime import processes
 from conveyor.runtime.local import LocalPlatform
 from tests.conftest import demo_event, platform_variant, read_topic
@@ -47,7 +48,7 @@ def test_failover_to_dc2_and_back_loses_no_accepted_event(provisioned: Platform,
                                                           size: int):
     data = copy.deepcopy(platform_data)
     data["gateway"] = {**data.get("gateway", {}), "failover_after": "3s"}
-    platform = parse_platform(data, root=platform_file.parent)
+    platform = resolved(parse_platform(data, root=platform_file.parent))
     url = serve_gateway(platform, "dc1")
     accepted: list[str] = []
     clusters_used = set()
@@ -163,7 +164,7 @@ def test_a_topic_stuck_on_a_frozen_broker_does_not_slow_another(provisioned: Pla
 
 
 def _wait_registered(local: LocalPlatform, cluster: str, broker_id: int) -> None:
-    admin = kafka.admin(local.platform, cluster)
+    admin = kafka.admin(local.clients, cluster)
     deadline = time.monotonic() + 60
     while broker_id not in {n.id for n in admin.describe_cluster(request_timeout=10).result().nodes}:
         assert time.monotonic() < deadline

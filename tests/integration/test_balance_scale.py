@@ -22,7 +22,7 @@ import yaml
 from typer.testing import CliRunner
 
 from conveyor.cli import app
-from conveyor.config import Platform, load_platform
+from conveyor.config import Platform, load_platform, load_resolved_platform
 from conveyor.ops.balance.executor import state_path
 from conveyor.ops.balance.live import ClusterUnreachableError, read_metadata
 from conveyor.ops.kafka_tools import KafkaTools
@@ -48,7 +48,7 @@ def scaled(platform_data: dict[str, Any], platform_file: Path, platform: Platfor
     path = platform_file.with_name("platform-4-brokers.yaml")
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     variant = load_platform(path)
-    ensure_topics(variant, CLUSTER, {isolated: variant.topics[isolated]})  # placed on live tagged brokers 2, 3
+    ensure_topics(load_resolved_platform(path), CLUSTER, {isolated: variant.topics[isolated]})  # placed on live tagged brokers 2, 3
     plain = create_topic(platform, CLUSTER, 6, 3, min_insync=2)
     for topic in (isolated, plain):
         preload(platform, CLUSTER, topic, 3000)
@@ -62,6 +62,7 @@ def scaled(platform_data: dict[str, Any], platform_file: Path, platform: Platfor
         if grown.registered:
             KafkaTools(platform, CLUSTER).unregister_broker(NEW)
         state_path(platform, CLUSTER).unlink(missing_ok=True)
+        local.write_view()  # the view is the session's three brokers again, not the variant's four
 
 
 class Grown(LocalPlatform):

@@ -14,6 +14,7 @@ from confluent_kafka import TopicPartition
 
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
+from conveyor.config.resolved import resolved
 from tests.conftest import demo_event, read_topic
 
 pytestmark = pytest.mark.integration
@@ -25,7 +26,7 @@ def gw_platform(provisioned: Platform, platform_data, platform_file: Path) -> Pl
     data = copy.deepcopy(platform_data)
     data["gateway"] = {**data.get("gateway", {}), "max_request_bytes": "64KiB", "max_event_bytes": "4KiB",
                        "audit_interval": "1s"}
-    return parse_platform(data, root=platform_file.parent)
+    return resolved(parse_platform(data, root=platform_file.parent))
 
 
 @pytest.fixture

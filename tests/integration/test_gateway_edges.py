@@ -16,6 +16,7 @@ import pytest
 
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
+from conveyor.config.resolved import resolved
 from tests.conftest import demo_event
 from tests.integration.test_gateway import ADSERVER, end_offsets, post
 
@@ -32,7 +33,7 @@ def edge_platform(provisioned: Platform, platform_data, platform_file: Path) -> 
     data = copy.deepcopy(platform_data)
     data["gateway"] = {**data.get("gateway", {}), "max_concurrent_requests": 3, "header_timeout": 2,
                        "body_timeout": 2}
-    return parse_platform(data, root=platform_file.parent)
+    return resolved(parse_platform(data, root=platform_file.parent))
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from conveyor.config import load_platform
+from conveyor.config import load_resolved_platform
+from conveyor.config.resolved import RESOLVED_VIEW_FILE
 from conveyor.runtime.postgres import PostgresLayout
 from tests.conftest import demo_event, platform_variant
 from conveyor.pipeline.lake import run_once
@@ -46,10 +47,10 @@ RACES = int(os.environ.get("CONVEYOR_LAKE_RACE_RUNS", "1"))
 _RACER = """
 import sys, time
 from pathlib import Path
-from conveyor.config import load_platform
+from conveyor.config import load_resolved_platform
 from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.spark import spark_session
-platform = load_platform(sys.argv[1])
+platform = load_resolved_platform(sys.argv[1])
 spark = spark_session(platform, "racer")
 barrier = Path(sys.argv[2])
 (barrier / Path(sys.argv[1]).stem).touch()
@@ -64,11 +65,11 @@ print(sys.argv[1], "landed", sum(t.landed for t in summary.topics))
 _STATUS_AND_AUDIT = """
 import json, sys
 from dataclasses import asdict
-from conveyor.config import load_platform
+from conveyor.config import load_resolved_platform
 from conveyor.pipeline.audit import audit_lake
 from conveyor.pipeline.spark import spark_session
 from conveyor.pipeline.status import lake_status
-platform = load_platform(sys.argv[1])
+platform = load_resolved_platform(sys.argv[1])
 spark = spark_session(platform, "catalog-test")
 report = {"status": [asdict(s) for s in lake_status(spark, platform)],
           "audit": [asdict(h) for h in audit_lake(spark, platform)]}
@@ -86,10 +87,10 @@ def _platform_files(platform_data: dict[str, Any], platform_file: Path, folder: 
         data["runtime"]["home"] = str(folder / host)
         data["pipeline"]["catalog"] = {"type": "jdbc", "uri": server.url, "warehouse": str(folder / "warehouse"),
                                        "options": {"jdbc.user": server.user}}
-        # A host of its own holds the platform's credentials too (a secured central asks for them).
-        security = Path(platform_data["runtime"]["home"]) / "security"
-        if security.exists():
-            shutil.copytree(security, folder / host / "security", dirs_exist_ok=True)
+        # A host of its own knows the clusters and holds the platform's credentials too: the view
+        # `conveyor up` wrote on this one, as a deployment's platform.yaml would say it.
+        (folder / host).mkdir()
+        shutil.copy(Path(platform_data["runtime"]["home"]) / RESOLVED_VIEW_FILE, folder / host / RESOLVED_VIEW_FILE)
         path = folder / f"{host}.yaml"
         platform_variant(data, path)
         paths.append(path)
@@ -107,7 +108,7 @@ def test_racing_runs_on_the_jdbc_catalog_land_each_event_once_for_any_reader(
 ):
     topic = topic_factory("central", 3)
     paths = _platform_files(platform_data, platform_file, tmp_path, topic, postgres_server)
-    platform = load_platform(paths[0])
+    platform = load_resolved_platform(paths[0])
     seed = int(os.environ.get("CONVEYOR_CHAOS_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     log = tmp_path / "runs.log"

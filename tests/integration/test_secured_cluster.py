@@ -25,6 +25,7 @@ from conveyor import kafka
 import yaml
 
 from conveyor.config import Platform, load_platform
+from conveyor.config.resolved import resolved_view_file
 from conveyor.acls.parts import part_grants
 from conveyor.runtime.local import LocalPlatform
 from conveyor.runtime.security import local_security
@@ -62,11 +63,10 @@ def platform_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def secured(platform_path: Path) -> Iterator[Platform]:
-    platform = load_platform(platform_path)
-    local = LocalPlatform(platform)
+    local = LocalPlatform(load_platform(platform_path))
     try:
         local.up()
-        yield platform
+        yield local.clients
     finally:
         local.down()
 
@@ -78,7 +78,7 @@ def _conveyor(platform_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _plain(platform: Platform, **settings: str) -> dict[str, str]:
     """A client's settings from scratch: the broker's address and what the test gives."""
-    return {"bootstrap.servers": kafka.bootstrap_servers(platform, "vault"), "socket.timeout.ms": "5000",
+    return {"bootstrap.servers": platform.bootstrap("vault"), "socket.timeout.ms": "5000",
             "log_level": "0", **settings}
 
 
@@ -171,7 +171,7 @@ def test_a_user_without_acls_cannot_write_or_read_and_nothing_is_written(
 
 def test_secrets_are_files_only_their_owner_reads(secured: Platform):
     material = local_security(secured.home)
-    for path in (material.ca_key, material.node_keystore, material.secrets_file):
+    for path in (material.ca_key, material.node_keystore, material.secrets_file, resolved_view_file(secured)):
         assert Path(path).stat().st_mode & 0o077 == 0, path
 
 
@@ -237,12 +237,12 @@ def test_acl_plan_shows_an_acl_removed_by_hand_and_apply_restores_it(provisioned
 def test_no_log_holds_a_password(provisioned: Platform):
     """After everything above ran: the brokers' logs, their data (the metadata log keeps SCRAM
     credentials salted) and anything else under the runtime home, outside the secrets' own files
-    and the nodes' configuration, never show the admin's or a service's password."""
+    (the resolved view among them) and the nodes' configuration, never show the admin's or a service's password."""
     material = local_security(provisioned.home)
     secrets = [material.admin_password, material.keystore_password,
                *(material.service_password(s) for s in ("shop", "billing"))]
     kept = {material.secrets_file, material.principals_file, material.node_keystore, material.ca_key,
-            material.server_key}
+            material.server_key, resolved_view_file(provisioned)}
     logs = [p for p in provisioned.home.rglob("*") if p.is_file() and p not in kept and p.name != "server.properties"]
     assert any(p.suffix == ".log" for p in logs), logs
     leaked = [str(p) for p in logs if any(s.encode() in p.read_bytes() for s in secrets)]

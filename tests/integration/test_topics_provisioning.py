@@ -12,6 +12,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
+from conveyor.config.resolved import resolved
 from conveyor.topics import provisioner
 from conveyor.topics.plan import ChangeKind
 
@@ -62,7 +63,7 @@ def test_hand_made_drift_is_planned_and_repaired(provisioned: Platform):
 def test_declared_partition_increase_is_applied(provisioned: Platform, platform_data, platform_file: Path):
     data = copy.deepcopy(platform_data)
     data["topics"]["notifications"]["partitions"] = 4
-    grown = parse_platform(data, root=platform_file.parent)
+    grown = resolved(parse_platform(data, root=platform_file.parent))
     assert {(c, k) for c, t, k in _changes(grown)} == {(c, ChangeKind.add_partitions) for c in grown.clusters}
     provisioner.apply(grown, provisioner.plan(grown))
     assert all(_partitions(grown, c, "notifications") == 4 for c in grown.clusters)
@@ -78,7 +79,7 @@ def test_partition_decrease_is_refused_and_nothing_changes(provisioned: Platform
     data = copy.deepcopy(platform_data)
     data["topics"]["notifications"]["partitions"] = 2
     data["topics"]["ad-events"]["retention"] = "1d"  # a valid change that must not be applied either
-    shrunk = parse_platform(data, root=platform_file.parent)
+    shrunk = resolved(parse_platform(data, root=platform_file.parent))
     plans = provisioner.plan(shrunk)
     assert all(any("Kafka cannot shrink a topic" in r.reason for r in p.refusals) for p in plans)
     with pytest.raises(provisioner.ProvisionError, match="nothing was changed"):
@@ -146,7 +147,7 @@ def test_isolated_topic_is_created_only_on_its_tagged_brokers(provisioned: Platf
     data["clusters"]["central"]["tags"] = {"ads": [1, 2]}
     data["topics"]["ads-only"] = {"partitions": 4, "replication_factor": 2, "isolation": "ads",
                                   "clusters": ["central"]}
-    isolated = parse_platform(data, root=platform_file.parent)
+    isolated = resolved(parse_platform(data, root=platform_file.parent))
     provisioner.apply(isolated, provisioner.plan(isolated, ["central"]))
     try:
         admin = kafka.admin(isolated, "central")

@@ -116,7 +116,7 @@ def measure_loads(platform: Platform, cluster: str, leaders: Mapping[TopicPartit
     """Per-partition load from two scrapes of the cluster's brokers, and notes on what was missing."""
     targets, first, second, seconds = scrape_twice(platform, cluster, sample_seconds)
     if not targets:
-        return {}, [f"no metrics URLs for cluster {cluster} (ops.metrics): loads not measured, "
+        return {}, [f"no metrics URLs for cluster {cluster} (clusters.{cluster}.metrics): loads not measured, "
                     "only replica and leader counts are balanced"]
     notes, pairs = [], []
     for target, before, after in zip(targets, first, second):

@@ -32,7 +32,7 @@ BYTES_OUT = "kafka_server_brokertopicmetrics_bytesoutpersec_total"
 class BrokerCounters:
     """One scrape of one broker: per-topic byte counters and per-replica sizes."""
 
-    #: None when the exporter's broker is not known (a cluster given by bootstrap).
+    #: None when the exporter's broker is not known (a metrics page without its broker id).
     broker: int | None
     bytes_in: Mapping[str, float] = field(default_factory=dict)
     bytes_out: Mapping[str, float] = field(default_factory=dict)

@@ -3,10 +3,10 @@
 - Produce request time p99 per broker: the JMX exporter's
   ``kafka_network_requestmetrics_totaltimems{request="Produce",quantile="0.99"}``, read through
   ``conveyor.ops.scrape`` (``policy`` says why not the fetch p99).
-- Disk utilisation per broker: for local brokers, the share of wall time the device holding the
-  broker's data folder was busy, from the ``io_ticks`` column of ``/proc/diskstats`` between two
-  rounds (the first round has none). A folder on a device that ``/proc/diskstats`` does not list
-  (overlay or tmpfs in a container) gives no disk signal; clusters given by bootstrap neither.
+- Disk utilisation per broker: for the brokers whose data folder the cluster's ``disks`` names, the
+  share of wall time the device holding it was busy, from the ``io_ticks`` column of
+  ``/proc/diskstats`` between two rounds (the first round has none). A folder on a device that
+  ``/proc/diskstats`` does not list (overlay or tmpfs in a container) gives no disk signal.
 - Consumers: every consumer group's members (client id and assigned partitions), the group's
   committed offsets and the partitions' end offsets and leaders, sampled by
   :class:`~conveyor.ops.sampler.OffsetSampler`. A partition without a commit has no known lag
@@ -29,7 +29,6 @@ from conveyor.ops.errors import SampleError
 from conveyor.ops.sampler import OffsetSampler
 from conveyor.ops.scrape import Scraper, metrics_targets
 from conveyor.ops.throttle.policy import Assigned, BrokerSignal, Consumer, feed_readers
-from conveyor.runtime.layout import plan_layout
 
 DISKSTATS = Path("/proc/diskstats")
 
@@ -64,10 +63,8 @@ class SignalReader:
     def __init__(self, platform: Platform, cluster: str) -> None:
         self.platform, self.cluster = platform, cluster
         self.targets = [t for t in metrics_targets(platform, cluster) if t.broker is not False]
-        self.devices: dict[int, tuple[int, int]] = {}
-        if platform.cluster(cluster).is_local:
-            layout = next(layout for layout in plan_layout(platform) if layout.name == cluster)
-            self.devices = {n.node_id: d for n in layout.brokers if (d := _device(n.data_dir)) is not None}
+        self.devices = {broker: device for broker, folder in platform.cluster(cluster).disks.items()
+                        if (device := _device(platform.resolve(folder))) is not None}
         self._ticks: dict[int, int | None] = {}
         self._at = 0.0
         self.scraper = Scraper()

@@ -41,10 +41,9 @@ from redis.commands.core import Script
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from conveyor.config import Platform
+from conveyor.config import NotSetError, Platform
 from conveyor.pipeline.errors import PipelineError
-from conveyor.pipeline.realtime.plan import BATCH_FIELD, RealtimeConfigError, ViewPlan, saturate
-from conveyor.runtime.layout import redis_layout
+from conveyor.pipeline.realtime.plan import BATCH_FIELD, ViewPlan, saturate
 
 #: Keys per script call: long enough to amortise the round trip, short enough not to stall Redis.
 CHUNK = 500
@@ -169,19 +168,14 @@ class RedisTarget:
 
 
 def redis_target(platform: Platform) -> RedisTarget:
-    """pipeline.realtime.redis, else runtime.redis.url, else the local Redis of ``conveyor up``."""
+    """pipeline.realtime.redis: one server, or a Redis Cluster's nodes."""
     chosen = platform.pipeline.realtime.redis
     if isinstance(chosen, list):
         return RedisTarget(tuple(chosen), cluster=True)
-    if chosen:
-        return RedisTarget((chosen,))
-    if platform.runtime.redis.url:
-        return RedisTarget((platform.runtime.redis.url,))
-    layout = redis_layout(platform)
-    if layout is None:
-        raise RealtimeConfigError("pipeline.realtime.redis and runtime.redis.url are unset and runtime.redis is "
-                                  "disabled: the views need a Redis")
-    return RedisTarget((layout.url,))
+    if chosen is None:
+        raise NotSetError("pipeline.realtime.redis", "the views need a Redis: give its URL in platform.yaml, or "
+                                                     "run `conveyor up` with runtime.redis enabled to start one")
+    return RedisTarget((chosen,))
 
 
 def connect(platform: Platform) -> Client:

@@ -36,9 +36,9 @@ def test_users_are_the_services_that_use_the_clusters_topics():
     assert wanted_users(_platform(security="sasl_ssl"), "open") == {"shop", "billing", "search"}
 
 
-def test_a_cluster_is_secured_by_its_listeners_or_by_the_client_settings_of_an_existing_one():
-    assert is_secured(_platform(security="sasl_ssl").clusters["vault"])
+def test_a_cluster_is_secured_by_its_client_settings():
     assert not is_secured(_platform().clusters["vault"])
+    assert not is_secured(_platform(bootstrap="k:9093", client={"security.protocol": "SSL"}).clusters["vault"])
     existing = _platform(bootstrap="k:9093", client={"security.protocol": "sasl_ssl", "sasl.mechanisms": "PLAIN"})
     assert is_secured(existing.clusters["vault"])
 

@@ -128,13 +128,3 @@ def test_a_part_connects_with_its_own_credentials_and_others_with_the_clusters()
                                                                                           "SASL_SSL")
     assert kafka.client_config(platform.acting_as(Part.ops), "central")["sasl.username"] == "platform"
 
-
-def test_on_a_secured_local_cluster_a_part_is_its_own_scram_user(tmp_path):
-    platform = parse_platform({"runtime": {"home": str(tmp_path)},
-                               "clusters": {"central": {"role": "read", "security": "sasl_ssl"}}})
-    from conveyor.runtime.security import local_security
-    local_security(platform.home).ensure()
-    admin = kafka.client_config(platform, "central")
-    ops = kafka.client_config(platform.acting_as(Part.ops), "central")
-    assert (admin["sasl.username"], ops["sasl.username"]) == ("admin", "conveyor-ops")
-    assert ops["sasl.password"] == local_security(platform.home).service_password("conveyor-ops") != admin["sasl.password"]

@@ -1,5 +1,6 @@
-"""The command line without servers: help, a bad platform file's one-line-per-problem error, and a
-platform path that cannot be read (a directory, not UTF-8, unreadable) answered in one line."""
+"""The command line without servers: help, a bad platform file's one-line-per-problem error, a
+platform path that cannot be read (a directory, not UTF-8, unreadable) and a cluster nobody started
+answered in one line."""
 
 from __future__ import annotations
 
@@ -99,3 +100,14 @@ def test_an_unreadable_platform_file_is_one_line_and_exit_2(tmp_path):
         command = [*drop, *command]
     run = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
     _one_line_error(run, locked, "permission denied")
+
+
+def test_a_cluster_nobody_started_is_one_line_naming_its_bootstrap_and_exit_2(tmp_path):
+    """Before `conveyor up` writes where its clusters are, a command that needs one says so."""
+    platform = tmp_path / "platform.yaml"
+    platform.write_text("runtime: {home: home}\nclusters:\n  dc1: {role: writable}\n")
+    run = conveyor("topics", "plan", "--platform", str(platform))
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "error: clusters.dc1.bootstrap is not set: give the cluster's bootstrap servers in platform.yaml, or run "
+        "`conveyor up` to start it on this machine"]

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conveyor.config import ConfigError, load_platform, parse_duration_ms, parse_platform, parse_size_bytes
+from conveyor.config import (ConfigError, NotSetError, load_platform, parse_duration_ms, parse_platform,
+                             parse_size_bytes)
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = yaml.safe_load((ROOT / "platform.yaml").read_text())
@@ -116,11 +117,35 @@ def test_missing_file_says_how_to_point_at_one(tmp_path):
         load_platform(tmp_path / "nope.yaml")
 
 
-def test_existing_cluster_by_bootstrap_is_not_local():
+def test_a_cluster_without_bootstrap_is_an_error_naming_the_field_when_used():
     data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "kafka-1.prod:9092"})
     platform = parse_platform(data, root=ROOT)
-    assert not platform.clusters["central"].is_local
-    assert set(platform.local_clusters()) == {"dc1", "dc2"}
+    assert platform.bootstrap("central") == "kafka-1.prod:9092"
+    with pytest.raises(NotSetError, match=r"^clusters\.dc1\.bootstrap is not set: .*run `conveyor up`") as failure:
+        platform.bootstrap("dc1")
+    assert failure.value.path == "clusters.dc1.bootstrap"
+
+
+@pytest.mark.parametrize("setting, value", [("client", {"security.protocol": "SSL"}), ("users", {"shop": "pw"}),
+                                            ("metrics", ["http://k:7071/metrics"]), ("disks", {1: "/data"})])
+def test_what_up_says_of_its_clusters_a_file_gives_only_with_bootstrap(setting, value):
+    with pytest.raises(ConfigError) as failure:
+        parse_platform(_with(f"clusters.dc1.{setting}", value), root=ROOT)
+    assert [p.path for p in failure.value.problems] == [f"clusters.dc1.{setting}"]
+    assert "only applies to a cluster given by bootstrap" in str(failure.value)
+
+
+def test_a_metrics_page_is_a_url_or_a_node_with_its_broker_id():
+    data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "k:9092", "metrics": [
+        "http://k1:7071/metrics", {"url": "http://k2:7071/metrics", "node": "k2", "broker": 2},
+        {"url": "http://c:7071/metrics", "controller": True}]})
+    pages = parse_platform(data, root=ROOT).clusters["central"].metrics
+    assert [(p.url, p.node, p.broker, p.controller) for p in pages] == [
+        ("http://k1:7071/metrics", None, None, False), ("http://k2:7071/metrics", "k2", 2, False),
+        ("http://c:7071/metrics", None, None, True)]
+    with pytest.raises(ConfigError, match="a page is a broker's"):
+        parse_platform(_with("clusters.central.metrics", [{"url": "http://c:1/m", "broker": 1, "controller": True}]),
+                       root=ROOT)
 
 
 def test_client_secrets_are_masked_in_repr():

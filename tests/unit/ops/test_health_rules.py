@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from conveyor.config.policies import HealthPolicy
 from conveyor.ops.health import (
     BrokerHealth,
     BrokerReading,
-    HealthPolicy,
     MetadataCounts,
     Rule,
     Severity,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from conveyor.config.policies import OffsetManagerPolicy
 from conveyor.ops.alerts import health_alert, lag_alert
 from conveyor.ops.health import BrokerReading, Rule, Severity, reading_from_samples
 from conveyor.ops.lag import PartitionStatus, Reason, Status, GroupStatus
 from conveyor.ops.offset_manager import (
-    OffsetManagerPolicy,
     assess_offset_manager,
     cleaner_idle,
     compaction_stalled,

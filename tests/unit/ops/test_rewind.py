@@ -6,12 +6,12 @@ import math
 
 import pytest
 
+from conveyor.config.policies import RewindPolicy
 from conveyor.ops.lag import NO_OFFSET, PartitionWindow
 from conveyor.ops.rewind import (
     AmplificationCause,
     FindingKind,
     OffsetFinding,
-    RewindPolicy,
     Traffic,
     amplification,
     amplification_cause,

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from redis.crc import key_slot
 
-from conveyor.config import ConfigError, parse_platform
+from conveyor.config import ConfigError, NotSetError, parse_platform
 from conveyor.pipeline.realtime.job import checkpoint_location
-from conveyor.pipeline.realtime.plan import RealtimeConfigError, ViewPlan, job_views
+from conveyor.pipeline.realtime.plan import ViewPlan, job_views
 from conveyor.pipeline.realtime.store import (CLAIM_BUCKETS, CheckpointBehindError, EventClaims, JobState, RedisBehindError,
                                               RedisTarget, redis_target)
 
@@ -22,22 +22,18 @@ ROOT = Path(__file__).resolve().parents[3]
 DEMO = yaml.safe_load((ROOT / "platform.yaml").read_text())
 
 
-def _platform(realtime: dict | None = None, runtime_redis: dict | None = None):
+def _platform(realtime: dict | None = None):
     data = copy.deepcopy(DEMO)
     data["pipeline"]["realtime"].update(realtime or {})
-    data["runtime"]["redis"] = {**data["runtime"].get("redis", {}), **(runtime_redis or {})}
     return parse_platform(data, root=ROOT)
 
 
-def test_the_views_redis_is_the_setting_else_the_runtime_s():
+def test_the_views_redis_is_one_server_or_a_cluster_and_unset_an_error_naming_the_setting():
     nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]
     assert redis_target(_platform({"redis": nodes})) == RedisTarget(tuple(nodes), cluster=True)
     assert redis_target(_platform({"redis": "redis://cache:6379/2"})) == RedisTarget(("redis://cache:6379/2",))
-    assert redis_target(_platform(runtime_redis={"url": "redis://other:6379"})) == RedisTarget(("redis://other:6379",))
-    local = redis_target(_platform())
-    assert not local.cluster and local.urls[0].startswith("redis://127.0.0.1:")
-    with pytest.raises(RealtimeConfigError, match="the views need a Redis"):
-        redis_target(_platform(runtime_redis={"enabled": False}))
+    with pytest.raises(NotSetError, match=r"^pipeline\.realtime\.redis is not set: .*run `conveyor up`"):
+        redis_target(_platform())
 
 
 @pytest.mark.parametrize("bad", [[], "cache:6379", ["10.0.0.1:7000"]])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conveyor.config import ConfigError, Platform, parse_platform
+from conveyor.config import ConfigError, NotSetError, Platform, parse_platform
 from conveyor.pipeline.errors import LakeConfigError
 from conveyor.pipeline.kafka_source import java_client_options
 from conveyor.pipeline.lake import lake_topics
@@ -64,11 +64,18 @@ def test_each_catalog_type_maps_to_iceberg_s_spark_catalog(catalog, expected):
             if k.startswith(prefix + ".") and k.removeprefix(prefix + ".") not in ("warehouse", "cache-enabled")} == expected
 
 
-def test_a_jdbc_catalog_without_uri_uses_the_local_postgres():
+def test_a_jdbc_catalog_without_uri_takes_the_database_up_started_else_names_the_setting(tmp_path):
+    from conveyor.runtime.local import LocalPlatform
+
     data = yaml.safe_load((ROOT / "platform.yaml").read_text())
-    data["runtime"]["postgres"] = {"port": 27432}
+    data["runtime"].update(postgres={"port": 27432}, home=str(tmp_path))
     data["pipeline"]["catalog"] = {"type": "jdbc"}
-    conf = session_conf(parse_platform(data, root=ROOT), "x", [])
+    platform = parse_platform(data, root=ROOT)
+    with pytest.raises(NotSetError, match=r"^pipeline\.catalog\.uri is not set: .*`conveyor up`"):
+        session_conf(platform, "x", [])
+    local = LocalPlatform(platform)
+    local.security.ensure()
+    conf = session_conf(local.clients, "x", [])
     assert conf[f"spark.sql.catalog.{CATALOG}.uri"] == "jdbc:postgresql://127.0.0.1:27432/conveyor"
     assert conf[f"spark.sql.catalog.{CATALOG}.jdbc.user"] == "conveyor"
 

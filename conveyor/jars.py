@@ -1,5 +1,5 @@
-"""Jars resolved from Maven Central through a pom: Kafka's (this package's pom.xml) and the
-pipelines' (conveyor/pipeline/pom.xml).
+"""Jars resolved from Maven Central through a pom: Kafka's (conveyor/pom.xml: the broker the local
+runtime starts, and the tools ops and the dispatcher run) and the pipelines' (conveyor/pipeline/pom.xml).
 
 Maven keeps the jars in its local repository (~/.m2); we keep only the classpath it printed, in a
 file named after the pom's hash, so that after the first run no network and no Maven start-up is
@@ -15,10 +15,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from conveyor.runtime.errors import RuntimeSetupError
+from conveyor.errors import ConveyorError
 
 POM = Path(__file__).with_name("pom.xml")
 _AGENT = "jmx_prometheus_javaagent"
+
+
+class SetupError(ConveyorError):
+    """Java or Maven is missing, or Maven could not resolve the jars."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ def _cached_classpath_file(pom: Path, maven_repo: Path | None) -> Path:
 def _split(entries: list[str]) -> Jars:
     agents = [e for e in entries if _AGENT in Path(e).name]
     if len(agents) != 1:
-        raise RuntimeSetupError(f"expected one {_AGENT} jar among the resolved jars, found {len(agents)}")
+        raise SetupError(f"expected one {_AGENT} jar among the resolved jars, found {len(agents)}")
     return Jars(classpath=os.pathsep.join(e for e in entries if e not in agents), jmx_agent=Path(agents[0]))
 
 
@@ -56,7 +60,7 @@ def maven_classpath(pom: Path, what: str, maven_repo: Path | None = None) -> lis
 
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise RuntimeSetupError(f"Maven (mvn) is not installed: it resolves {what} from Maven Central")
+        raise SetupError(f"Maven (mvn) is not installed: it resolves {what} from Maven Central")
     cached.parent.mkdir(parents=True, exist_ok=True)
     out = cached.with_suffix(".tmp")
     argv = [mvn, "-q", "-B", "-f", str(pom), "dependency:build-classpath",
@@ -66,7 +70,7 @@ def maven_classpath(pom: Path, what: str, maven_repo: Path | None = None) -> lis
     result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-        raise RuntimeSetupError(f"Maven could not resolve {what} from {pom}:\n{tail}")
+        raise SetupError(f"Maven could not resolve {what} from {pom}:\n{tail}")
     out.replace(cached)
     return cached.read_text().strip().split(os.pathsep)
 
@@ -83,5 +87,5 @@ def java_binary() -> str:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
-        raise RuntimeSetupError("java is not installed (Kafka 4 needs Java 17 or later)")
+        raise SetupError("java is not installed (Kafka 4 needs Java 17 or later)")
     return java
