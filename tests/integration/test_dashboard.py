@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from conveyor import kafka
 from conveyor.cli import app as cli
-from conveyor.config import Platform, load_platform
+from conveyor.config import Platform, load_resolved_platform
 from conveyor.runtime import processes
 from conveyor.runtime.services import service_daemons
 from tests.conftest import ROOT, demo_event
@@ -52,7 +52,7 @@ def ops_url(provisioned: Platform, platform_data, platform_file: Path,
     data["ops"] = {"interval": "1s", "window": 6, "components": {"gateway-dc1": f"{gateway}/metrics"}}
     path = platform_file.parent / "ops-platform.yaml"  # next to contracts/, which it names
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    platform = load_platform(path)
+    platform = load_resolved_platform(path)  # the clients connect to what the session started
     port = free_port()
     started = CliRunner().invoke(cli, ["dashboard", "--platform", str(path), "--port", str(port)])
     try:
