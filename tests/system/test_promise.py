@@ -208,6 +208,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
         # Settle: every process up and running again, and kept so until the sinks are read.
         faults.supervise()
         accepted = set(ledger.events)
+        warehouse = tmp_path / "warehouse"
 
         def on_central() -> bool:
             faults.supervise()
@@ -215,12 +216,11 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
 
         def in_the_lake() -> bool:
             faults.supervise()
-            return set(read_back(postgres_server, tmp_path / "warehouse", TOPIC)[0]) >= accepted
+            return set(read_back(postgres_server, warehouse, TOPIC)[0]) >= accepted
 
         # Leaders move after restarts; the lake's table may not exist yet when first looked at.
         eventually(on_central, 600, "every accepted event on central", errors=(KafkaException,))
         eventually(in_the_lake, 900, "every accepted event in the lake", errors=(NoSuchTableError,), interval=5)
-        warehouse = tmp_path / "warehouse"
         for runner in ("lake-a", "lake-b"):
             procs[runner].stop()
         landed, lost_commits, lineage = read_back(postgres_server, warehouse, TOPIC)
