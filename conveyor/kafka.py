@@ -8,10 +8,10 @@ the message is processed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from conveyor.config import Platform
@@ -126,3 +126,24 @@ def admin(platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | 
     # librdkafka logs an informational line for every admin client torn down with queued events.
     return AdminClient(client_config(platform, cluster_name, {"log_level": 4, "logger": LIBRDKAFKA,
                                                               **(overrides or {})}))
+
+
+def committed(platform: Platform, cluster_name: str, group: str, partitions: Sequence[TopicPartition] | None = None,
+              timeout: float = 10.0) -> list[TopicPartition]:
+    """The commits of ``group`` (offset and metadata; offset < 0: none) on ``partitions``, or on every
+    partition of the cluster's own topics (not ``__``-internal ones); raises KafkaException.
+
+    Read through a consumer handle of the group that never joins it, never through the admin API's
+    ListConsumerGroupOffsets: when the group's coordinator answers NOT_COORDINATOR (it moved, as when
+    a broker restarts), librdkafka's admin handle, which has no group of its own, dereferences a null
+    group and the whole process dies with SIGSEGV (librdkafka issue 5040, open in 2.16). A consumer's
+    handle looks the coordinator up again and retries."""
+    reader = consumer(platform, cluster_name, group, "conveyor-committed")
+    try:
+        if partitions is None:
+            topics = reader.list_topics(timeout=timeout).topics
+            partitions = [TopicPartition(name, number) for name, meta in sorted(topics.items())
+                          if not name.startswith("__") for number in sorted(meta.partitions)]
+        return reader.committed(list(partitions), timeout=timeout) if partitions else []
+    finally:
+        reader.close()

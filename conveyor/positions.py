@@ -172,9 +172,9 @@ class PositionFeed:
 
     def committed(self) -> dict[tuple[str, int], int]:
         """What the monitoring group holds now (every reader's last publish); raises KafkaException."""
-        answer = self.admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(self.group)], request_timeout=self.timeout)[self.group].result()
-        return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
+        return {(tp.topic, tp.partition): tp.offset
+                for tp in kafka.committed(self.platform, self.cluster, self.group, timeout=self.timeout)
+                if tp.offset >= 0}
 
     def publish_and_wait(self, positions: Positions, attempts: int = 3) -> bool:
         """Publish now and wait for the answer, trying again after a failure (a new group's

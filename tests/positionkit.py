@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
@@ -16,9 +16,8 @@ def monitored(platform: Platform, cluster: str, group: str,
               topics: set[str] | None = None) -> tuple[Offsets, set[str | None]]:
     """The group's committed offsets (of ``topics`` only, when given: a route's group also holds
     the topics earlier tests copied), and where their metadata says the real position lives."""
-    admin = kafka.admin(platform, cluster)  # kept referenced until the future resolves
-    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
-    committed = [tp for tp in answer.topic_partitions if tp.offset >= 0 and (topics is None or tp.topic in topics)]
+    committed = [tp for tp in kafka.committed(platform, cluster, group)
+                 if tp.offset >= 0 and (topics is None or tp.topic in topics)]
     return {(tp.topic, tp.partition): tp.offset for tp in committed}, {kept_in(tp.metadata) for tp in committed}
 
 

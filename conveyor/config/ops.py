@@ -74,6 +74,14 @@ class Ops(Model):
     #: An hour of a topic must be complete in the lake this long after it ends (the rules file's
     #: LakeHourLate); 2h: yesterday has landed by 02:00.
     lake_deadline: Seconds = Field(default=7200.0, gt=0)
+    #: The rules file's thresholds for the services: the gateway's request time p99 and its share of
+    #: requests answered 503; redeliveries over deliveries at the dispatcher; the real-time views'
+    #: event-to-Redis p99 and their share of records rejected, per kind.
+    gateway_p99_warn: Seconds = Field(default=1.0, gt=0)
+    gateway_error_ratio: float = Field(default=0.01, gt=0, le=1)
+    dispatch_redelivery_ratio: float = Field(default=0.1, gt=0, le=1)
+    realtime_p99_warn: Seconds = Field(default=60.0, gt=0)
+    realtime_reject_ratio: float = Field(default=0.01, gt=0, le=1)
     #: The offset manager: the log cleaner's max dirty ratio above this percent for longer than
     #: offsets_dirty_hold is a stalled compaction; the cleaner not run for cleaner_idle_alarm is a
     #: dead cleaner; a __consumer_offsets partition load above coordinator_load_warn is slow.

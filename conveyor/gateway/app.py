@@ -1,4 +1,5 @@
-"""The gateway's HTTP API (FastAPI): ``POST /v1/topics/{topic}/events``, ``/healthz``, ``/metrics``.
+"""The gateway's HTTP API (FastAPI): ``POST /v1/topics/{topic}/events``, ``/healthz``, ``/readyz``,
+``/metrics``.
 
 A request is all-or-nothing up to Kafka: it is authenticated and authorised before its body is
 read; the body is read up to the size limit and within a deadline, holding no place, so a slow
@@ -47,6 +48,9 @@ from conveyor.topics.contracts import load_contracts
 
 log = logging.getLogger(__name__)
 
+#: Seconds a health probe's answer about the clusters is reused.
+HEALTH_REUSE = 2.0
+
 #: Bodies larger than this are parsed and checked on a worker thread, so one large request does not
 #: hold every other request on the event loop up for its whole parse.
 PARSE_OFF_LOOP_BYTES = 256 * 1024
@@ -80,6 +84,11 @@ class Gateway:
         #: Per topic, the most bytes one event's key and value may take; set by :meth:`start`.
         self.event_limits: dict[str, int] = {}
         self._in_progress = 0
+        #: Between the end of :meth:`start` and the start of :meth:`stop`.
+        self.serving = False
+        #: The latest answer of :meth:`writable` and when it came (monotonic seconds).
+        self._writable: tuple[float, str | None] = (float("-inf"), None)
+        self._probing = asyncio.Lock()
 
     def _switched(self, old: str, new: str, why: str) -> None:
         self.metrics.failovers.labels(old, new).inc()
@@ -88,6 +97,7 @@ class Gateway:
     def _show_active(self, active: str) -> None:
         for cluster in self.writer.order:
             self.metrics.active_cluster.labels(cluster).set(1 if cluster == active else 0)
+        self.metrics.failed_over.set(0 if active == self.dc else 1)
 
     async def start(self) -> None:
         s = self.settings
@@ -100,8 +110,10 @@ class Gateway:
         self._audit_task = asyncio.create_task(self._publish_audit_forever())
         log.info("gateway %s writing to %s (failover: %s)", self.source, self.dc,
                  ", ".join(self.writer.order[1:]) or "none")
+        self.serving = True
 
     async def stop(self) -> None:
+        self.serving = False
         if self._audit_task is not None:
             self._audit_task.cancel()
         await self.publish_audit()
@@ -125,11 +137,24 @@ class Gateway:
             log.warning("audit counts not published (%s); retrying at the next interval", err)
             self.audit.mark_all_changed()
 
+    async def writable(self) -> str | None:
+        """A cluster of the gateway's that answers, or None; probes within ``HEALTH_REUSE`` seconds of
+        the last share its answer, so frequent health checks do not each ask every cluster."""
+        async with self._probing:
+            at, cluster = self._writable
+            if time.monotonic() - at >= HEALTH_REUSE:
+                cluster = await asyncio.to_thread(self.writer.writable)
+                self._writable = (time.monotonic(), cluster)
+            return cluster
+
+    def saturated(self) -> bool:
+        return self._in_progress >= self.settings.max_concurrent_requests
+
     @contextmanager
     def admission(self) -> Iterator[None]:
         """A request being checked or written; refused at once when ``max_concurrent_requests`` are."""
         limit = self.settings.max_concurrent_requests
-        if self._in_progress >= limit:
+        if self.saturated():
             raise Overloaded(f"the gateway has {limit} requests in progress; retry later", retry_after=1)
         self._in_progress += 1
         try:
@@ -242,11 +267,30 @@ def create_app(gateway: Gateway) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
 
+    async def health() -> dict[str, Any]:
+        writable = await gateway.writable()
+        return {"status": "ok" if writable else "unwritable", "source": gateway.source,
+                "writing_to": gateway.writer.active, "local": gateway.dc,
+                "failed_over": gateway.writer.active != gateway.dc, "writable": writable}
+
     @app.get("/healthz")
     async def healthz() -> Response:
-        body = {"status": "ok", "source": gateway.source, "writing_to": gateway.writer.active,
-                "local": gateway.dc, "failed_over": gateway.writer.active != gateway.dc}
-        return Response(orjson.dumps(body), 200, media_type="application/json")
+        """503 when no cluster of the gateway's (its own, then its failover) answers: every event
+        sent to it would be refused."""
+        body = await health()
+        return Response(orjson.dumps(body), 200 if body["writable"] else 503, media_type="application/json")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        """Whether to send this gateway traffic now: healthy, serving (not starting or stopping) and
+        with an admission place free."""
+        body = await health()
+        if body["writable"] and not gateway.serving:
+            body["status"] = "stopping"
+        elif body["writable"] and gateway.saturated():
+            body["status"] = "saturated"
+        ready = body["status"] == "ok"
+        return Response(orjson.dumps({**body, "ready": ready}), 200 if ready else 503, media_type="application/json")
 
     @app.get("/metrics")
     async def metrics() -> Response:

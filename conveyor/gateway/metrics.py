@@ -19,6 +19,8 @@ class GatewayMetrics:
                                  **labels)
         self.failovers = Counter("conveyor_gateway_failovers", "Switches of the cluster written to",
                                  ["from_cluster", "to_cluster"], **labels)
+        self.failed_over = Gauge("conveyor_gateway_failed_over", "1 while the gateway writes to a cluster other "
+                                 "than its data centre's", **labels)
         self.active_cluster = Gauge("conveyor_gateway_active_cluster", "1 for the cluster being written to",
                                     ["cluster"], **labels)
         self.lane_occupied = Gauge("conveyor_gateway_lane_requests", "Requests in each bulkhead lane", ["lane"],

@@ -295,6 +295,14 @@ class Writer:
         raise Unavailable(f"{len(todo)} of {len(records)} events were not acknowledged by any writable cluster "
                           f"({reason}); none of this request counts as accepted, retry it", topic=topic)
 
+    def writable(self, timeout: float = 1.0) -> str | None:
+        """The first cluster, the active one first, whose brokers answer a metadata request; None when
+        none does. Blocking: up to ``timeout`` per cluster that does not answer."""
+        for cluster in sorted(self.order, key=lambda c: c != self.active):
+            if self._producers[cluster].reachable(timeout):
+                return cluster
+        return None
+
     def _fail_over(self, error: KafkaError | None) -> None:
         if self.active != self.local:
             return

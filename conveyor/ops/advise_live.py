@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 
+from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.ops.advise import measured_processing_seconds
 from conveyor.ops.balance.live import samples, scrape_twice
 from conveyor.ops.errors import SampleError
-from conveyor.ops.sampler import OffsetSampler
+from conveyor.ops.sampler import SamplerProcess
 from conveyor.ops.tracker import OffsetSnapshot
 
 MESSAGES_IN = "kafka_server_brokertopicmetrics_messagesinpersec_total"
@@ -52,10 +53,14 @@ def _lags(snapshot: OffsetSnapshot, topic: str) -> dict[str, tuple[int, int]]:
 
 
 def measure(platform: Platform, cluster: str, topics: Collection[str] | None, seconds: float) -> list[TopicMeasure]:
-    sampler = OffsetSampler(platform, cluster)
-    before = sampler.sample()
-    targets, first, second, elapsed = scrape_twice(platform, cluster, seconds)
-    after = sampler.sample()
+    # In a child process: librdkafka's group admin calls can kill the process (conveyor.ops.sampler).
+    sampler = SamplerProcess(platform, cluster)
+    try:
+        before = sampler.sample()
+        targets, first, second, elapsed = scrape_twice(platform, cluster, seconds)
+        after = sampler.sample()
+    finally:
+        sampler.close()
     window = (after.at_ms - before.at_ms) / 1000
     rates: dict[str, float] = {}
     for then, now in zip(first, second):
@@ -69,7 +74,7 @@ def measure(platform: Platform, cluster: str, topics: Collection[str] | None, se
         counts[topic] = counts.get(topic, 0) + 1
     wanted = sorted(t for t in counts if topics is None or t in topics)
     groups = sorted({g for t in wanted for g in _lags(after, t)})
-    members = _members(sampler, groups)
+    members = _members(platform, cluster, groups)
     out = []
     for topic in wanted:
         lags_before, lags_after = _lags(before, topic), _lags(after, topic)
@@ -86,11 +91,12 @@ def measure(platform: Platform, cluster: str, topics: Collection[str] | None, se
     return out
 
 
-def _members(sampler: OffsetSampler, groups: list[str]) -> dict[str, int]:
+def _members(platform: Platform, cluster: str, groups: list[str]) -> dict[str, int]:
     if not groups:
         return {}
+    admin = kafka.admin(platform, cluster)  # kept referenced until its futures resolve
     try:
-        futures = sampler.admin.describe_consumer_groups(groups, request_timeout=10)
+        futures = admin.describe_consumer_groups(groups, request_timeout=10)
         return {group: len(future.result().members) for group, future in futures.items()}
     except KafkaException as exc:
-        raise SampleError(sampler.cluster, f"describing consumer groups: {exc}") from None
+        raise SampleError(cluster, f"describing consumer groups: {exc}") from None

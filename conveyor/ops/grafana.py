@@ -50,6 +50,17 @@ DASHBOARDS = (
         Panel("Consumer group lag", (("conveyor_ops_group_lag_records", "{{cluster}} {{group}}"),)),
         Panel("Consumer group status (0 OK .. 5 ERR)", (("conveyor_ops_group_status", "{{cluster}} {{group}}"),)),
     )),
+    Dashboard("conveyor-gateway", "Conveyor: gateway", (
+        Panel("Events accepted per second", (
+            ("sum by (instance, cluster) (rate(conveyor_gateway_events_accepted_total[1m]))",
+             "{{instance}} to {{cluster}}"),), "ops"),
+        Panel("Requests refused per second, by reason", (
+            ("sum by (reason) (rate(conveyor_gateway_requests_rejected_total[1m]))", "{{reason}}"),), "reqps",
+            description="unavailable and overloaded are answered 503; the others are the clients' (4xx)."),
+        Panel("Request time p99", (("histogram_quantile(0.99, sum by (instance, le) "
+                                    "(rate(conveyor_gateway_request_seconds_bucket[1m])))", "{{instance}}"),), "s"),
+        Panel("Writing to the failover cluster", (("conveyor_gateway_failed_over", "{{instance}}"),), "bool"),
+    )),
     Dashboard("conveyor-replication", "Conveyor: replication", (
         Panel("Records waiting per route", (("sum by (route) (conveyor_replicate_lag_records)", "{{route}}"),)),
         Panel("Copy latency p99", (("histogram_quantile(0.99, sum by (route, le) "
@@ -58,6 +69,9 @@ DASHBOARDS = (
                                              "{{route}}"),), "ops"),
         Panel("Offsets lost to source retention", (("sum by (route, topic) (conveyor_replicate_gap_records_total)",
                                                     "{{route}} {{topic}}"),)),
+        Panel("Stopped partitions and unreachable clusters", (
+            ("sum by (route) (conveyor_replicate_partition_stopped)", "{{route}} stopped"),
+            ("conveyor_replicate_cluster_unreachable", "{{route}} cannot reach {{cluster}}"))),
     )),
     Dashboard("conveyor-lake", "Conveyor: lake", (
         Panel("Complete hours (heat strip: seconds since the last complete hour)", (
@@ -76,6 +90,8 @@ DASHBOARDS = (
             ("rate(conveyor_realtime_events_applied_total[1m])", "applied"),
             ("sum by (view, kind) (rate(conveyor_realtime_events_rejected_total[1m]))", "{{view}} rejected: {{kind}}")),
             "ops"),
+        Panel("Batches per 5 minutes", (("sum(increase(conveyor_realtime_batches_total[5m]))", "batches"),),
+              description="None for 15 minutes is the RealtimeStalled alert."),
         Panel("Batch duration and size", (
             ("conveyor_realtime_batch_duration_seconds", "seconds"),
             ("conveyor_realtime_batch_records", "records")), "short"),
@@ -87,6 +103,10 @@ DASHBOARDS = (
             ("sum by (group) (rate(conveyor_dispatch_acked_total[1m]))", "{{group}} acked"),
             ("sum by (group) (rate(conveyor_dispatch_redelivered_total[1m]))", "{{group}} redelivered")), "ops"),
         Panel("Clients connected", (("sum by (group) (conveyor_dispatch_clients_connected)", "{{group}}"),)),
+        Panel("Dead letters per second", (
+            ("sum by (group) (rate(conveyor_dispatch_dead_lettered_total[5m]))", "{{group}} dead-lettered"),
+            ("sum by (group) (rate(conveyor_dispatch_dead_letters_unwritable_total[5m]))", "{{group}} unwritable")),
+              "ops"),
         Panel("Delivery latency p99", (("histogram_quantile(0.99, sum by (le) "
                                         "(rate(conveyor_dispatch_delivery_latency_seconds_bucket[1m])))", "p99"),), "s"),
     )),

@@ -97,10 +97,99 @@ def replication_rules() -> list[AlertRule]:
                   "route {{ $labels.route }} lost offsets of {{ $labels.topic }} to the source's retention before "
                   "copying them", "0s",
                   "conveyor replicate status --route {{ $labels.route }} (the gaps, with their offsets)"),
+        AlertRule("ReplicationClusterUnreachable", "conveyor_replicate_cluster_unreachable == 1", "critical",
+                  "route {{ $labels.route }} cannot reach {{ $labels.cluster }}", "5m",
+                  "the cluster's brokers and the replicator's credentials; it resumes by itself"),
         AlertRule("ReplicationPartitionStopped", "conveyor_replicate_partition_stopped > 0", "critical",
                   "route {{ $labels.route }} stopped {{ $labels.topic }}[{{ $labels.partition }}]: a record the "
                   "destination cannot take", "0s", "max.message.bytes of the destination topic"),
     ]
+
+
+def gateway_rules(ops: Ops) -> list[AlertRule]:
+    refused = 'sum by (instance) (rate(conveyor_gateway_requests_rejected_total{reason=~"unavailable|overloaded"}[5m]))'
+    answered = "sum by (instance) (rate(conveyor_gateway_request_seconds_count[5m]))"
+    p99 = "histogram_quantile(0.99, sum by (instance, le) (rate(conveyor_gateway_request_seconds_bucket[5m])))"
+    return [
+        AlertRule("GatewayUnavailable",
+                  'sum by (instance, topic) (increase(conveyor_gateway_requests_rejected_total{reason="unavailable"}[5m])) > 0',
+                  "critical", "gateway {{ $labels.instance }} refused {{ $value }} request(s) of {{ $labels.topic }}: "
+                  "no cluster acknowledged them", "0s",
+                  "the gateway's /healthz, its data centre's cluster and its failover cluster"),
+        AlertRule("GatewayErrorRatio", f"{refused} / {answered} > {ops.gateway_error_ratio:g}", "warning",
+                  "gateway {{ $labels.instance }} answers 503 to a share of {{ $value }} of its requests", "5m",
+                  "overloaded (max_concurrent_requests, the bulkhead lanes) or unavailable clusters"),
+        AlertRule("GatewaySlow", f"{p99} > {ops.gateway_p99_warn:g}", "warning",
+                  "gateway {{ $labels.instance }} answers in {{ $value }} s at p99", "5m",
+                  "the produce latency of its cluster (acks=all waits for the in-sync replicas)"),
+        AlertRule("GatewayFailedOver", "conveyor_gateway_failed_over == 1", "warning",
+                  "gateway {{ $labels.instance }} writes to its failover cluster", "0s",
+                  "its data centre's cluster: it fails back by itself once that cluster answers"),
+    ]
+
+
+def dispatch_rules(ops: Ops) -> list[AlertRule]:
+    def per_pair(series: str) -> str:
+        return f"sum by (topic, group) ({series})"
+
+    backlog = per_pair("conveyor_dispatch_backlog")
+    return [
+        AlertRule("DispatchBacklogGrowing", f"{backlog} > {per_pair('conveyor_dispatch_backlog offset 15m')}",
+                  "warning", "{{ $labels.group }} on {{ $labels.topic }}: {{ $value }} messages wait, more than "
+                  "15 minutes before", "15m", "the group's clients: too few, too slow, or nacking"),
+        AlertRule("DispatchRedeliveries",
+                  f"{per_pair('rate(conveyor_dispatch_redelivered_total[10m])')} > {ops.dispatch_redelivery_ratio:g} * "
+                  f"{per_pair('rate(conveyor_dispatch_delivered_total[10m])')}", "warning",
+                  "{{ $labels.group }} on {{ $labels.topic }} redelivers {{ $value }} messages/s: "
+                  "nacks and missed ack deadlines", "10m", "the clients' errors, and ack_deadline against their work"),
+        AlertRule("DispatchDeadLetters", f"{per_pair('increase(conveyor_dispatch_dead_lettered_total[15m])')} > 0",
+                  "warning", "{{ $labels.group }} on {{ $labels.topic }} dead-lettered {{ $value }} message(s)", "0s",
+                  "the dead-letter topic: the messages out of attempts, with their last error"),
+        AlertRule("DispatchDeadLettersUnwritable",
+                  f"{per_pair('increase(conveyor_dispatch_dead_letters_unwritable_total[15m])')} > 0", "critical",
+                  "{{ $labels.group }} on {{ $labels.topic }}: {{ $value }} message(s) out of attempts could not be "
+                  "dead-lettered and were skipped", "0s",
+                  "conveyor_dispatch_last_unwritable_dead_letter_offset, and max.message.bytes of the dead-letter topic"),
+    ]
+
+
+def realtime_rules(ops: Ops) -> list[AlertRule]:
+    rejected = "sum by (instance, kind) (rate(conveyor_realtime_events_rejected_total[10m]))"
+    read = "sum by (instance) (rate(conveyor_realtime_records_total[10m]))"
+    return [
+        AlertRule("RealtimeSlow", f'conveyor_realtime_latency_seconds{{quantile="0.99"}} > {ops.realtime_p99_warn:g}',
+                  "warning", "the real-time views write events {{ $value }} s after their event time at p99", "5m",
+                  "the job's batch duration and its lag on the topic"),
+        AlertRule("RealtimeRejects", f"{rejected} / on (instance) group_left {read} > {ops.realtime_reject_ratio:g}",
+                  "warning", "the real-time views reject a share of {{ $value }} of their records as "
+                  "{{ $labels.kind }}", "10m", "the reject topic: late (producers' clocks), incomplete (contracts)"),
+        AlertRule("RealtimeStalled", "sum by (instance) (increase(conveyor_realtime_batches_total[15m])) == 0",
+                  "warning", "the real-time views wrote no batch in 15 minutes", "0s",
+                  "the job's log, and whether the topic had traffic"),
+        AlertRule("RealtimeRedisLost", "increase(conveyor_realtime_redis_lost_total[1h]) > 0", "critical",
+                  "the real-time job found Redis behind its checkpoint and stopped", "0s",
+                  "docs/realtime.md: rebuild the views with --rebuild"),
+    ]
+
+
+#: Per component, a series it exports from its start, without labels: absent() fires when no
+#: instance of it is scraped (stopped, crashed, or its target lost).
+PRESENCE = {
+    "gateway": "conveyor_gateway_failed_over",
+    "replicator": "conveyor_replicate_topics",
+    "dispatcher": "conveyor_dispatch_readers",
+    "realtime views": "conveyor_realtime_records_total",
+    "lake": "conveyor_lake_run_duration_seconds",
+    "watcher": "conveyor_ops_rounds_total",
+    "throttle": "conveyor_throttle_rounds_total",
+}
+
+
+def presence_rules() -> list[AlertRule]:
+    return [AlertRule(f"ConveyorComponentAbsent{''.join(w.title() for w in component.split())}", f"absent({series})",
+                      "critical", f"no {component} reports to Prometheus", "5m",
+                      f"whether the {component} runs and its scrape target ({series} is on its /metrics)")
+            for component, series in PRESENCE.items()]
 
 
 def lake_rules(ops: Ops) -> list[AlertRule]:
@@ -156,5 +245,7 @@ def traffic_rules() -> list[AlertRule]:
 def rules_document(ops: Ops) -> dict[str, object]:
     groups = (("conveyor-brokers", broker_rules(ops)), ("conveyor-offset-manager", offset_manager_rules(ops)),
               ("conveyor-traffic", traffic_rules()), ("conveyor-lag", lag_rules(ops)),
-              ("conveyor-replication", replication_rules()), ("conveyor-lake", lake_rules(ops)))
+              ("conveyor-replication", replication_rules()), ("conveyor-lake", lake_rules(ops)),
+              ("conveyor-gateway", gateway_rules(ops)), ("conveyor-dispatch", dispatch_rules(ops)),
+              ("conveyor-realtime", realtime_rules(ops)), ("conveyor-components", presence_rules()))
     return {"groups": [{"name": name, "rules": [r.document() for r in rules]} for name, rules in groups]}

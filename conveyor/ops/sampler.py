@@ -11,8 +11,10 @@ Committed offsets are read before end offsets: a healthy group then always has c
 so anything else the lag rules see is a real error (``conveyor.ops.lag``).
 
 The watcher runs each cluster's sampler in a child process (:class:`SamplerProcess`): librdkafka's
-group admin calls can abort the whole process when a broker restarts (librdkafka issue #4605, the
-``eonce->refcnt > 0`` assertion), which is exactly when operators need the watcher. In a child,
+group admin calls can kill the whole process when a broker restarts (librdkafka issue #4605, the
+``eonce->refcnt > 0`` assertion; issue #5040, a SIGSEGV when a moved coordinator answers an
+OffsetFetch with NOT_COORDINATOR), which is exactly when operators need the watcher. Elsewhere
+commits are read with :func:`conveyor.kafka.committed`, which avoids the second. In a child,
 an abort costs one round of one cluster, reported as a sampling failure, and the next round
 starts a new child.
 """

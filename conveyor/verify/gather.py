@@ -14,8 +14,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from confluent_kafka import (ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, Message,
-                             TopicPartition)
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
@@ -243,14 +242,13 @@ def dispatch_check(platform: Platform, topic: str, group: str) -> DispatchCheck:
     offsets = _offsets(platform, cluster, topic)
     if not offsets:
         raise SinkReadError(f"topic {topic} does not exist on cluster {cluster}")
-    admin = kafka.admin(platform, cluster)
-    request = [ConsumerGroupTopicPartitions(kafka_group, [TopicPartition(topic, p) for p in sorted(offsets)])]
     try:
-        commits = admin.list_consumer_group_offsets(request, request_timeout=_TIMEOUT)[kafka_group].result()
+        commits = kafka.committed(platform, cluster, kafka_group, [TopicPartition(topic, p) for p in sorted(offsets)],
+                                  timeout=_TIMEOUT)
     except KafkaException as exc:
         raise kafka.KafkaOperationError.from_exception(f"reading the commits of {kafka_group}", exc) from None
     partitions = []
-    for tp in sorted(commits.topic_partitions, key=lambda tp: tp.partition):
+    for tp in sorted(commits, key=lambda tp: tp.partition):
         start, end = offsets[tp.partition]
         committed = tp.offset if tp.offset >= 0 else None
         acked = _acked(tp.metadata, committed) if classic else ()

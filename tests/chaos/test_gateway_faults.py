@@ -23,7 +23,7 @@ from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
 from conveyor.runtime import processes
 from conveyor.runtime.local import LocalPlatform
-from tests.conftest import demo_event, platform_variant, read_topic
+from tests.conftest import demo_event, eventually, platform_variant, read_topic
 
 pytestmark = pytest.mark.chaos
 ADSERVER = {"Authorization": "Bearer demo-adserver-token", "Content-Type": "application/json"}
@@ -80,6 +80,32 @@ def test_failover_to_dc2_and_back_loses_no_accepted_event(provisioned: Platform,
               for cluster in ("dc1", "dc2") for m in read_topic(platform, cluster, "ad-events")}
     lost = [e for e in accepted if e not in landed]
     assert not lost, f"{len(lost)} of {len(accepted)} accepted events are on neither dc1 nor dc2"
+
+
+def test_healthz_and_readyz_answer_503_while_no_cluster_of_the_gateway_answers(provisioned: Platform,
+                                                                                 local: LocalPlatform, serve_gateway):
+    url = serve_gateway(provisioned, "dc1")  # dc1's cluster, then dc2's
+
+    def answer(path: str) -> tuple[int, dict]:
+        got = httpx.get(f"{url}{path}", timeout=30)
+        return got.status_code, got.json()
+
+    status, body = answer("/healthz")
+    assert status == 200 and body["status"] == "ok" and body["writable"] == "dc1", body
+    assert answer("/readyz")[0] == 200
+    for cluster in ("dc1", "dc2"):
+        assert local.kill_broker(cluster, 1) is not None, f"{cluster}'s broker was not running"
+    try:
+        status, body = eventually(lambda: (got := answer("/healthz"))[0] == 503 and got, 30,
+                                  "/healthz to say 503 with both clusters down")
+        assert body["status"] == "unwritable" and body["writable"] is None, body
+        status, body = answer("/readyz")
+        assert status == 503 and body["ready"] is False, body
+    finally:
+        for cluster in ("dc1", "dc2"):
+            local.start_broker(cluster, 1)
+    eventually(lambda: answer("/healthz")[0] == 200 and answer("/readyz")[0] == 200, 60,
+               "/healthz and /readyz to say 200 with the clusters back")
 
 
 #: Requests timed on the fast topic before and during the freeze.

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions
 
 from conveyor import kafka
 from conveyor.config import Platform
@@ -39,9 +38,7 @@ def setup(platform_file: Path, platform_data: dict[str, Any], provisioned: Platf
 
 def _commit_metadata(platform: Platform, group: str) -> set[tuple[str, ...]]:
     """The client ids each partition's monitoring commit names."""
-    admin = kafka.admin(platform, "central")
-    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
-    return {client_ids(tp.metadata) for tp in answer.topic_partitions if tp.offset >= 0}
+    return {client_ids(tp.metadata) for tp in kafka.committed(platform, "central", group) if tp.offset >= 0}
 
 
 def _lag_shown(watch: ClusterWatch, group: str, lag: int) -> GroupReport | None:

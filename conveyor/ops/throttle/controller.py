@@ -60,6 +60,8 @@ class ThrottleMetrics:
                           ["cluster", "broker"], registry=self.registry)
         self.decisions = Counter("conveyor_throttle_decisions", "quotas set and lifted", ["cluster", "action"],
                                  registry=self.registry)
+        #: Without labels, so it is on the page from the start: the rules' absent() watches it.
+        self.rounds = Counter("conveyor_throttle_rounds", "Rounds of judging the brokers", registry=self.registry)
 
 
 class ThrottleController:
@@ -104,6 +106,7 @@ class ThrottleController:
         self.state.save(self.state_file)
         for signal in signals:
             self.metrics.busy.labels(self.cluster, str(signal.broker)).set(1 if signal.broker in result.busy else 0)
+        self.metrics.rounds.inc()
         return result
 
     def _record(self, decision: Decision, result: Round) -> None:

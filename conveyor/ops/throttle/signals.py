@@ -22,11 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
+from conveyor import kafka
 from conveyor.acls.parts import DISPATCH_NODES_GROUP_PREFIX
 from conveyor.config import Platform
 from conveyor.ops.errors import SampleError
-from conveyor.ops.sampler import OffsetSampler
+from conveyor.ops.sampler import SamplerProcess
 from conveyor.ops.scrape import Scraper, metrics_targets
 from conveyor.ops.throttle.policy import Assigned, BrokerSignal, Consumer, feed_readers
 
@@ -68,7 +70,9 @@ class SignalReader:
         self._ticks: dict[int, int | None] = {}
         self._at = 0.0
         self.scraper = Scraper()
-        self.sampler = OffsetSampler(platform, cluster)
+        # In a child process: librdkafka's group admin calls can kill the process (conveyor.ops.sampler).
+        self.sampler = SamplerProcess(platform, cluster)
+        self._admin: AdminClient | None = None
 
     def disk(self) -> dict[int, float | None]:
         if not self.devices or not DISKSTATS.exists():
@@ -100,7 +104,9 @@ class SignalReader:
         if not committed:
             return fed
         try:
-            futures = self.sampler.admin.describe_consumer_groups(sorted(committed), request_timeout=10)
+            if self._admin is None:
+                self._admin = kafka.admin(self.platform, self.cluster)
+            futures = self._admin.describe_consumer_groups(sorted(committed), request_timeout=10)
             described = {group: future.result() for group, future in futures.items()}
         except KafkaException as exc:
             raise SampleError(self.cluster, f"describing consumer groups: {exc}") from None
@@ -112,6 +118,7 @@ class SignalReader:
 
     def close(self) -> None:
         self.scraper.close()
+        self.sampler.close()
 
 
 def _assigned(partitions: list, committed: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int],

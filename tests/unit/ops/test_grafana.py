@@ -12,12 +12,14 @@ from conveyor.ops.grafana import DASHBOARDS, dashboard_document
 from tests.metricskit import exported_label_names
 
 _METRIC = re.compile(r"\bconveyor_[a-z0-9_]+")
+#: Labels Prometheus adds to every series it scrapes.
+_TARGET_LABELS = {"instance", "job"}
 
 
 def _labels_used(expr: str, legend: str) -> set[str]:
     grouped = {label.strip() for by in re.findall(r"by \(([^)]*)\)", expr) for label in by.split(",")}
     selected = set(re.findall(r"(\w+)=\"", expr))
-    return grouped | selected | set(re.findall(r"\{\{(\w+)\}\}", legend))
+    return (grouped | selected | set(re.findall(r"\{\{(\w+)\}\}", legend))) - _TARGET_LABELS
 
 
 def test_every_expression_names_exported_metrics_and_their_labels() -> None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conveyor.config import Ops
-from conveyor.ops.rules import rules_document
+from conveyor.ops.rules import PRESENCE, rules_document
 from tests.metricskit import exported_metric_names
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with `make setup`")
@@ -128,3 +128,103 @@ def test_every_expression_names_an_exported_metric() -> None:
         for rule in group["rules"]:
             named = set(re.findall(r"\bconveyor_[a-z0-9_]+", rule["expr"]))
             assert named and named <= exported, (rule["alert"], named - exported)
+
+
+def _run_promtool(tmp_path: Path, blocks: list[dict[str, Any]]) -> None:
+    tests = {"rule_files": [str(_write_rules(tmp_path))], "evaluation_interval": "1m", "tests": blocks}
+    path = tmp_path / "rules_test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    tested = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def _series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
+    return {"series": name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}", "values": values}
+
+
+def test_the_services_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> None:
+    """Gateway gw1 answers slowly, refuses half of its requests for want of a cluster and writes to
+    its failover cluster; gw2 refuses only bad requests (4xx). The mailer group falls behind and
+    redelivers; search keeps up. The views reject half of their records as late; one route cannot
+    reach its source. Values are those of promtool's evaluation (counters rising at a constant rate)."""
+    gw1, gw2 = {"instance": "gw1"}, {"instance": "gw2"}
+    mailer, search = {"topic": "jobs", "group": "mailer"}, {"topic": "jobs", "group": "search"}
+    rt = {"instance": "rt"}
+    rejected = "conveyor_gateway_requests_rejected_total"
+    _run_promtool(tmp_path, [{
+        "interval": "1m",
+        "input_series": [
+            _series(rejected, {**gw1, "topic": "ads", "reason": "unavailable"}, "0+5x40"),
+            _series(rejected, {**gw2, "topic": "ads", "reason": "contract"}, "0+5x40"),
+            _series("conveyor_gateway_request_seconds_count", {**gw1, "topic": "ads"}, "0+10x40"),
+            _series("conveyor_gateway_request_seconds_count", {**gw2, "topic": "ads"}, "0+10x40"),
+            # gw1's requests all above the highest finite bucket (p99: that bucket's bound), gw2's fast.
+            _series("conveyor_gateway_request_seconds_bucket", {**gw1, "topic": "ads", "le": "30"}, "0+0x40"),
+            _series("conveyor_gateway_request_seconds_bucket", {**gw1, "topic": "ads", "le": "+Inf"}, "0+10x40"),
+            _series("conveyor_gateway_request_seconds_bucket", {**gw2, "topic": "ads", "le": "0.001"}, "0+10x40"),
+            _series("conveyor_gateway_request_seconds_bucket", {**gw2, "topic": "ads", "le": "+Inf"}, "0+10x40"),
+            _series("conveyor_gateway_failed_over", gw1, "0 0 1+0x40"),
+            _series("conveyor_gateway_failed_over", gw2, "0+0x40"),
+            _series("conveyor_dispatch_backlog", {**mailer, "instance": "d1"}, "0+10x40"),
+            _series("conveyor_dispatch_backlog", {**search, "instance": "d1"}, "100+0x40"),
+            _series("conveyor_dispatch_delivered_total", {**mailer, "instance": "d1"}, "0+10x40"),
+            _series("conveyor_dispatch_redelivered_total", {**mailer, "instance": "d1"}, "0+6x40"),
+            _series("conveyor_dispatch_delivered_total", {**search, "instance": "d1"}, "0+10x40"),
+            _series("conveyor_dispatch_redelivered_total", {**search, "instance": "d1"}, "0+0x40"),
+            _series("conveyor_dispatch_dead_lettered_total", {**mailer, "instance": "d1"}, "0x20 3+0x20"),
+            _series("conveyor_dispatch_dead_lettered_total", {**search, "instance": "d1"}, "0+0x40"),
+            _series("conveyor_dispatch_dead_letters_unwritable_total", {**mailer, "instance": "d1", "partition": "2"},
+                    "0x20 1+0x20"),
+            _series("conveyor_realtime_latency_seconds", {**rt, "quantile": "0.99"}, "90+0x40"),
+            _series("conveyor_realtime_latency_seconds", {**rt, "quantile": "0.5"}, "10+0x40"),
+            _series("conveyor_realtime_events_rejected_total", {**rt, "kind": "late", "view": "banner_ctr"}, "0+64x40"),
+            _series("conveyor_realtime_events_rejected_total", {**rt, "kind": "late", "view": "user_interests"},
+                    "0+64x40"),
+            _series("conveyor_realtime_events_rejected_total", {**rt, "kind": "incomplete", "view": "user_interests"},
+                    "0+0x40"),
+            _series("conveyor_realtime_records_total", rt, "0+256x40"),
+            _series("conveyor_realtime_redis_lost_total", rt, "0x20 1+0x20"),
+            _series("conveyor_replicate_cluster_unreachable", {"route": "dc1-central", "cluster": "dc1"}, "1+0x40"),
+            _series("conveyor_replicate_cluster_unreachable", {"route": "dc2-central", "cluster": "dc2"}, "0+0x40"),
+        ],
+        "alert_rule_test": [
+            _expect("GatewayUnavailable", "10m", [({**gw1, "topic": "ads"}, "25")]),
+            _expect("GatewayErrorRatio", "10m", [(gw1, "0.5")]),
+            _expect("GatewaySlow", "10m", [(gw1, "30")]),
+            _expect("GatewayFailedOver", "10m", [(gw1, "1")]),
+            _expect("DispatchBacklogGrowing", "35m", [(mailer, "350")]),
+            _expect("DispatchRedeliveries", "20m", [(mailer, "0.1")]),
+            _expect("DispatchDeadLetters", "35m", [(mailer, "3")]),
+            _expect("DispatchDeadLettersUnwritable", "35m", [(mailer, "1")]),
+            _expect("RealtimeSlow", "10m", [({**rt, "quantile": "0.99"}, "90")]),
+            _expect("RealtimeRejects", "20m", [({**rt, "kind": "late"}, "0.5")]),
+            _expect("RealtimeRedisLost", "30m", [(rt, "")]),
+            _expect("ReplicationClusterUnreachable", "10m", [({"route": "dc1-central", "cluster": "dc1"}, "")]),
+        ],
+    }, {
+        "interval": "1m",
+        "input_series": [
+            # rt2 wrote batches until minute 5 and none since; rt3 keeps writing.
+            _series("conveyor_realtime_batches_total", {"instance": "rt2", "attempt": "first"}, "0+1x5 5+0x30"),
+            _series("conveyor_realtime_batches_total", {"instance": "rt3", "attempt": "first"}, "0+1x35"),
+        ],
+        "alert_rule_test": [
+            _expect("RealtimeStalled", "10m", []),
+            _expect("RealtimeStalled", "25m", [({"instance": "rt2"}, "0")]),
+        ],
+    }])
+
+
+def test_an_absent_component_alerts_and_a_present_one_does_not(tmp_path: Path) -> None:
+    running = {component: series for component, series in PRESENCE.items() if component != "throttle"}
+    _run_promtool(tmp_path, [{
+        "interval": "1m",
+        "input_series": [_series(series, {"instance": component.replace(" ", "-")}, "0+0x20")
+                         for component, series in running.items()],
+        "alert_rule_test": [
+            _expect("ConveyorComponentAbsentThrottle", "3m", []),  # absent, but not yet for 5 minutes
+            _expect("ConveyorComponentAbsentThrottle", "10m", [({}, "")]),
+            *(_expect(f"ConveyorComponentAbsent{''.join(w.title() for w in c.split())}", "10m", [])
+              for c in running),
+        ],
+    }])
