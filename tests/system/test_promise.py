@@ -80,7 +80,7 @@ def system(provisioned: Platform, platform_data, platform_file: Path, postgres_s
                     "options": {"jdbc.user": postgres_server.user}},
         "spark": {"master": "local[1]", "driver_memory": "640m", "shuffle_partitions": 2},
         "lake": {"topics": [TOPIC]},  # de-dup at its default
-        "realtime": {"checkpoint": str(tmp_path / "checkpoints"), "trigger": "1s", "rejects_topic": REJECTS,
+        "realtime": {"checkpoint": str(tmp_path / "checkpoints"), "trigger": "5s", "rejects_topic": REJECTS,
                      "views": views_of(TOPIC, "2m", "10m")},
     }
     data["dispatch"] = {**data.get("dispatch", {}), "port": ports["dispatch"],
@@ -105,7 +105,7 @@ def _processes(path: Path, ports: dict[str, int], logs: Path) -> dict[str, Proc]
             "replicate", "worker", "--route", f"{dc}-sys", "--id", f"{dc}-sys-w0", "--metrics-port", str(metrics),
             "--platform", str(path)), logs / f"replicate-{dc}.log", http_ready(f"http://127.0.0.1:{metrics}/healthz"))
     for runner in ("lake-a", "lake-b"):  # the same schedule: their runs overlap, and race for each commit
-        procs[runner] = Proc(runner, conveyor("pipeline", "lake", "--every", "5s", "--platform", str(path)),
+        procs[runner] = Proc(runner, conveyor("pipeline", "lake", "--every", "10s", "--platform", str(path)),
                              logs / f"{runner}.log")
     procs["views"] = Proc("views", conveyor("pipeline", "realtime", "--from", "earliest", "--platform", str(path)),
                           logs / "views.log")
@@ -193,12 +193,22 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
     faults = Faults(random.Random(chaos_rng.randrange(1 << 32)), procs, local, postgres_server)
     urls = {dc: f"http://127.0.0.1:{ports[f'gateway-{dc}']}" for dc in DCS}
     limit = event_limit(2**20, BROKER_DEFAULT_MAX)
+    #: Seconds each phase took, printed with the figures: where a slow run spent its time.
+    phases: dict[str, float] = {}
+    last = [time.monotonic()]
+
+    def phase(name: str) -> None:
+        now = time.monotonic()
+        phases[name], last[0] = round(now - last[0]), now
+
     try:
         for proc in procs.values():
             proc.start()
         subscriber.start()
+        phase("start")
         with Generator(urls, TOPIC, "demo-adserver-token", limit, chaos_rng, ledger, RATE) as generator:
             faults.run(time.monotonic() + MINUTES * 60)
+        phase("traffic")
         assert faults.error is None, (faults.log, faults.error)
         assert not generator.failures, generator.failures
         context = f"faults: {faults.log}"
@@ -221,6 +231,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
         # Leaders move after restarts; the lake's table may not exist yet when first looked at.
         eventually(on_central, 600, "every accepted event on central", errors=(KafkaException,))
         eventually(in_the_lake, 900, "every accepted event in the lake", errors=(NoSuchTableError,), interval=5)
+        phase("central and lake")
         for runner in ("lake-a", "lake-b"):
             procs[runner].stop()
         landed, lost_commits, lineage = read_back(postgres_server, warehouse, TOPIC)
@@ -231,12 +242,14 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
         eventually(lambda: dispatch_check(platform, TOPIC, GROUP).backlog == 0, 600,
                    "the dispatcher group acked to the end", errors=(KafkaException, ConveyorError))
         assert accepted <= set(delivered)
+        phase("dispatcher")
 
         # The views: stopped, then finished over what central holds now.
         procs["views"].stop()
         finish = subprocess.run(conveyor("pipeline", "realtime", "--available-now", "--platform", str(path)),
                                 capture_output=True, text=True, timeout=900)
         assert finish.returncode == 0, finish.stderr[-3000:]
+        phase("views")
 
         # One checker of every sink: the lake against the accepted ids, the audit per hour (a resend
         # through the other data centre is counted by both gateways and dropped once by the lake),
@@ -246,6 +259,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
         verify = subprocess.run(conveyor("verify", "--platform", str(path), "--accepted", str(accepted_file),
                                          "--dispatch-group", f"{TOPIC}:{GROUP}", "-o", "json"),
                                 capture_output=True, text=True, timeout=900)
+        phase("verify")
         checks = json.loads(verify.stdout[:verify.stdout.rindex("}") + 1])["checks"]
         assert verify.returncode == 0, [c for c in checks if c["verdict"] != "PASS"]
         checked = {check["invariant"] for check in checks if check["verdict"] == "PASS"}
@@ -259,6 +273,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
     finally:
         if faults.crashes:
             print(f"processes that ended on their own: {faults.crashes}")
+        print(f"seconds per phase: {phases}")
         subscriber.stop()
         for proc in procs.values():
             proc.stop()
