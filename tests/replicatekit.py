@@ -1,4 +1,4 @@
-"""Helpers of the replicator's chaos tests (tests/chaos/test_replicate*.py); test modules import them.
+"""Helpers of the replicator's chaos tests (tests/chaos/replicate/); test modules import them.
 
 Routes copy dc1 and dc2 into central; :class:`Workers` runs their worker processes and kills them at
 will, :class:`Traffic` writes keyed events with per-key sequence numbers and remembers what was

@@ -13,7 +13,7 @@ import pytest
 
 from conveyor.config import Platform
 from tests.conftest import demo_event, eventually, padded_to, platform_variant
-from tests.integration.test_gateway import post
+from tests.integration.gateway.test_gateway import post
 from tests.replicatekit import Workers, read_records
 
 pytestmark = pytest.mark.integration

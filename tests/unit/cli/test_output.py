@@ -1,6 +1,6 @@
 """``-o json``: every command that prints a table prints the same rows as one JSON document on
 stdout (typed values, no markup), reads CONVEYOR_<COMMAND>_OUTPUT like every option, and keeps its
-exit status. The commands here need no broker; tests/integration/test_cli_json.py covers the rest."""
+exit status. The commands here need no broker; tests/integration/cli/test_cli_json.py covers the rest."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ from tests.lakekit import drop_topics, gateway_lake_case, lake_folder, lake_spar
 from tests.realtimekit import counters_in_redis, minute_label, views_of
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EVENTS = int(os.environ.get("CONVEYOR_PROPERTY_EVENTS", "600"))
 SEED = int(os.environ.get("CONVEYOR_TEST_SEED", random.randrange(1 << 32)))
 TOKENS = {"ad-events": "demo-adserver-token", "notifications": "demo-notifier-token"}

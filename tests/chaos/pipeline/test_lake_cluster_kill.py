@@ -9,7 +9,7 @@ event_ids, each once, and the quarantine exactly the bad records.
 CONVEYOR_CLUSTER_KILLS sets the number of struck runs, half of them executor kills (default 1, an
 executor kill: what only a cluster has; a killed driver is the local twin's case and is struck here
 from 2 on; 10 for the full count). CONVEYOR_CHAOS_SEED replays the kinds' order and the kill
-times. The local-mode twin is tests/chaos/test_lake_kill.py.
+times. The local-mode twin is tests/chaos/pipeline/test_lake_kill.py.
 """
 
 from __future__ import annotations

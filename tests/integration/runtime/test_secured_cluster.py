@@ -37,7 +37,7 @@ PORT = int(os.environ.get("CONVEYOR_TEST_SECURE_PORT", base_port() - 600))
 
 
 SHOP_TOKEN = "shop-token"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

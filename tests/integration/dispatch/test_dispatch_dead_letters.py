@@ -29,8 +29,8 @@ from tests.dispatchkit import (
     setup,  # noqa: F401 (a fixture)
     start_node,
 )
-from tests.integration.test_dispatch import subscriber
-from tests.integration.test_dispatch_limits import Stream, sample, subscribe
+from tests.integration.dispatch.test_dispatch import subscriber
+from tests.integration.dispatch.test_dispatch_limits import Stream, sample, subscribe
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ produced events, each once, and no file of a killed run is left behind.
 CONVEYOR_LAKE_CHAOS_RUNS sets the number of killed runs (default 1; 20 for the full count): the
 last is killed mid-write (once the run has written a data file, before its commit), the others at
 random moments. De-duplication by event_id is off here, so only the offsets committed with the
-data can keep the count exact. tests/chaos/test_lake_cluster_kill.py does the same on a standalone Spark cluster.
+data can keep the count exact. tests/chaos/pipeline/test_lake_cluster_kill.py does the same on a standalone Spark cluster.
 """
 
 from __future__ import annotations

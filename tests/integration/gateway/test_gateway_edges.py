@@ -18,7 +18,7 @@ from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
 from tests.conftest import demo_event
-from tests.integration.test_gateway import ADSERVER, end_offsets, post
+from tests.integration.gateway.test_gateway import ADSERVER, end_offsets, post
 
 NOTIFIER = {"Authorization": "Bearer demo-notifier-token"}
 
