@@ -40,13 +40,11 @@ def reassign_and_wait(platform: Platform, cluster: str, assignment: dict[tuple[s
     tools = KafkaTools(platform, cluster)
     tools.reassign_execute(assignment, throttle=None)
     admin = kafka.admin(platform, cluster)
-    deadline = time.monotonic() + timeout
-    while True:
+    def moved() -> bool:
         partitions = read_metadata(platform, cluster, admin, {t for t, _ in assignment}).partitions
-        if all(partitions[tp].replicas == r and set(partitions[tp].isr) >= set(r) for tp, r in assignment.items()):
-            break
-        assert time.monotonic() < deadline, "reassignment did not complete"
-        time.sleep(0.5)
+        return all(partitions[tp].replicas == r and set(partitions[tp].isr) >= set(r) for tp, r in assignment.items())
+
+    eventually(moved, timeout, "the reassignment to complete with full ISRs", interval=0.5)
     assert tools.reassign_verify(assignment).done
     results = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(t, p) for t, p in assignment]).result()
     assert all(e is None or e.code() == KafkaError.ELECTION_NOT_NEEDED for e in results.values()), results
@@ -114,16 +112,17 @@ def preload(platform: Platform, cluster: str, topic: str, messages: int, size: i
 
 
 def wait_ports_free(ports: list[int], timeout: float = 120) -> None:
-    """Test ports here lie in Linux's ephemeral range (32768-60999), so some client's outgoing
-    connection on this shared machine can hold one for a while, and a broker or exporter started
-    then fails to bind. Wait until each can be bound."""
+    """A port a stopped broker or exporter held can stay busy a while (a connection to it closing),
+    and a broker or exporter started then fails to bind. Wait until each can be bound."""
+    def bindable(port: int) -> bool:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+            return True
+
     deadline = time.monotonic() + timeout
     for port in ports:
-        while True:
-            with socket.socket() as probe:
-                try:
-                    probe.bind(("127.0.0.1", port))
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, f"port {port} stayed busy"
-            time.sleep(1)
+        eventually(lambda: bindable(port), max(1.0, deadline - time.monotonic()), f"port {port} to be free",
+                   interval=1)

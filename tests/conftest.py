@@ -188,7 +188,6 @@ def serve_gateway() -> Iterator[Callable[..., str]]:
     Each is stopped, with its last audit counts published, at the end of the test."""
     import socket
     import threading
-    import time
 
     import uvicorn
 
@@ -209,10 +208,11 @@ def serve_gateway() -> Iterator[Callable[..., str]]:
                                               **uvicorn_tls(server_tls(platform, tls))))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "gateway did not start"
-            time.sleep(0.05)
+        def started() -> bool:
+            assert thread.is_alive(), "the gateway's server thread ended before it started"
+            return server.started
+
+        eventually(started, 30, "the gateway to start", interval=0.05)
         servers.append((server, thread))
         serve.gateways[base_url(tls, port)] = gateway  # type: ignore[attr-defined]
         return base_url(tls, port)

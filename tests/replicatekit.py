@@ -27,7 +27,7 @@ from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
 from conveyor.config import Platform
-from tests.conftest import platform_variant
+from tests.conftest import eventually, platform_variant
 
 ROUTES = ("dc1-central", "dc2-central")
 BASE = "rep-base"
@@ -74,15 +74,15 @@ def wait_until_led(producer, topic: str, partitions: int | None = None) -> list[
     any number) with a leader; their numbers. Producers here write to a new topic only then, as a
     service writes only to provisioned topics: one acked event was once missing from a topic
     written to within its first second (docs/replicate.md, "One request in flight")."""
-    deadline = time.monotonic() + 30
-    while True:
+    def led() -> list[int] | None:
         found = producer.list_topics(topic, timeout=10).topics[topic]
         expected = partitions if partitions is not None else max(1, len(found.partitions))
         if found.error is None and len(found.partitions) == expected and all(
                 p.leader >= 0 for p in found.partitions.values()):
             return sorted(found.partitions)
-        assert time.monotonic() < deadline, f"the producer never saw {topic} with {partitions} led partitions"
-        time.sleep(0.1)
+        return None
+
+    return eventually(led, 30, f"the producer to see {topic} with {partitions or 'all its'} partitions led")
 
 
 class Traffic:
@@ -238,10 +238,8 @@ def explain_missing(platform: Platform, missing: Counter, topics: list[str],
 
 def wait_until_replicated(platform: Platform, topic: str) -> None:
     """Until the replicator has created ``topic`` on central."""
-    deadline = time.monotonic() + 90
-    while topic not in kafka.admin(platform, "central").list_topics(timeout=10).topics:
-        assert time.monotonic() < deadline, f"the replicator did not create {topic} on central"
-        time.sleep(0.5)
+    eventually(lambda: topic in kafka.admin(platform, "central").list_topics(timeout=10).topics, 90,
+               f"the replicator to create {topic} on central", interval=0.5)
 
 
 def start_route_workers(platform: Platform, platform_file: Path, tmp_path: Path, rng: random.Random,

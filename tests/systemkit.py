@@ -23,7 +23,7 @@ import httpx
 import orjson
 
 from conveyor.gateway.client import Publisher, PublishError
-from tests.conftest import padded_to
+from tests.conftest import eventually, padded_to
 
 #: Event times reach from this far back to the gateway's future tolerance (5 minutes), less a margin.
 OLDEST = timedelta(days=7)
@@ -45,11 +45,16 @@ class Proc:
     def start(self, timeout: float = 180.0) -> None:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while self.ready is not None and not self.ready():
-            assert self.process.poll() is None, f"{self.name} exited: {self.log.read_text(errors='replace')[-3000:]}"
-            assert time.monotonic() < deadline, f"{self.name} not ready within {timeout:g} s"
-            time.sleep(0.2)
+        ready = self.ready
+        if ready is None:
+            return
+
+        def up() -> bool:
+            assert self.process is not None and self.process.poll() is None, \
+                f"{self.name} exited: {self.log.read_text(errors='replace')[-3000:]}"
+            return ready()
+
+        eventually(up, timeout, f"{self.name} to be ready", interval=0.2)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

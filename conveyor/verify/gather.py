@@ -34,7 +34,7 @@ from conveyor.pipeline.tables import data_table, table_exists
 from conveyor.positions import group_name
 from conveyor.tls import trusted
 from conveyor.verify.checks import (REPLICATOR_PREFIX, SAMPLE, AuditCheck, DispatchCheck, Group, Invariant, LakeOnce,
-                                    ReplicatorCheck, Result, Skipped, Unchecked, ViewCheck, compare_view,
+                                    Result, Skipped, Unchecked, ViewCheck, compare_view,
                                     partition_backlog, recount, replicator_check)
 from conveyor.verify.errors import SinkReadError
 

@@ -34,10 +34,8 @@ def _post(client: httpx.Client, url: str, topic: str, events) -> httpx.Response:
 
 
 def _wait_health(client: httpx.Client, url: str, writing_to: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while client.get(f"{url}/healthz").json()["writing_to"] != writing_to:
-        assert time.monotonic() < deadline, f"gateway did not switch to {writing_to} within {timeout} s"
-        time.sleep(0.5)
+    eventually(lambda: client.get(f"{url}/healthz").json()["writing_to"] == writing_to, timeout,
+               f"the gateway to write to {writing_to}", interval=0.5)
 
 
 # 20 events: answered per event, each with its own delivery callback; 150 (above summary_above):
@@ -191,8 +189,6 @@ def test_a_topic_stuck_on_a_frozen_broker_does_not_slow_another(provisioned: Pla
 
 def _wait_registered(local: LocalPlatform, cluster: str, broker_id: int) -> None:
     admin = kafka.admin(local.clients, cluster)
-    deadline = time.monotonic() + 60
-    while broker_id not in {n.id for n in admin.describe_cluster(request_timeout=10).result().nodes}:
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    eventually(lambda: broker_id in {n.id for n in admin.describe_cluster(request_timeout=10).result().nodes}, 60,
+               f"broker {broker_id} to be registered on {cluster}", interval=0.5)
 

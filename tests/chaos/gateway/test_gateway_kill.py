@@ -27,7 +27,7 @@ import pytest
 from conveyor.config import Platform
 from conveyor.gateway.client import Publisher
 from conveyor.pipeline.lake import run_once
-from tests.conftest import demo_event, read_topic
+from tests.conftest import demo_event, eventually, read_topic
 from tests.lakekit import GatewayLakeCase, drop_topics, gateway_lake_case, lake_folder, lake_spark, rows_of  # noqa: F401
 
 pytestmark = pytest.mark.chaos
@@ -49,16 +49,12 @@ class GatewayProcess:
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"gateway exited: {self.log.read_text()[-2000:]}"
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"gateway did not answer on {self.url}")
+        def answers() -> bool:
+            assert self.process is not None and self.process.poll() is None, \
+                f"gateway exited: {self.log.read_text()[-2000:]}"
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+
+        eventually(answers, 60, f"the gateway to answer on {self.url}", errors=(httpx.HTTPError,))
 
     def kill(self) -> None:
         assert self.process is not None

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from conveyor import kafka
-from tests.conftest import platform_variant
+from tests.conftest import eventually, platform_variant
 from tests.replicatekit import create_topic, read_records, wait_until_led, wait_until_replicated
 
 pytestmark = pytest.mark.chaos
@@ -88,10 +88,7 @@ def test_offsets_retention_deleted_before_they_were_copied_are_a_recorded_gap(pr
 
     def wait_for(expected: dict[int, list[int]]) -> None:
         wanted = {p: [f"{p}-{o}".encode() for o in offsets] for p, offsets in expected.items()}
-        deadline = time.monotonic() + 90
-        while (found := copied()) != wanted:
-            assert time.monotonic() < deadline, f"central holds {found}, not {wanted}"
-            time.sleep(1)
+        eventually(lambda: copied() == wanted, 90, f"central to hold {wanted}", interval=1)
 
     port = _free_port()
 
@@ -129,10 +126,9 @@ def test_offsets_retention_deleted_before_they_were_copied_are_a_recorded_gap(pr
         wait_for({0: [*range(10), *range(25, 35)], 1: copied_before[1], 2: list(range(6, 10))})
         expected_gaps = (Gap(topic, 0, 10, 24), Gap(topic, 1, 10, 24), Gap(topic, 2, 0, 5))
         assert _gaps_of(route_status(platform, route), topic) == expected_gaps
-        deadline = time.monotonic() + 30
-        while _gap_records_metric(port, route, topic) != 15 + 6:  # this process found two of the three
-            assert time.monotonic() < deadline, _gap_records_metric(port, route, topic)
-            time.sleep(0.5)
+        # This process found two of the three gaps: 15 + 6 offsets.
+        eventually(lambda: _gap_records_metric(port, route, topic) == 15 + 6, 30,
+                   "the gap records metric to count 21 offsets", interval=0.5)
     finally:
         if worker.poll() is None:
             worker.send_signal(signal.SIGCONT)

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from conveyor import kafka
 from conveyor.config import Platform
+from tests.conftest import eventually
 from tests.replicatekit import create_topic, route_platform_file, start_route_workers, wait_until_led
 
 pytestmark = pytest.mark.chaos
@@ -26,14 +27,10 @@ WARM_UP = 45
 
 def _end_offset(consumer, topic: str, partition: int) -> int:
     """The partition's end, asked again while the topic is too new to have a leader everywhere."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    # In a tuple: an end offset of 0 is an answer too.
+    [end] = eventually(lambda: (consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1],),
+                       60, f"{topic}[{partition}] to answer its end offset", errors=(KafkaException,), interval=0.5)
+    return end
 
 
 def _probe_delays(platform: Platform, cluster: str, topic: str, stop: threading.Event,
@@ -81,10 +78,8 @@ def test_existing_partitions_do_not_pause_while_topics_are_added(provisioned, pl
     try:
         for probe in probes:
             probe.start()
-        deadline = time.monotonic() + 120
-        while len(delays["central"]) < 20 or max(d for _, d in delays["central"][-20:]) > 0.5:
-            assert time.monotonic() < deadline, "the replicator did not catch up with the probe"
-            time.sleep(0.5)
+        eventually(lambda: len(delays["central"]) >= 20 and max(d for _, d in delays["central"][-20:]) <= 0.5, 120,
+                   "the replicator to catch up with the probe", interval=0.5)
         # Freshly started brokers spend their first minute compiling their hot paths, which keeps two
         # cores saturated; topics added then measured the JIT (probes held 1-3 s, even within central
         # alone), not the replicator. Production brokers are warm, so the probe is timed once they are.

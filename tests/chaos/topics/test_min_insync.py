@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.runtime.local import LocalPlatform
+from tests.conftest import eventually
 
 pytestmark = pytest.mark.chaos
 
@@ -55,13 +56,9 @@ def _leader_partition(platform: Platform, topic: str, broker_id: int) -> int:
 
 
 def _wait_full_isr(platform: Platform, topic: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        partitions = kafka.admin(platform, "central").list_topics(topic, timeout=10).topics[topic].partitions
-        if all(len(p.isrs) == 3 for p in partitions.values()):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{topic}: ISR did not return to 3 replicas within {timeout} s")
+    eventually(lambda: all(len(p.isrs) == 3 for p in kafka.admin(platform, "central").list_topics(
+        topic, timeout=10).topics[topic].partitions.values()), timeout, f"{topic}'s ISRs to return to 3 replicas",
+        interval=0.5)
 
 
 def _read_all(platform: Platform, topic: str, partitions: int) -> dict[bytes, list[bytes]]:
@@ -105,18 +102,17 @@ def test_one_broker_down_writes_go_on_two_down_writes_stop_nothing_acked_is_lost
     strict = kafka.producer(platform, "central", "chaos-strict",
                             {"enable.idempotence": False, "retries": 0, "message.timeout.ms": 10_000})
     errors: list[KafkaError] = []
-    deadline = time.monotonic() + 45
-    while time.monotonic() < deadline:
-        partition = _leader_partition(platform, topic, 1)
+
+    def refused() -> bool:
         outcome = AckLog()
-        strict.produce(topic, b"must-not-land", b"strict", partition=partition, on_delivery=outcome.callback)
+        strict.produce(topic, b"must-not-land", b"strict", partition=_leader_partition(platform, topic, 1),
+                       on_delivery=outcome.callback)
         strict.flush(15)
-        errors += outcome.failed
+        errors.extend(outcome.failed)
         assert not outcome.acked, "a write was acknowledged with one in-sync replica"
-        if errors and errors[-1].code() == KafkaError.NOT_ENOUGH_REPLICAS:
-            break
-        time.sleep(1)
-    assert errors and errors[-1].code() == KafkaError.NOT_ENOUGH_REPLICAS, errors
+        return bool(errors) and errors[-1].code() == KafkaError.NOT_ENOUGH_REPLICAS
+
+    eventually(refused, 45, "a write refused with NOT_ENOUGH_REPLICAS", interval=1)
     assert "NOT_ENOUGH_REPLICAS" in errors[-1].name()
 
     local.start_broker("central", 2)

@@ -15,7 +15,7 @@ from confluent_kafka import TopicPartition
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
-from tests.conftest import demo_event, read_topic
+from tests.conftest import demo_event, eventually, read_topic
 
 pytestmark = pytest.mark.integration
 ADSERVER = {"Authorization": "Bearer demo-adserver-token"}
@@ -157,21 +157,16 @@ def test_audit_counts_equal_accepted_events(gw_platform, serve_gateway):
         sent[hour[:13] + ":00:00Z"] += len(batch)
     assert post(url, "ad-events", [demo_event(event_time=hours[0]), {"bad": 1}]).status_code == 422  # not counted
 
-    import asyncio
-    import time
-
-    deadline = time.monotonic() + 30
-    counted: dict[str, int] = {}
-    while counted != dict(sent) and time.monotonic() < deadline:
-        time.sleep(1)
-        counted = {}
+    def counted() -> dict[str, int]:
+        latest = {}
         for message in read_topic(gw_platform, "dc1", "_audit"):
             record = orjson.loads(message.value())
             if record["source"] == gateway.source and record["topic"] == "ad-events":
                 assert message.key().decode() == f"ad-events|{record['hour']}|{gateway.source}"
-                counted[record["hour"]] = record["count"]  # the latest record per key wins
-    assert counted == dict(sent)
-    del asyncio
+                latest[record["hour"]] = record["count"]  # the latest record per key wins
+        return latest
+
+    eventually(lambda: counted() == dict(sent), 30, f"the audit topic to count {dict(sent)}", interval=1)
 
 
 def test_publisher_and_generator_through_a_real_gateway(url, gw_platform):

@@ -9,7 +9,6 @@ import copy
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,16 +53,8 @@ def _alter(platform: Platform, cluster: str, topic: str, configs: dict[str, str]
 
 
 def _until(what: str, check, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            found = check()
-        except KafkaException:  # a topic not on central yet
-            found = None
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.5)
+    """``check()`` once it holds; KafkaException counts as not yet (a topic not on central yet)."""
+    return eventually(check, timeout, what, errors=(KafkaException,), interval=0.5)
 
 
 def _metric(port: int, name: str, **labels: str) -> float | None:

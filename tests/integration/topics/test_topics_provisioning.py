@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
 from conveyor.topics import provisioner
 from conveyor.topics.plan import ChangeKind
+from tests.conftest import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -118,28 +119,15 @@ def test_cli_apply_exits_nonzero_on_refusal(provisioned: Platform, platform_data
 
 
 def _wait_gone(platform: Platform, topic: str) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if all(topic not in kafka.admin(platform, c).list_topics(timeout=10).topics for c in platform.clusters):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{topic} still listed after deletion")
+    eventually(lambda: all(topic not in kafka.admin(platform, c).list_topics(timeout=10).topics
+                           for c in platform.clusters), 30, f"{topic} to be listed on no cluster", interval=0.5)
 
 
 def _partitions_once_listed(admin, topic: str, count: int) -> dict:
     """The topic's partitions once the broker answering lists all ``count`` of them: a new topic's
     metadata reaches each broker a moment after its creation returns."""
-    import time
-
-    deadline = time.monotonic() + 30
-    while True:
-        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
-        if len(partitions) == count or time.monotonic() > deadline:
-            assert len(partitions) == count, f"{topic} lists {len(partitions)} partitions, not {count}"
-            return partitions
-        time.sleep(0.2)
+    return eventually(lambda: p if len(p := admin.list_topics(topic, timeout=10).topics[topic].partitions) == count
+                      else None, 30, f"{topic} to list {count} partitions", interval=0.2)
 
 
 def test_isolated_topic_is_created_only_on_its_tagged_brokers(provisioned: Platform, platform_data, platform_file):

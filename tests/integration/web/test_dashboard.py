@@ -13,7 +13,6 @@ import copy
 import shutil
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from conveyor.cli import app as cli
 from conveyor.config import Platform, load_resolved_platform
 from conveyor.runtime import processes
 from conveyor.runtime.services import service_daemons
-from tests.conftest import ROOT, demo_event
+from tests.conftest import ROOT, demo_event, eventually
 
 pytestmark = pytest.mark.integration
 ARTIFACTS = ROOT / "test-artifacts"
@@ -84,8 +83,8 @@ def test_dashboard_shows_clusters_groups_and_panels(ops_url, topic_factory, tmp_
     consumer.commit(offsets=[TopicPartition(topic, 0, 20)], asynchronous=False)
     consumer.close()
 
-    deadline = time.monotonic() + 90
-    while True:  # until the group is sampled and the gateway panel has values from two scrapes
+    def sampled() -> dict | None:
+        """The groups shown, once the group is sampled and the gateway panel has values from two scrapes."""
         httpx.post(f"{gateway}/v1/topics/ad-events/events", json=[demo_event() for _ in range(5)], headers=ADSERVER,
                    timeout=30).raise_for_status()
         response = httpx.get(f"{url}/api/state", timeout=10)
@@ -93,10 +92,9 @@ def test_dashboard_shows_clusters_groups_and_panels(ops_url, topic_factory, tmp_
         groups = {g["group"]: g for c in (state or {}).get("clusters", []) for g in c["groups"]}
         panel = next((p for p in (state or {}).get("panels", []) if p["name"] == "gateway"), None)
         filled = panel is not None and any(s["value"] for s in panel["series"])
-        if group in groups and filled:
-            break
-        assert time.monotonic() < deadline, f"state never showed {group} and a filled gateway panel: {state}"
-        time.sleep(1)
+        return groups if group in groups and filled else None
+
+    groups = eventually(sampled, 90, f"the state to show {group} and a filled gateway panel", interval=1)
     assert groups[group]["total_lag"] == 30
     assert httpx.get(f"{url}/healthz", timeout=10).json()["status"] == "ok"
 

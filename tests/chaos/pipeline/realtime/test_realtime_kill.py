@@ -37,6 +37,7 @@ import pytest
 from conveyor import kafka
 from conveyor.pipeline.realtime.plan import job_id, job_views
 from conveyor.pipeline.realtime.store import ViewStore, connect
+from tests.conftest import eventually
 from tests.lakekit import lake_folder  # noqa: F401
 from tests.realtimekit import counters_in_redis, event_at, expected_counters, realtime_case, redis_cluster  # noqa: F401
 
@@ -137,12 +138,13 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
                 delay = rng.uniform(2, 15)
             else:  # mostly while batches are written: wait for one, then kill within the next few
                 seen = _batches_logged(log)
-                deadline = time.monotonic() + 240
-                while _batches_logged(log) == seen:
+
+                def next_batch() -> bool:
                     assert process.poll() is None, f"seed {seed}: {log.read_text()[-3000:]}"
-                    # No batch in 4 minutes is a wedged job, not a slow one: fail rather than kill blind.
-                    assert time.monotonic() < deadline, f"seed {seed}: no batch logged: {log.read_text()[-3000:]}"
-                    time.sleep(0.1)
+                    return _batches_logged(log) != seen
+
+                # No batch in 4 minutes is a wedged job, not a slow one: fail rather than kill blind.
+                eventually(next_batch, 240, f"the job to log a batch (seed {seed}, log {log})")
                 delay = rng.uniform(0, 3)
             time.sleep(delay)
             assert process.poll() is None, f"seed {seed}: {log.read_text()[-3000:]}"

@@ -12,7 +12,6 @@ and unregistered afterwards, so the rest of the session sees the 3-broker cluste
 from __future__ import annotations
 
 import copy
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from conveyor.ops.kafka_tools import KafkaTools
 from conveyor.runtime.local import LocalPlatform
 from conveyor.topics.provisioner import ensure_topics
 from tests.balancekit import AckedStream, counts, create_topic, delete_topics, preload, wait_ports_free
-from tests.conftest import read_topic
+from tests.conftest import eventually, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 CLUSTER, NEW = "central", 4
@@ -79,15 +78,9 @@ class Grown(LocalPlatform):
 
 
 def _wait_gone(platform: Platform, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:  # a fresh client each time: one may have picked the dead broker to ask
-            if NEW not in set(read_metadata(platform, CLUSTER, topics=()).brokers):
-                return
-        except ClusterUnreachableError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"broker {NEW} is still listed")
+    # A fresh client each time: one may have picked the dead broker to ask.
+    eventually(lambda: NEW not in set(read_metadata(platform, CLUSTER, topics=()).brokers), timeout,
+               f"broker {NEW} to be no longer listed", errors=(ClusterUnreachableError,), interval=0.5)
 
 
 def _balance(*args: str) -> None:
