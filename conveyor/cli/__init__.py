@@ -19,6 +19,7 @@ from conveyor.cli import lake_cmd, pipeline_cmd
 from conveyor.cli import advise_cmd, balance_cmd, ops_files_cmd, throttle_cmd
 from conveyor.cli import verify_cmd, views_cmd
 from conveyor.cli.common import err_console
+from conveyor.cli.extras import missing_extra
 from conveyor.config import ConfigError
 from conveyor.errors import ConveyorError
 from conveyor.service import setup_logging
@@ -102,3 +103,10 @@ def main() -> None:
         err_console.print("[bold red]error:[/] ", end="")
         err_console.print(str(err), markup=False, highlight=False)
         sys.exit(err.exit_code)
+    except ModuleNotFoundError as err:
+        line = missing_extra(err.name)
+        if line is None:
+            raise
+        err_console.print("[bold red]error:[/] ", end="")
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
