@@ -7,6 +7,7 @@ counts as ours only while its command line still holds the marker we started it 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -108,7 +109,9 @@ def stop(daemons: list[Daemon], timeout: float = 30.0) -> list[str]:
         if pid is None:
             continue
         if not wait_gone(daemon, pid, timeout):
-            os.kill(pid, signal.SIGKILL)
+            # The whole group (a daemon leads its own session): a supervised service's child too.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
             wait_gone(daemon, pid, 10.0)
         daemon.pid_file.unlink(missing_ok=True)
         stopped.append(name)

@@ -1,7 +1,8 @@
-"""Conveyor's own long-running services (gateways, later replicators and pipelines) run as local
-daemons next to the brokers, so that `conveyor down` stops them with everything else.
+"""Conveyor's own long-running services (gateways, replicators, the watcher) run as local daemons
+next to the brokers, so that `conveyor down` stops them with everything else.
 
-Each service is ``python -m conveyor <args>`` with its pid file and console log under
+Each service is ``python -m conveyor <args>`` under conveyor.runtime.supervise, which starts it
+again when it fails on its own, with its pid file (the supervisor's) and console log under
 ``<home>/services/<name>/``; its full argument line is the marker that identifies it.
 """
 
@@ -33,7 +34,8 @@ def start_service(platform: Platform, name: str, args: list[str]) -> tuple[int, 
         return pid, False
     _folder(platform, name).mkdir(parents=True, exist_ok=True)
     (_folder(platform, name) / "args.json").write_text(json.dumps(args))
-    return processes.start(daemon, [sys.executable, "-m", "conveyor", *args]), True
+    return processes.start(daemon, [sys.executable, "-m", "conveyor.runtime.supervise",
+                                    sys.executable, "-m", "conveyor", *args]), True
 
 
 def service_daemons(platform: Platform) -> list[Daemon]:
