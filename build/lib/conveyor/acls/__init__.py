@@ -1,0 +1,1 @@
+"""Kafka principals and ACLs derived from platform.yaml (``conveyor acl plan|apply``)."""

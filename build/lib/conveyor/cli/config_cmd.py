@@ -1,0 +1,61 @@
+"""``conveyor config check``: validate platform.yaml and summarise it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from conveyor.cli.common import DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section, render
+from conveyor.config import Platform, load_platform
+
+app = typer.Typer(rich_markup_mode="markdown", help="The platform file.", no_args_is_help=True)
+
+
+def _clusters(model: Platform) -> list[dict[str, Any]]:
+    rows = []
+    for name, cluster in model.clusters.items():
+        topics = []
+        for topic_name, topic in model.topics_on(name).items():
+            replication, min_isr = topic.replication_on(cluster)
+            topics.append({"topic": topic_name, "partitions": topic.partitions, "replication_factor": replication,
+                           "min_insync_replicas": min_isr})
+        rows.append({"cluster": name, "role": cluster.role.value,
+                     "brokers": cluster.brokers if cluster.bootstrap is None else None,
+                     "bootstrap": cluster.bootstrap,
+                     "racks": list(cluster.racks), "topics": topics})
+    return rows
+
+
+def _brokers(row: dict[str, Any]) -> str:
+    return str(row["brokers"]) if row["bootstrap"] is None else f"existing: {row['bootstrap']}"
+
+
+def _topics(row: dict[str, Any]) -> str:
+    return ", ".join(f"{t['topic']} ({t['partitions']} x {t['replication_factor']}, {t['min_insync_replicas']})"
+                     for t in row["topics"])
+
+
+@app.command()
+def check(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = OutputFormat.table) -> None:
+    """Validate the platform file; print every problem with its path, or a summary."""
+    model = load_platform(platform)  # the file as written, not what `conveyor up` resolved
+    columns = (Column("cluster"), Column("role"), Column("brokers", cell=_brokers),
+               Column("racks", cell=lambda r: ",".join(r["racks"])),
+               Column("topics (partitions x RF, min ISR)", cell=_topics))
+    render(output, Section("clusters", f"{platform}: valid", columns, _clusters(model)), platform=model.name)
+
+
+@app.command("hash-token")
+def hash_token(
+    scrypt: bool = typer.Option(False, "--scrypt", help="A salted scrypt hash (token_scrypt), slow to guess from a "
+                                                        "leaked file, instead of SHA-256 (token_sha256)."),
+) -> None:
+    """Read a service token on standard input (not an argument: it would show in `ps` and the shell's
+    history) and print the line for the service's entry in platform.yaml."""
+    from conveyor.auth import token_digest, token_scrypt
+
+    token = typer.get_text_stream("stdin").readline().strip()
+    if not token:
+        raise typer.BadParameter("give the token on standard input, e.g. `conveyor config hash-token < token.txt`")
+    typer.echo(f"token_scrypt: {token_scrypt(token)}" if scrypt else f"token_sha256: {token_digest(token)}")

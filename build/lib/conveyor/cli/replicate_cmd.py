@@ -1,0 +1,116 @@
+"""``conveyor replicate``: copy writable clusters into the central cluster, route by route."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import subprocess
+import sys
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsHostOption, MetricsPortOption,
+                                 OutputFormat, OutputOption, PlatformOption, Section, console, endpoint, platform_from,
+                                 render)
+from conveyor.config import ConfigError, Platform, Problem
+
+app = typer.Typer(rich_markup_mode="markdown", help="The federation replicator: routes of platform.yaml, exactly once.", no_args_is_help=True)
+
+RouteOption = Annotated[str, typer.Option("--route", "-r", envvar="CONVEYOR_ROUTE", help="A route of platform.yaml.")]
+
+
+def _route(platform: Platform, route: str) -> None:
+    if route not in platform.routes:
+        known = ", ".join(platform.routes) or "none"
+        raise ConfigError([Problem(f"routes.{route}", f"no such route (known: {known})")])
+
+
+@app.command()
+def worker(route: RouteOption, platform: PlatformOption = DEFAULT_PLATFORM,
+           worker_id: Annotated[str | None, typer.Option("--id", help="Worker id (default: route-host-pid).")] = None,
+           metrics_port: MetricsPortOption = None, metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST) -> None:
+    """Run one worker of a route in the foreground; SIGTERM finishes the current transactions and
+    leaves the group so the other workers take its buckets at once."""
+    from conveyor.replicate.worker import run_worker
+
+    model = platform_from(platform)
+    _route(model, route)
+    raise typer.Exit(run_worker(model, route, worker_id, endpoint(metrics_host, metrics_port)))
+
+
+@app.command()
+def run(route: RouteOption, platform: PlatformOption = DEFAULT_PLATFORM,
+        workers: Annotated[int, typer.Option(min=1, help="Worker processes to run.")] = 1,
+        metrics_port: MetricsPortOption = None) -> None:
+    """Run a route with N worker processes (each a group member; worker i serves metrics on
+    metrics-port + i). Stops them all on SIGTERM or Ctrl-C."""
+    model = platform_from(platform)
+    _route(model, route)
+    children = []
+    for i in range(workers):
+        argv = [sys.executable, "-m", "conveyor", "replicate", "worker", "--route", route,
+                "--platform", str(platform.resolve()), "--id", f"{route}-w{i}"]
+        if metrics_port is not None:
+            argv += ["--metrics-port", str(metrics_port + i)]
+        children.append(subprocess.Popen(argv))
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    statuses = [child.wait() for child in children]
+    raise typer.Exit(max(statuses))
+
+
+@app.command()
+def start(route: RouteOption, platform: PlatformOption = DEFAULT_PLATFORM,
+          metrics_port: MetricsPortOption = None) -> None:
+    """Start one worker of a route as a background service of the local platform."""
+    from conveyor.runtime.services import start_service
+
+    model = platform_from(platform)
+    _route(model, route)
+    args = ["replicate", "worker", "--route", route, "--platform", str(platform.resolve())]
+    if metrics_port is not None:
+        args += ["--metrics-port", str(metrics_port)]
+    pid, started = start_service(model, f"replicate-{route}", args)
+    console.print(f"replicate-{route} {'started' if started else 'already running'} (pid {pid})")
+
+
+_TOPIC_COLUMNS = (Column("topic"), Column("partitions"), Column("source records", "source_records"), Column("copied"),
+                  Column("waiting", cell=lambda t: f"[{'green' if t.waiting == 0 else 'yellow'}]{t.waiting}[/]"),
+                  Column("lost", cell=lambda t: f"[{'red' if t.lost else 'green'}]{t.lost}[/]"))
+
+
+@app.command()
+def status(platform: PlatformOption = DEFAULT_PLATFORM,
+           route: Annotated[str | None, typer.Option("--route", "-r", help="Only this route.")] = None,
+           output: OutputOption = OutputFormat.table) -> None:
+    """Per route: the workers in its group; per source topic, records waiting to be copied and
+    offsets lost to the source's retention; every recorded gap; and the source configs that copies
+    of undeclared topics do not have."""
+    from conveyor.replicate.status import route_status
+
+    model = platform_from(platform)
+    if route is not None:
+        _route(model, route)
+    routes = [route_status(model, name) for name in model.routes if route in (None, name)]
+    if output is OutputFormat.json:
+        render(output, routes=routes)
+        return
+    for found in routes:
+        render(output, Section("topics", f"route {found.route}: {found.source} -> {found.destination}, {found.mode}, "
+                               f"{found.buckets} buckets, workers: {', '.join(found.workers) or 'none'}",
+                               _TOPIC_COLUMNS, found.topics))
+        for gap in found.gaps:
+            at = dt.datetime.fromtimestamp(gap.found_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            console.print(f"[bold red]DATA LOST:[/] route {found.route}: {gap.topic}[{gap.partition}] offsets "
+                          f"{gap.first}..{gap.last} ({gap.count:,} records) were deleted by the source's retention "
+                          f"before they were copied (found {at})", soft_wrap=True)
+        for difference in found.differences:
+            console.print(f"[yellow]config not copied:[/] route {found.route}: {escape(str(difference))}",
+                          soft_wrap=True)

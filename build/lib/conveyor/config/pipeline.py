@@ -1,0 +1,190 @@
+"""``pipeline:``: the Spark pipelines (the lake and the real-time views) and the Spark they run on."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+from typing import Literal
+
+from pydantic import Field, StringConstraints, model_validator
+
+from conveyor.config.units import TOPIC_NAME, Model, Name, Seconds
+
+
+class Spark(Model):
+    """How the pipelines run Spark (``conveyor.pipeline.spark`` builds every session from this)."""
+
+    #: local[N] here; in production a cluster: spark://host:port (standalone), yarn, k8s://https://host:port.
+    master: str = Field(default="local[2]", pattern=r"^(local(\[(\d+|\*)(,\d+)?\])?|spark://\S+|yarn|k8s://\S+)$")
+    driver_memory: str = Field(default="1g", pattern=r"^\d+[mg]$")
+    shuffle_partitions: int = Field(default=4, ge=1)
+    #: On a cluster, the address executors reach the driver on, and the one it listens on (Spark's
+    #: spark.driver.host and spark.driver.bindAddress); local[N] always uses 127.0.0.1.
+    driver_host: str | None = None
+    driver_bind_address: str | None = None
+    #: How long a cluster master may take to answer before a pipeline gives up with its URL.
+    master_timeout: Seconds = Field(default=30.0, gt=0)
+    #: On a cluster, the Python executors start their workers with (PYSPARK_PYTHON): the driver's
+    #: minor version, with conveyor.pipeline.shipping.EXECUTOR_REQUIREMENTS; conveyor itself is
+    #: shipped. Default: PYSPARK_PYTHON as set, else python3. local[N] uses the driver's interpreter.
+    executor_python: str | None = None
+
+
+class Lake(Model):
+    """The exactly-once lake ingestion job (``conveyor pipeline lake``)."""
+
+    #: Topics to land; default: every topic whose consumers name the ``lake`` service.
+    topics: list[str] | None = None
+    #: How late an event may arrive after its hour; an hour is complete only after this.
+    allowed_lateness: Seconds = Field(default=600.0, ge=0)
+    #: Drop an event_id already landed within this window (producer retries); 0 turns it off.
+    dedup_window: Seconds = Field(default=3600.0, ge=0)
+    #: A run that loses a commit to a concurrent run re-reads the table's positions and tries
+    #: again, at most this many times in all.
+    commit_attempts: int = Field(default=5, ge=1)
+    #: Files under a table that no snapshot references are deleted once older than this (after a
+    #: killed run). It must exceed the longest run: a younger file may belong to a run in progress,
+    #: on this host or another. 0s is right only when one writer runs at a time.
+    orphan_age: Seconds = Field(default=86_400.0, ge=0)
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+RedisUrl = Annotated[str, StringConstraints(pattern=r"^rediss?://\S+$")]
+#: A filter or a metric's ``where``: field -> the value, or one of the values, it must have.
+FieldMatch = dict[str, str | list[str]]
+
+
+class ViewMetric(Model):
+    """One counter of a view: the events ``where`` selects, counted, or their ``sum`` field added up."""
+
+    sum: str | None = Field(default=None, description="an integer field of the contract; default: count")
+    where: FieldMatch = Field(default_factory=dict)
+
+
+class RealtimeView(Model):
+    """Windowed counters of one topic's events, kept in Redis hashes, one per key and window."""
+
+    topic: str
+    filter: FieldMatch = Field(default_factory=dict)
+    group_by: list[str] = Field(min_length=1)
+    #: Tumbling event-time window.
+    window: Seconds = Field(default=60.0, gt=0)
+    metrics: dict[Name, ViewMetric] = Field(min_length=1)
+    #: Computed on read: name -> (numerator metric, denominator metric), e.g. ctr: [clicks, impressions].
+    ratios: dict[Name, tuple[Name, Name]] = Field(default_factory=dict)
+    #: How far behind the newest event time an event may be and still count; later ones are rejected as late.
+    allowed_lateness: Seconds = Field(default=60.0, ge=0)
+    #: Seconds a key lives after its last write; it must outlive the window and the lateness.
+    ttl: Seconds = Field(default=86_400.0, gt=0)
+    #: Redis key: ``{view}``, ``{window_start}`` and group-by fields; group-by fields left out of the
+    #: key become part of the hash's field names (``<metric>:<value>``). Default: every group-by field.
+    key: str | None = None
+
+    @property
+    def key_layout(self) -> str:
+        return self.key or "view:{view}:" + ":".join(f"{{{g}}}" for g in self.group_by) + ":{window_start}"
+
+    @property
+    def key_fields(self) -> list[str]:
+        """The group-by fields in the key, in the key's order."""
+        return [p for p in _PLACEHOLDER.findall(self.key_layout) if p in self.group_by]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RealtimeView:
+        placeholders = _PLACEHOLDER.findall(self.key_layout)
+        unknown = [p for p in placeholders if p not in {"view", "window_start", *self.group_by}]
+        if unknown:
+            raise ValueError(f"key names {unknown} that are neither view, window_start nor a group_by field")
+        if "view" not in placeholders or "window_start" not in placeholders:
+            raise ValueError("key must contain {view} and {window_start} (keys of two views or windows must differ)")
+        for name, (numerator, denominator) in self.ratios.items():
+            if {numerator, denominator} - set(self.metrics):
+                raise ValueError(f"ratio {name!r} names metrics that the view does not have")
+        if self.ttl <= self.window + self.allowed_lateness:
+            raise ValueError("ttl must exceed window + allowed_lateness (a late update would recreate an expired key)")
+        return self
+
+    def fields_used(self) -> dict[str, str]:
+        """Every contract field the view reads -> where it is named (for checks against the contract)."""
+        used = {f: "filter" for f in self.filter} | {g: "group_by" for g in self.group_by}
+        for name, metric in self.metrics.items():
+            used |= {f: f"metrics.{name}.where" for f in metric.where}
+            if metric.sum is not None:
+                used[metric.sum] = f"metrics.{name}.sum"
+        return used
+
+
+class Realtime(Model):
+    """The real-time views job (``conveyor pipeline realtime``): one Structured Streaming query."""
+
+    views: dict[Name, RealtimeView] = Field(default_factory=dict)
+    #: Folder under runtime.home, or a URI of any Hadoop file system (file:///..., hdfs://...,
+    #: s3a://...); each job (set of views) has its own checkpoint folder in it.
+    checkpoint: str = "realtime"
+    #: The views' Redis: one server's URL, or a list of Redis Cluster nodes' URLs (some of them: the
+    #: client discovers the rest; the first one's credentials and TLS apply to all). Unset, `conveyor
+    #: up` gives it in the resolved view: runtime.redis.url, else the Redis it runs.
+    redis: RedisUrl | Annotated[list[RedisUrl], Field(min_length=1)] | None = None
+    #: Micro-batch interval.
+    trigger: Seconds = Field(default=1.0, gt=0)
+    #: Most Kafka records per micro-batch (catching up after a stop goes in steps of this).
+    max_records_per_batch: int = Field(default=200_000, ge=1)
+    #: Where a new job (no checkpoint yet) starts reading.
+    starting_offsets: str = Field(default="earliest", pattern=r"^(earliest|latest)$")
+    #: Side output on the source cluster: late, malformed and unusable events with the reason.
+    rejects_topic: str = Field(default="_realtime_rejects", pattern=TOPIC_NAME)
+    #: An event_time further than this after its record's Kafka timestamp is rejected: it would
+    #: push the watermark ahead and make every real event late.
+    future_tolerance: Seconds = Field(default=300.0, ge=0)
+    #: An event_id counted within this window is not counted again (retries, failover copies); 0 turns it off.
+    dedup_window: Seconds = Field(default=3600.0, ge=0)
+
+
+#: Schemes of object stores: no atomic rename, so no Hadoop catalog on them.
+OBJECT_STORES = ("s3a://", "s3://", "s3n://", "gs://", "abfs://", "abfss://", "wasb://", "wasbs://")
+_CATALOG_URIS = {"jdbc": ("jdbc:",), "rest": ("http://", "https://"), "hive": ("thrift://",)}
+
+
+class Catalog(Model):
+    """The Iceberg catalog of the lake's tables (``conveyor.pipeline.catalog`` maps it to Spark).
+
+    ``hadoop`` keeps table metadata as files beside the data and commits by renaming a file: the
+    embedded default for one machine. ``jdbc`` (PostgreSQL), ``rest`` and ``hive`` keep it in a
+    service that commits atomically, which object stores and many writers need."""
+
+    type: Literal["hadoop", "jdbc", "rest", "hive"] = "hadoop"
+    #: jdbc:postgresql://host:port/db, http(s)://rest-server, thrift://metastore:9083. For jdbc it
+    #: may be left out when runtime.postgres runs the database locally: `conveyor up` gives it then.
+    uri: str | None = None
+    #: Folder (relative to platform.yaml) or URI where table files go.
+    warehouse: str = ".conveyor/warehouse"
+    #: More Iceberg catalog properties, passed as they are (jdbc.user, jdbc.password, io-impl, ...).
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Catalog:
+        if self.type == "hadoop":
+            if self.warehouse.startswith(OBJECT_STORES):
+                raise ValueError(
+                    f"type hadoop cannot keep tables on {self.warehouse}: a Hadoop catalog commits by an atomic "
+                    "rename, which object stores lack, so two commits could both win; use type jdbc, rest or hive"
+                )
+            if self.uri is not None:
+                raise ValueError("type hadoop takes no uri (its metadata lives in the warehouse)")
+        elif self.uri is not None and not self.uri.startswith(_CATALOG_URIS[self.type]):
+            raise ValueError(f"uri of a {self.type} catalog must start with {' or '.join(_CATALOG_URIS[self.type])}")
+        elif self.uri is None and self.type != "jdbc":
+            raise ValueError(f"type {self.type} needs a uri")
+        return self
+
+
+class Pipeline(Model):
+    """Settings of the Spark pipelines; each pipeline has its own section."""
+
+    #: Cluster the pipelines read.
+    source: Name | None = None
+    catalog: Catalog = Field(default_factory=Catalog)
+    spark: Spark = Field(default_factory=Spark)
+    lake: Lake = Field(default_factory=Lake)
+    realtime: Realtime = Field(default_factory=Realtime)
+

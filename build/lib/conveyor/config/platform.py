@@ -1,0 +1,101 @@
+"""The whole platform file: every section, and the questions asked across them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, PrivateAttr
+
+from conveyor.config.clusters import Cluster, ClusterRole, Part
+from conveyor.config.dispatch import Dispatch
+from conveyor.config.gateway import Gateway
+from conveyor.config.ops import Ops
+from conveyor.config.pipeline import Pipeline
+from conveyor.config.problems import ConfigError, NotSetError, Problem
+from conveyor.config.runtime import Runtime
+from conveyor.config.tls import Tls
+from conveyor.config.topics import Route, Service, Topic
+from conveyor.config.units import TOPIC_NAME, Model, Name
+
+
+class Platform(Model):
+    version: int = Field(default=1, ge=1, le=1)
+    name: Name = "conveyor"
+    runtime: Runtime = Field(default_factory=Runtime)
+    clusters: dict[Name, Cluster] = Field(min_length=1)
+    topics: dict[Annotated[str, Field(pattern=TOPIC_NAME)], Topic] = Field(default_factory=dict)
+    services: dict[Name, Service] = Field(default_factory=dict)
+    routes: dict[Name, Route] = Field(default_factory=dict)
+    gateway: Gateway = Field(default_factory=Gateway)
+    pipeline: Pipeline = Field(default_factory=Pipeline)
+    dispatch: Dispatch = Field(default_factory=Dispatch)
+    ops: Ops = Field(default_factory=Ops)
+    #: The certificate and key of every edge whose ``tls:`` gives none, and the authority Conveyor's
+    #: own clients trust (``ca``).
+    tls: Tls | None = None
+
+    #: Folder of the platform file; relative paths inside the file are relative to it.
+    root: Path = Field(default=Path("."), exclude=True)
+    #: The part of Conveyor this copy serves (:meth:`acting_as`); None for the platform's admin work.
+    _part: Part | None = PrivateAttr(default=None)
+
+    def acting_as(self, part: Part) -> Platform:
+        """The platform as ``part`` uses it: every Kafka client made from the copy connects with the
+        part's own credentials (conveyor.kafka), so a secured cluster's ACLs bound what it can do."""
+        if self._part == part:
+            return self
+        copy = self.model_copy()
+        copy._part = part
+        return copy
+
+    @property
+    def part(self) -> Part | None:
+        return self._part
+
+    def cluster(self, name: str) -> Cluster:
+        try:
+            return self.clusters[name]
+        except KeyError:
+            known = ", ".join(sorted(self.clusters))
+            raise ConfigError([Problem(f"clusters.{name}", f"no such cluster (known: {known})")]) from None
+
+    def bootstrap(self, cluster_name: str) -> str:
+        """The cluster's bootstrap servers, which a cluster `conveyor up` starts has only once it ran."""
+        bootstrap = self.cluster(cluster_name).bootstrap
+        if bootstrap is None:
+            raise NotSetError(f"clusters.{cluster_name}.bootstrap",
+                              "give the cluster's bootstrap servers in platform.yaml, or run `conveyor up` "
+                              "to start it on this machine")
+        return bootstrap
+
+    def topics_on(self, cluster_name: str) -> dict[str, Topic]:
+        """The topics that ``cluster_name`` carries."""
+        return {
+            name: topic
+            for name, topic in self.topics.items()
+            if topic.clusters is None or cluster_name in topic.clusters
+        }
+
+    def resolve(self, relative: str) -> Path:
+        path = Path(relative)
+        return path if path.is_absolute() else (self.root / path)
+
+    @property
+    def home(self) -> Path:
+        return self.resolve(self.runtime.home)
+
+    def read_cluster(self, chosen: str | None = None, setting: str = "--cluster") -> str:
+        """The one rule for the cluster a reader reads when nothing names it: ``chosen`` (an option
+        or a section's own setting), else pipeline.source, else the only cluster of role read."""
+        if chosen is not None:
+            self.cluster(chosen)  # an unknown name fails here, naming the known ones
+            return chosen
+        if self.pipeline.source is not None:
+            return self.pipeline.source
+        read = sorted(name for name, c in self.clusters.items() if c.role == ClusterRole.read)
+        if len(read) != 1:
+            raise ConfigError([Problem("pipeline.source", f"set it, or give {setting}: there are {len(read)} read "
+                                                          f"clusters ({', '.join(read) or 'none'})")])
+        return read[0]
+

@@ -1,0 +1,37 @@
+"""``runtime:``: how ``conveyor up`` runs local clusters and Redis on this machine."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from conveyor.config.units import Model
+
+
+class Redis(Model):
+    enabled: bool = True
+    port: int | None = Field(default=None, ge=1024, le=65535, description="default: base_port - 1")
+    url: str | None = Field(default=None, description="an existing Redis instead of a local one")
+
+
+class Postgres(Model):
+    """A local PostgreSQL (Debian's package) for the lake's JDBC catalog, on 127.0.0.1."""
+
+    port: int = Field(ge=1024, le=65535)
+    user: str = Field(default="conveyor", pattern=r"^[a-z_][a-z0-9_]*$")
+    database: str = Field(default="conveyor", pattern=r"^[a-z_][a-z0-9_]*$")
+
+
+class Runtime(Model):
+    """How ``conveyor up`` runs local clusters on this machine."""
+
+    #: Folder for data, logs and pid files, relative to platform.yaml.
+    home: str = ".conveyor"
+    #: First port; each node takes three consecutive ports (client, controller, metrics).
+    base_port: int = Field(default=19092, ge=1025, le=65000)
+    broker_heap: str = Field(default="320m", pattern=r"^\d+[mg]$")
+    controller_heap: str = Field(default="160m", pattern=r"^\d+[mg]$")
+    #: Seconds to wait for every cluster to report all its brokers.
+    start_timeout: float = Field(default=120.0, gt=0)
+    redis: Redis = Field(default_factory=Redis)
+    #: Started by ``conveyor up`` only when set.
+    postgres: Postgres | None = None

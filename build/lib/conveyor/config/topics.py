@@ -1,0 +1,115 @@
+"""``topics:``, ``services:`` and ``routes:``: what the clusters carry, who uses it, and where it is copied."""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+from pydantic import Field, model_validator
+
+from conveyor.config.clusters import Cluster
+from conveyor.config.units import DurationMs, Model, Name, Seconds, SizeBytes
+
+
+class CleanupPolicy(str, Enum):
+    delete = "delete"
+    compact = "compact"
+    compact_delete = "compact,delete"
+
+
+class Topic(Model):
+    partitions: int = Field(ge=1, le=10_000)
+    replication_factor: int | None = Field(default=None, ge=1)
+    min_insync_replicas: int | None = Field(default=None, ge=1)
+    retention: DurationMs = Field(default=7 * 86_400_000)
+    retention_bytes: SizeBytes = -1
+    cleanup_policy: CleanupPolicy = CleanupPolicy.delete
+    #: Path of the topic's JSON Schema, relative to platform.yaml.
+    contract: str | None = None
+    producers: list[Name] = Field(default_factory=list)
+    consumers: list[Name] = Field(default_factory=list)
+    #: Broker tag whose brokers alone may hold this topic's replicas.
+    isolation: Name | None = None
+    #: Clusters that carry the topic; default: every cluster.
+    clusters: list[Name] | None = None
+    #: Any other Kafka topic config, passed through as is (for example segment.ms).
+    config: dict[str, str] = Field(default_factory=dict)
+
+    def replication_on(self, cluster: Cluster) -> tuple[int, int]:
+        """(replication factor, min ISR) of this topic on ``cluster``."""
+        factor = self.replication_factor or cluster.default_replication_factor
+        min_insync = self.min_insync_replicas or min(cluster.default_min_insync, factor)
+        return factor, min_insync
+
+    def kafka_configs(self, cluster: Cluster) -> dict[str, str]:
+        """The topic-level Kafka configs Conveyor manages on ``cluster``."""
+        _, min_insync = self.replication_on(cluster)
+        configs = {
+            "cleanup.policy": self.cleanup_policy.value,
+            "retention.ms": str(self.retention),
+            "retention.bytes": str(self.retention_bytes),
+            "min.insync.replicas": str(min_insync),
+        }
+        configs.update(self.config)
+        return configs
+
+
+class Service(Model):
+    """A service that publishes or consumes. Its token is stored only as a hash: a SHA-256 hex
+    digest, or a salted scrypt hash (``conveyor config hash-token --scrypt`` makes either)."""
+
+    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    #: ``scrypt$<log2 N>$<r>$<p>$<salt hex>$<hash hex>``: slow to guess from a leaked file.
+    token_scrypt: str | None = Field(default=None, pattern=r"^scrypt\$\d{1,2}\$\d{1,2}\$\d{1,2}\$[0-9a-f]{16,}\$[0-9a-f]{32,}$")
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _one_token_hash(self) -> Service:
+        if (self.token_sha256 is None) == (self.token_scrypt is None):
+            raise ValueError("give the token's hash as token_sha256 or token_scrypt (one of them)")
+        return self
+
+
+class ReplicationMode(str, Enum):
+    #: Records and source offsets in one destination transaction: each record lands once.
+    exactly_once = "exactly-once"
+    #: Plain idempotent writes, offsets committed after: lower latency, duplicates after a crash.
+    at_least_once = "at-least-once"
+
+
+class Route(Model):
+    """Replication of topics from a writable cluster into another cluster."""
+
+    source: Name
+    destination: Name
+    topics: list[str] = Field(default_factory=list)
+    #: A regular expression over topic names, instead of (or besides) the list.
+    pattern: str | None = None
+    mode: ReplicationMode = ReplicationMode.exactly_once
+    #: Units of work: source partitions hash into buckets, workers own buckets. Fixed for a route's
+    #: life (changing it moves every partition), so pick it above the most workers you will run.
+    buckets: int = Field(default=8, ge=1, le=256)
+    #: Most records per transaction, and the longest a batch waits to fill.
+    batch_records: int = Field(default=2000, ge=1)
+    batch_wait: Seconds = Field(default=0.05, gt=0)
+    #: How often source metadata is polled for new topics and partitions.
+    discovery_interval: Seconds = Field(default=2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _selects_something(self) -> Route:
+        if not self.topics and self.pattern is None:
+            raise ValueError("a route needs topics, a pattern, or both")
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as err:
+                raise ValueError(f"pattern is not a valid regular expression: {err}") from None
+        return self
+
+    def selects(self, topic: str) -> bool:
+        # Kafka's internal topics and Conveyor's own bookkeeping topics are never copied.
+        if topic.startswith("__") or topic.startswith("_conveyor"):
+            return False
+        return topic in self.topics or (
+            self.pattern is not None and re.fullmatch(self.pattern, topic) is not None
+        )

@@ -1,0 +1,1 @@
+"""The data bus gateway: services publish events over HTTP without knowing Kafka."""

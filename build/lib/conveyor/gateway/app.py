@@ -1,0 +1,303 @@
+"""The gateway's HTTP API (FastAPI): ``POST /v1/topics/{topic}/events``, ``/healthz``, ``/readyz``,
+``/metrics``.
+
+A request is all-or-nothing up to Kafka: it is authenticated and authorised before its body is
+read; the body is read up to the size limit and within a deadline, holding no place, so a slow
+sender holds up no other request; then the request is admitted (a bound on requests checked or
+written at once), parsed and checked against the topic's contract and every size limit on the way
+to Kafka in full before a single event is written, and the answer comes only after Kafka
+acknowledged every event (acks=all). Health and metrics never pass through the admission bound or
+the per-topic lanes, so they answer while a topic is stuck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from conveyor.auth import Authorizer
+from conveyor.config import Part, Platform, read_contract
+from conveyor.errors import Refusal
+from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
+from conveyor.gateway.bulkhead import Bulkheads
+from conveyor.gateway.errors import Overloaded, Rejection, RequestTimeout, TooLarge, UnknownTopic
+from conveyor.gateway.limits import read_topic_maxima
+from conveyor.limits import batch_size, event_limit
+from conveyor.gateway.metrics import GatewayMetrics
+from conveyor.gateway.openapi import topic_paths
+from conveyor.gateway.parsing import media_type, prepare
+from conveyor.gateway.writer import Accepted, Record, Writer
+from conveyor.gctune import tune_for_throughput
+from conveyor.topics.contracts import load_contracts
+
+log = logging.getLogger(__name__)
+
+#: Seconds a health probe's answer about the clusters is reused.
+HEALTH_REUSE = 2.0
+
+#: Bodies larger than this are parsed and checked on a worker thread, so one large request does not
+#: hold every other request on the event loop up for its whole parse.
+PARSE_OFF_LOOP_BYTES = 256 * 1024
+
+
+def instance_id(dc: str) -> str:
+    """Unique per gateway, so cumulative audit counts of a restarted gateway, or of another gateway
+    started in the same process and second, never overwrite its counts (the sum over instances
+    stays exact)."""
+    return f"{dc}-{socket.gethostname()}-{os.getpid()}-{int(time.time())}-{uuid.uuid4().hex[:6]}"
+
+
+class Gateway:
+    """Everything one gateway process holds; no I/O until :meth:`start`."""
+
+    def __init__(self, platform: Platform, dc: str, source: str | None = None) -> None:
+        platform = platform.acting_as(Part.gateway)
+        cluster = platform.cluster(dc)
+        self.platform = platform
+        self.dc = dc
+        self.settings = platform.gateway
+        self.source = source or instance_id(dc)
+        self.auth = Authorizer(platform)
+        self.contracts = load_contracts(platform)
+        self.metrics = GatewayMetrics(dc)
+        self.audit = AuditCounts(self.source)
+        self.writer = Writer(platform, dc, list(cluster.failover), self.settings.failover_after,
+                             f"conveyor-gateway-{dc}", on_switch=self._switched)
+        self.bulkheads: Bulkheads | None = None
+        self._audit_task: asyncio.Task[None] | None = None
+        #: Per topic, the most bytes one event's key and value may take; set by :meth:`start`.
+        self.event_limits: dict[str, int] = {}
+        self._in_progress = 0
+        #: Between the end of :meth:`start` and the start of :meth:`stop`.
+        self.serving = False
+        #: The latest answer of :meth:`writable` and when it came (monotonic seconds).
+        self._writable: tuple[float, str | None] = (float("-inf"), None)
+        self._probing = asyncio.Lock()
+
+    def _switched(self, old: str, new: str, why: str) -> None:
+        self.metrics.failovers.labels(old, new).inc()
+        self._show_active(new)
+
+    def _show_active(self, active: str) -> None:
+        for cluster in self.writer.order:
+            self.metrics.active_cluster.labels(cluster).set(1 if cluster == active else 0)
+        self.metrics.failed_over.set(0 if active == self.dc else 1)
+
+    async def start(self) -> None:
+        s = self.settings
+        self.bulkheads = Bulkheads(s.lanes, s.workers_per_lane, s.queue_per_lane)
+        maxima = await asyncio.to_thread(read_topic_maxima, self.platform, self.writer.order, self.contracts)
+        self.event_limits = {topic: event_limit(s.max_event_bytes, m) for topic, m in maxima.items()}
+        self.writer.start(batch_size(maxima.values()))
+        self._show_active(self.dc)
+        tune_for_throughput()
+        self._audit_task = asyncio.create_task(self._publish_audit_forever())
+        log.info("gateway %s writing to %s (failover: %s)", self.source, self.dc,
+                 ", ".join(self.writer.order[1:]) or "none")
+        self.serving = True
+
+    async def stop(self) -> None:
+        self.serving = False
+        if self._audit_task is not None:
+            self._audit_task.cancel()
+        await self.publish_audit()
+        left = await self.writer.stop()
+        if left:
+            log.error("%d messages were still undelivered at shutdown", left)
+
+    async def _publish_audit_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.audit_interval)
+            await self.publish_audit()
+
+    async def publish_audit(self) -> None:
+        records = self.audit.take_changed(datetime.now(timezone.utc))
+        if not records:
+            return
+        try:
+            await self.writer.write(AUDIT_TOPIC, [Record(k.encode(), v) for k, v in records])
+            self.metrics.audit_records.inc(len(records))
+        except Rejection as err:
+            log.warning("audit counts not published (%s); retrying at the next interval", err)
+            self.audit.mark_all_changed()
+
+    async def writable(self) -> str | None:
+        """A cluster of the gateway's that answers, or None; probes within ``HEALTH_REUSE`` seconds of
+        the last share its answer, so frequent health checks do not each ask every cluster."""
+        async with self._probing:
+            at, cluster = self._writable
+            if time.monotonic() - at >= HEALTH_REUSE:
+                cluster = await asyncio.to_thread(self.writer.writable)
+                self._writable = (time.monotonic(), cluster)
+            return cluster
+
+    def saturated(self) -> bool:
+        return self._in_progress >= self.settings.max_concurrent_requests
+
+    @contextmanager
+    def admission(self) -> Iterator[None]:
+        """A request being checked or written; refused at once when ``max_concurrent_requests`` are."""
+        limit = self.settings.max_concurrent_requests
+        if self.saturated():
+            raise Overloaded(f"the gateway has {limit} requests in progress; retry later", retry_after=1)
+        self._in_progress += 1
+        try:
+            yield
+        finally:
+            self._in_progress -= 1
+
+    def authorize(self, topic: str, authorization: str | None) -> None:
+        """Before the body is read: who is asking, for a topic that takes events, as its producer."""
+        service = self.auth.service_of(authorization)
+        if topic not in self.platform.topics or topic not in self.contracts:
+            raise UnknownTopic(f"no topic {topic} takes events through the gateway", topic=topic)
+        self.auth.check_producer(service, topic)
+
+    async def publish(self, topic: str, body: bytes, content_type: str) -> dict[str, Any]:
+        """Events of an authorized request, all written or none acknowledged."""
+        check = (body, content_type, self.contracts[topic], self.event_limits[topic],
+                 self.settings.max_events_per_request)
+        prepared = await asyncio.to_thread(prepare, *check) if len(body) > PARSE_OFF_LOOP_BYTES else prepare(*check)
+        assert self.bulkheads is not None
+        async with self.bulkheads.enter(topic):
+            accepted = await self.writer.write(topic, prepared.records,
+                                               itemized=len(prepared.records) <= self.settings.summary_above)
+        self.audit.add(topic, Counter(prepared.hours))
+        for cluster, count in accepted.by_cluster().items():
+            self.metrics.accepted.labels(topic, cluster).inc(count)
+        return _answer(accepted)
+
+
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The body as it streams in, refused with 413 as soon as it passes ``limit``: a chunked request
+    has no Content-Length to check up front, and must not be held in memory whole first. A body
+    still incomplete after ``timeout`` seconds is refused with 408."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise TooLarge(f"request of {length} bytes is above the limit of {limit} bytes", limit=limit)
+    chunks, size = [], 0
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"request of more than {limit} bytes is above the limit", limit=limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(f"the request's body did not arrive within {timeout:g} s ({size} bytes came)",
+                             limit=timeout) from None
+    return b"".join(chunks)
+
+
+def _refusal_headers(err: Refusal) -> dict[str, str] | None:
+    if isinstance(err, Overloaded):
+        return {"Retry-After": str(err.retry_after)}
+    # The rest of a late body may still come: the connection cannot carry another request.
+    return {"Connection": "close"} if isinstance(err, RequestTimeout) else None
+
+
+def _answer(accepted: Accepted) -> dict[str, Any]:
+    if accepted.deliveries is not None:
+        return {"accepted": accepted.size,
+                "events": [{"cluster": d.cluster, "partition": d.partition, "offset": d.offset}
+                           for d in accepted.deliveries if d is not None]}
+    return {"accepted": accepted.size,
+            "partitions": [{"cluster": c, "partition": p, "first_offset": lo, "last_offset": hi, "count": n}
+                           for (c, p), (lo, hi, n) in sorted(accepted.spans.items())]}
+
+
+def create_app(gateway: Gateway) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    app = FastAPI(title="Conveyor gateway", lifespan=lifespan, openapi_url="/openapi.json")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, err: StarletteHTTPException) -> Response:
+        # FastAPI's own refusals (no such path, wrong method) in the gateway's error shape.
+        reason = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "bad_request")
+        return Response(orjson.dumps({"error": reason, "message": str(err.detail)}), err.status_code,
+                        getattr(err, "headers", None), media_type="application/json")
+
+    @app.post("/v1/topics/{topic}/events")
+    async def publish(topic: str, request: Request) -> Response:
+        started = time.perf_counter()
+        label = topic if topic in gateway.platform.topics else "(unknown)"
+        try:
+            gateway.authorize(topic, request.headers.get("authorization"))
+            media = media_type(request.headers.get("content-type"))
+            body = await read_body(request, gateway.settings.max_request_bytes, gateway.settings.body_timeout)
+            with gateway.admission():
+                answer = await gateway.publish(topic, body, media)
+        except Refusal as err:
+            gateway.metrics.rejected.labels(label, err.reason).inc()
+            return Response(orjson.dumps(err.body()), err.status, _refusal_headers(err),
+                            media_type="application/json")
+        finally:
+            gateway.metrics.latency.labels(label).observe(time.perf_counter() - started)
+        return Response(orjson.dumps(answer), 200, media_type="application/json")
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            contracts = {topic: read_contract(gateway.platform, topic) for topic in gateway.contracts}
+            app.openapi_schema = topic_paths(document, contracts)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    async def health() -> dict[str, Any]:
+        writable = await gateway.writable()
+        return {"status": "ok" if writable else "unwritable", "source": gateway.source,
+                "writing_to": gateway.writer.active, "local": gateway.dc,
+                "failed_over": gateway.writer.active != gateway.dc, "writable": writable}
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        """503 when no cluster of the gateway's (its own, then its failover) answers: every event
+        sent to it would be refused."""
+        body = await health()
+        return Response(orjson.dumps(body), 200 if body["writable"] else 503, media_type="application/json")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        """Whether to send this gateway traffic now: healthy, serving (not starting or stopping) and
+        with an admission place free."""
+        body = await health()
+        if body["writable"] and not gateway.serving:
+            body["status"] = "stopping"
+        elif body["writable"] and gateway.saturated():
+            body["status"] = "saturated"
+        ready = body["status"] == "ok"
+        return Response(orjson.dumps({**body, "ready": ready}), 200 if ready else 503, media_type="application/json")
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        if gateway.bulkheads is not None:
+            for lane, occupied in gateway.bulkheads.occupancy().items():
+                gateway.metrics.lane_occupied.labels(str(lane)).set(occupied)
+        return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+

@@ -1,0 +1,149 @@
+"""Kafka clients with the platform's safe defaults, built from platform.yaml.
+
+Every part of Conveyor gets its producers, consumers and admin clients here, so the safe defaults
+are set once: acks=all with idempotence (a leader re-election loses nothing that was acknowledged),
+no auto-commit (auto-commit gives no guarantee at all), and offsets stored only when the caller says
+the message is processed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from conveyor.config import Platform
+from conveyor.errors import ConveyorError
+from conveyor.kafka_logs import LIBRDKAFKA
+
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "linger.ms": 5,
+    "compression.type": "lz4",
+    # The Java client's partitioner: a key lands in the same partition whichever client wrote it,
+    # so per-key order holds across the gateway, the replicator and any Java producer.
+    "partitioner": "murmur2_random",
+    # Give a failed-over partition time to find its new leader before a delivery is failed.
+    "message.timeout.ms": 60_000,
+}
+
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    # A group with no committed offset starts at the beginning: a re-read is visible and
+    # de-duplicable, a skip is silent loss.
+    "auto.offset.reset": "earliest",
+    # Never hand out records of aborted or open transactions (the replicator writes transactionally).
+    "isolation.level": "read_committed",
+    "partition.assignment.strategy": "cooperative-sticky",
+}
+
+
+class KafkaOperationError(ConveyorError):
+    """A Kafka call failed; ``error`` is librdkafka's error with its flags (retriable, fatal)."""
+
+    def __init__(self, what: str, error: KafkaError) -> None:
+        self.error = error
+        super().__init__(f"{what}: {error.name()} ({error.str()})")
+
+    @classmethod
+    def from_exception(cls, what: str, exc: KafkaException) -> KafkaOperationError:
+        return cls(what, exc.args[0])
+
+
+def client_config(
+    platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Connection settings of a cluster plus ``overrides``; the base of every client here. A
+    platform acting as one of Conveyor's parts (``Platform.acting_as``) connects as that part."""
+    cluster = platform.cluster(cluster_name)
+    part = platform.part
+    config: dict[str, Any] = {"bootstrap.servers": platform.bootstrap(cluster_name)}
+    config.update({key: secret.get_secret_value() for key, secret in cluster.client.items()})
+    if part is not None:
+        config.update({key: secret.get_secret_value() for key, secret in cluster.credentials.get(part, {}).items()})
+    config.update(overrides or {})
+    return config
+
+
+def producer_config(
+    platform: Platform, cluster_name: str, client_id: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    return client_config(platform, cluster_name, {**PRODUCER_DEFAULTS, "client.id": client_id, "logger": LIBRDKAFKA,
+                                                  **(overrides or {})})
+
+
+def consumer_config(
+    platform: Platform,
+    cluster_name: str,
+    group: str,
+    client_id: str,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    return client_config(
+        platform,
+        cluster_name,
+        {**CONSUMER_DEFAULTS, "group.id": group, "client.id": client_id, "logger": LIBRDKAFKA, **(overrides or {})},
+    )
+
+
+def producer(
+    platform: Platform, cluster_name: str, client_id: str, overrides: Mapping[str, Any] | None = None
+) -> Producer:
+    return Producer(producer_config(platform, cluster_name, client_id, overrides))
+
+
+def consumer(
+    platform: Platform,
+    cluster_name: str,
+    group: str,
+    client_id: str,
+    overrides: Mapping[str, Any] | None = None,
+) -> Consumer:
+    return Consumer(consumer_config(platform, cluster_name, group, client_id, overrides))
+
+
+def share_consumer(
+    platform: Platform,
+    cluster_name: str,
+    group: str,
+    client_id: str,
+    overrides: Mapping[str, Any] | None = None,
+) -> ShareConsumer:
+    """A KIP-932 share consumer that acknowledges each record explicitly: a record is done only
+    when the caller says so (librdkafka's default, implicit mode, accepts a batch on the next poll)."""
+    return ShareConsumer(client_config(platform, cluster_name, {
+        "group.id": group, "client.id": client_id, "share.acknowledgement.mode": "explicit", "logger": LIBRDKAFKA,
+        **(overrides or {})}))
+
+
+def admin(platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None) -> AdminClient:
+    """An admin client. Keep it referenced until its futures resolve: librdkafka fails the pending
+    requests of a destroyed handle (_DESTROY), which a chained ``admin(...).create_topics(...)`` does."""
+    # librdkafka logs an informational line for every admin client torn down with queued events.
+    return AdminClient(client_config(platform, cluster_name, {"log_level": 4, "logger": LIBRDKAFKA,
+                                                              **(overrides or {})}))
+
+
+def committed(platform: Platform, cluster_name: str, group: str, partitions: Sequence[TopicPartition] | None = None,
+              timeout: float = 10.0) -> list[TopicPartition]:
+    """The commits of ``group`` (offset and metadata; offset < 0: none) on ``partitions``, or on every
+    partition of the cluster's own topics (not ``__``-internal ones); raises KafkaException.
+
+    Read through a consumer handle of the group that never joins it, never through the admin API's
+    ListConsumerGroupOffsets: when the group's coordinator answers NOT_COORDINATOR (it moved, as when
+    a broker restarts), librdkafka's admin handle, which has no group of its own, dereferences a null
+    group and the whole process dies with SIGSEGV (librdkafka issue 5040, open in 2.16). A consumer's
+    handle looks the coordinator up again and retries."""
+    reader = consumer(platform, cluster_name, group, "conveyor-committed")
+    try:
+        if partitions is None:
+            topics = reader.list_topics(timeout=timeout).topics
+            partitions = [TopicPartition(name, number) for name, meta in sorted(topics.items())
+                          if not name.startswith("__") for number in sorted(meta.partitions)]
+        return reader.committed(list(partitions), timeout=timeout) if partitions else []
+    finally:
+        reader.close()

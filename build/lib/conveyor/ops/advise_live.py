@@ -1,0 +1,102 @@
+"""The partition advisor's inputs, measured on a live cluster over a window of ``seconds``.
+
+- partitions per topic: topic metadata;
+- produce rate (messages/s): ``kafka_server_brokertopicmetrics_messagesinpersec_total{topic}``
+  from every broker's exporter, summed over brokers, between two scrapes;
+- backlog: the largest lag (end minus committed offsets, summed over partitions) of any group
+  reading the topic, at the end of the window;
+- processing time per message: measured per group that stayed behind through the window
+  (:func:`~conveyor.ops.advise.measured_processing_seconds`: members over messages committed per
+  second); the slowest group counts, since it is the one the partitions must serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+
+from conveyor import kafka
+from conveyor.config import Platform
+from conveyor.ops.advise import measured_processing_seconds
+from conveyor.ops.balance.live import samples, scrape_twice
+from conveyor.ops.errors import SampleError
+from conveyor.ops.sampler import SamplerProcess
+from conveyor.ops.tracker import OffsetSnapshot
+
+MESSAGES_IN = "kafka_server_brokertopicmetrics_messagesinpersec_total"
+
+
+@dataclass(frozen=True)
+class TopicMeasure:
+    topic: str
+    partitions: int
+    #: Messages/s produced; None when no exporter could be read.
+    rate: float | None
+    backlog: int
+    #: Seconds per message of the slowest group that stayed behind; None when no group did.
+    processing_seconds: float | None
+    #: Group whose consumers set ``processing_seconds``.
+    measured_group: str | None = None
+
+
+def _lags(snapshot: OffsetSnapshot, topic: str) -> dict[str, tuple[int, int]]:
+    """Group -> (lag, committed total) on ``topic``."""
+    out = {}
+    for group in snapshot.groups:
+        committed = {tp: o for tp, o in (group.committed or {}).items() if tp[0] == topic}
+        if committed:
+            lag = sum(max(snapshot.ends.get(tp, o) - o, 0) for tp, o in committed.items())
+            out[group.group] = (lag, sum(committed.values()))
+    return out
+
+
+def measure(platform: Platform, cluster: str, topics: Collection[str] | None, seconds: float) -> list[TopicMeasure]:
+    # In a child process: librdkafka's group admin calls can kill the process (conveyor.ops.sampler).
+    sampler = SamplerProcess(platform, cluster)
+    try:
+        before = sampler.sample()
+        targets, first, second, elapsed = scrape_twice(platform, cluster, seconds)
+        after = sampler.sample()
+    finally:
+        sampler.close()
+    window = (after.at_ms - before.at_ms) / 1000
+    rates: dict[str, float] = {}
+    for then, now in zip(first, second):
+        earlier = {labels.get("topic"): v for name, labels, v in samples(then) if name == MESSAGES_IN}
+        for name, labels, value in samples(now):
+            topic = labels.get("topic")
+            if name == MESSAGES_IN and topic is not None and topic in earlier and value >= earlier[topic]:
+                rates[topic] = rates.get(topic, 0.0) + (value - earlier[topic]) / elapsed
+    counts: dict[str, int] = {}
+    for topic, _ in after.partitions:
+        counts[topic] = counts.get(topic, 0) + 1
+    wanted = sorted(t for t in counts if topics is None or t in topics)
+    groups = sorted({g for t in wanted for g in _lags(after, t)})
+    members = _members(platform, cluster, groups)
+    out = []
+    for topic in wanted:
+        lags_before, lags_after = _lags(before, topic), _lags(after, topic)
+        timings = []
+        for group, (lag, committed) in lags_after.items():
+            if group in lags_before and window > 0:
+                consumed = (committed - lags_before[group][1]) / window
+                t = measured_processing_seconds(members.get(group, 0), consumed, lags_before[group][0], lag)
+                if t is not None:
+                    timings.append((t, group))
+        slowest = max(timings, default=(None, None))
+        out.append(TopicMeasure(topic, counts[topic], rates.get(topic, 0.0) if targets else None,
+                                max((lag for lag, _ in lags_after.values()), default=0), *slowest))
+    return out
+
+
+def _members(platform: Platform, cluster: str, groups: list[str]) -> dict[str, int]:
+    if not groups:
+        return {}
+    admin = kafka.admin(platform, cluster)  # kept referenced until its futures resolve
+    try:
+        futures = admin.describe_consumer_groups(groups, request_timeout=10)
+        return {group: len(future.result().members) for group, future in futures.items()}
+    except KafkaException as exc:
+        raise SampleError(cluster, f"describing consumer groups: {exc}") from None

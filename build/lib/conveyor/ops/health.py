@@ -1,0 +1,380 @@
+"""Broker and cluster health from the JMX exporter's metrics. Pure: no HTTP, no clock.
+
+What operators must watch (docs/architecture.md, section 6): load per broker, leader re-elections,
+out-of-sync partitions and the maximum replication lag (worry when it stays above zero), and the
+response time of simple requests with an alarm above 10 s. :func:`reading_from_samples` picks those
+values out of one scrape; :func:`assess_cluster` runs the rules over every node of a cluster and
+returns typed findings. Each rule is a small named function over plain numbers, tested from a
+table like the lag rules (``conveyor.ops.lag``). Messages are written in ``conveyor.ops.alerts``.
+
+Sources, and why: per-broker values come from the brokers themselves (each partition's leader
+reports it under-replicated, so a cluster's count is the sum over brokers); offline partitions,
+the active controller and unclean elections from the active controller; leader changes from
+cluster metadata (KRaft has no leader-election rate metric), counted by the sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+
+from conveyor.config.policies import HealthPolicy
+
+#: Requests whose p99 is watched: what producers, consumers and every client's bootstrap wait on.
+WATCHED_REQUESTS = ("Produce", "FetchConsumer", "Metadata")
+#: Per-broker loads compared across brokers for skew.
+LOADS = ("bytes_in", "bytes_out", "leaders", "replicas")
+
+
+class Severity(IntEnum):
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+
+
+class Rule(str, Enum):
+    BROKER_DOWN = "broker_down"
+    UNDER_REPLICATED = "under_replicated"
+    UNDER_MIN_ISR = "under_min_isr"
+    OFFLINE = "offline_partitions"
+    NO_CONTROLLER = "no_active_controller"
+    ISR_SHRINKING = "isr_shrinking"
+    UNCLEAN_ELECTION = "unclean_leader_election"
+    LEADER_CHANGES = "leader_changes"
+    REQUEST_SLOW = "request_slow"
+    FOLLOWER_LAG = "follower_lag"
+    SKEW = "load_skew"
+    # The offset manager (conveyor.ops.offset_manager) and broker-side amplification (conveyor.ops.traffic).
+    COMPACTION_STALLED = "offsets_compaction_stalled"
+    CLEANER_IDLE = "log_cleaner_idle"
+    COORDINATOR_LOAD_SLOW = "coordinator_load_slow"
+    TOPIC_AMPLIFICATION = "topic_read_amplification"
+
+
+# The exporter's sample names (conveyor/runtime/jmx-exporter.yaml) -> our field names. Pages printed
+# under Strimzi's rules reach here renamed to these by the scraper (conveyor.ops.exporter_names).
+_VALUES = {
+    "kafka_server_replicamanager_underreplicatedpartitions": "under_replicated",
+    "kafka_server_replicamanager_underminisrpartitioncount": "under_min_isr",
+    "kafka_server_replicamanager_leadercount": "leaders",
+    "kafka_server_replicamanager_partitioncount": "replicas",
+    "kafka_server_replicamanager_isrshrinkspersec_total": "isr_shrinks",
+    "kafka_server_replicamanager_isrexpandspersec_total": "isr_expands",
+    "kafka_server_brokertopicmetrics_bytesinpersec_total": "bytes_in",
+    "kafka_server_brokertopicmetrics_bytesoutpersec_total": "bytes_out",
+    "kafka_controller_kafkacontroller_offlinepartitionscount": "offline_partitions",
+    "kafka_controller_kafkacontroller_activecontrollercount": "active_controller",
+    "kafka_controller_controllerstats_uncleanleaderelectionspersec_total": "unclean_elections",
+    # The offset manager: the log cleaner that compacts __consumer_offsets (over every compacted log
+    # of the broker: Kafka has no per-topic dirty ratio metric) and the group coordinator.
+    "kafka_log_logcleanermanager_max_dirty_percent": "cleaner_dirty_percent",
+    "kafka_log_logcleanermanager_time_since_last_run_ms": "cleaner_idle_ms",
+    "kafka_server_group_coordinator_metrics_partition_load_time_max": "coordinator_load_ms",
+    "kafka_server_group_coordinator_metrics_offset_commit_rate": "offset_commit_rate",
+    "kafka_coordinator_group_groupmetadatamanager_numgroups": "groups",
+    "kafka_coordinator_group_groupmetadatamanager_numoffsets": "offsets",
+}
+#: Per-topic byte counters (the same names with a topic label): broker-side read amplification.
+_TOPIC_BYTES = {"kafka_server_brokertopicmetrics_bytesinpersec_total": 0,
+                "kafka_server_brokertopicmetrics_bytesoutpersec_total": 1}
+_MAX_LAG = "kafka_server_replicafetchermanager_maxlag"
+_TOTAL_TIME = "kafka_network_requestmetrics_totaltimems"
+_REQUESTS = "kafka_network_requestmetrics_requests_total"
+
+#: (sample name, labels, value), as flattened from a Prometheus text page.
+MetricSample = tuple[str, Mapping[str, str], float]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerReading:
+    """What one scrape of one node said. None: the node does not report it (a dedicated controller
+    has no replicas, a broker that is not the active controller has no offline count)."""
+
+    node: str
+    at_ms: int
+    broker_id: int | None = None
+    #: Why the scrape failed; None when it answered.
+    error: str | None = None
+    #: False for a dedicated controller; None to infer it from the metrics (a page without its role).
+    broker: bool | None = None
+    under_replicated: float | None = None
+    under_min_isr: float | None = None
+    leaders: float | None = None
+    replicas: float | None = None
+    max_follower_lag: float | None = None
+    offline_partitions: float | None = None
+    active_controller: float | None = None
+    # Counters since the node started; rates come from two readings.
+    isr_shrinks: float | None = None
+    isr_expands: float | None = None
+    bytes_in: float | None = None
+    bytes_out: float | None = None
+    unclean_elections: float | None = None
+    #: Max dirty ratio of the compacted logs (percent) and ms since the cleaner last looked for work.
+    cleaner_dirty_percent: float | None = None
+    cleaner_idle_ms: float | None = None
+    #: Longest load of a __consumer_offsets partition by the coordinator in the last 30 s (Kafka's
+    #: window; absent when none loaded), offset commits per second, groups and offsets it holds.
+    coordinator_load_ms: float | None = None
+    offset_commit_rate: float | None = None
+    groups: float | None = None
+    offsets: float | None = None
+    #: topic -> (bytes in, bytes out) counters since the node started.
+    topic_bytes: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    #: request -> p99 of its total time, milliseconds.
+    p99_ms: Mapping[str, float] = field(default_factory=dict)
+    #: request -> requests served since start, all versions.
+    requests: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def up(self) -> bool:
+        return self.error is None
+
+    @property
+    def is_broker(self) -> bool:
+        return self.broker if self.broker is not None else (self.replicas is not None or not self.up)
+
+
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def reading_from_samples(node: str, at_ms: int, samples: Iterable[MetricSample], broker_id: int | None = None,
+                         broker: bool | None = None) -> BrokerReading:
+    values: dict[str, float] = {}
+    p99: dict[str, float] = {}
+    requests: dict[str, float] = {}
+    topic_bytes: dict[str, list[float]] = {}
+    max_lag: float | None = None
+    for name, labels, raw in samples:
+        value = _number(raw)
+        if value is None:
+            continue
+        if name in _VALUES and "topic" not in labels:
+            values[_VALUES[name]] = value
+        elif name in _TOPIC_BYTES and "topic" in labels:
+            topic_bytes.setdefault(labels["topic"], [0.0, 0.0])[_TOPIC_BYTES[name]] = value
+        elif name == _MAX_LAG:
+            max_lag = value if max_lag is None else max(max_lag, value)
+        elif name == _TOTAL_TIME and labels.get("quantile") == "0.99" and labels.get("request") in WATCHED_REQUESTS:
+            p99[labels["request"]] = value
+        elif name == _REQUESTS and "request" in labels:
+            requests[labels["request"]] = requests.get(labels["request"], 0.0) + value
+    return BrokerReading(node, at_ms, broker_id, None, broker, max_follower_lag=max_lag, p99_ms=p99,
+                         requests=requests, topic_bytes={t: (i, o) for t, (i, o) in topic_bytes.items()}, **values)
+
+
+def rate(now: float | None, before: float | None, seconds: float) -> float | None:
+    """Per-second increase of a counter; None when unknown or the counter restarted (node restart)."""
+    if now is None or before is None or seconds <= 0 or now < before:
+        return None
+    return (now - before) / seconds
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHealth:
+    reading: BrokerReading
+    bytes_in_per_s: float | None = None
+    bytes_out_per_s: float | None = None
+    isr_shrinks_per_s: float | None = None
+    isr_expands_per_s: float | None = None
+
+    @property
+    def node(self) -> str:
+        return self.reading.node
+
+    def load(self, name: str) -> float | None:
+        if name == "bytes_in":
+            return self.bytes_in_per_s
+        if name == "bytes_out":
+            return self.bytes_out_per_s
+        return getattr(self.reading, name)
+
+
+def broker_health(now: BrokerReading, before: BrokerReading | None) -> BrokerHealth:
+    if before is None or not now.up or not before.up:
+        return BrokerHealth(now)
+    seconds = (now.at_ms - before.at_ms) / 1000
+    return BrokerHealth(now, rate(now.bytes_in, before.bytes_in, seconds),
+                        rate(now.bytes_out, before.bytes_out, seconds),
+                        rate(now.isr_shrinks, before.isr_shrinks, seconds),
+                        rate(now.isr_expands, before.isr_expands, seconds))
+
+
+# --- Rules: each over plain numbers ---
+
+def _when_positive(value: float, severity: Severity) -> Severity:
+    return severity if value > 0 else Severity.OK
+
+
+def broker_down(up: bool) -> Severity:
+    return Severity.OK if up else Severity.CRITICAL
+
+
+def under_replicated(count: float) -> Severity:
+    """Fewer in-sync replicas than replicas: one more failure from trouble."""
+    return _when_positive(count, Severity.WARNING)
+
+
+def under_min_isr(count: float) -> Severity:
+    """Below min.insync.replicas: acks=all writes to these partitions fail."""
+    return _when_positive(count, Severity.CRITICAL)
+
+
+def offline_partitions(count: float) -> Severity:
+    return _when_positive(count, Severity.CRITICAL)
+
+
+def no_active_controller(active: Sequence[float]) -> Severity:
+    """CRITICAL when controller nodes answered and none of them is active."""
+    return Severity.CRITICAL if active and sum(active) < 1 else Severity.OK
+
+
+def isr_shrinking(shrinks_per_s: float) -> Severity:
+    return _when_positive(shrinks_per_s, Severity.WARNING)
+
+
+def unclean_elections(total: float) -> Severity:
+    """Any unclean election since the controller started lost acknowledged records."""
+    return _when_positive(total, Severity.CRITICAL)
+
+
+def leader_changes(count: int) -> Severity:
+    return _when_positive(count, Severity.WARNING)
+
+
+def request_time(p99_ms: float, warn_ms: float, alarm_ms: float) -> Severity:
+    if p99_ms > alarm_ms:
+        return Severity.CRITICAL
+    return Severity.WARNING if p99_ms > warn_ms else Severity.OK
+
+
+def follower_lag_stays(lags: Sequence[float], min_samples: int) -> Severity:
+    """Worry when follower lag stays above zero: never zero across the recent samples."""
+    return Severity.WARNING if len(lags) >= min_samples and min(lags) > 0 else Severity.OK
+
+
+def skew(values: Sequence[float]) -> float | None:
+    """Max over mean; None without values or load."""
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    return max(values) / mean if mean > 0 else None
+
+
+def skewed(values: Sequence[float], warn: float, min_mean: float) -> Severity:
+    ratio = skew(values)
+    if ratio is None or len(values) < 2 or sum(values) / len(values) < min_mean:
+        return Severity.OK
+    return Severity.WARNING if ratio > warn else Severity.OK
+
+
+# --- Assessment ---
+
+@dataclass(frozen=True, slots=True)
+class HealthFinding:
+    rule: Rule
+    severity: Severity
+    cluster: str
+    #: The node, or the cluster for cluster-wide rules.
+    subject: str
+    value: float
+    #: The threshold crossed, when the rule has one.
+    limit: float | None = None
+    #: The request (REQUEST_SLOW), the load (SKEW), the scrape error (BROKER_DOWN).
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterHealth:
+    cluster: str
+    at_ms: int
+    brokers: tuple[BrokerHealth, ...]
+    findings: tuple[HealthFinding, ...]
+    under_replicated: int
+    under_min_isr: int
+    offline_partitions: int | None
+    #: Leader changes seen in metadata over the recent window, and the window's span in seconds.
+    leader_changes: int
+    leader_change_span_s: float
+    #: Max over mean per load (bytes_in, bytes_out, leaders, replicas) across brokers that answered.
+    skew: Mapping[str, float | None]
+
+    @property
+    def severity(self) -> Severity:
+        return max((f.severity for f in self.findings), default=Severity.OK)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataCounts:
+    """Cluster metadata's view, the fallback when no broker metrics answer (a cluster without
+    metrics pages, or every exporter down)."""
+
+    under_replicated: int = 0
+    offline: int = 0
+
+
+def assess_cluster(cluster: str, at_ms: int, brokers: Sequence[BrokerHealth],
+                   follower_lags: Mapping[str, Sequence[float]] | None = None, changes: int = 0,
+                   change_span_s: float = 0.0, metadata: MetadataCounts | None = None,
+                   policy: HealthPolicy = HealthPolicy(), extra: Sequence[HealthFinding] = ()) -> ClusterHealth:
+    """Run every rule over a cluster's nodes. ``follower_lags`` holds each node's recent max
+    follower lag samples, oldest first; ``changes`` the leader changes seen in metadata; ``extra``
+    the findings of rules over windows of readings (offset manager, per-topic traffic)."""
+    found: list[HealthFinding] = list(extra)
+
+    def check(severity: Severity, rule: Rule, subject: str, value: float, limit: float | None = None,
+              detail: str = "") -> None:
+        if severity is not Severity.OK:
+            found.append(HealthFinding(rule, severity, cluster, subject, value, limit, detail))
+
+    up = [b for b in brokers if b.reading.up]
+    for b in brokers:
+        r = b.reading
+        check(broker_down(r.up), Rule.BROKER_DOWN, r.node, 0.0, detail=r.error or "")
+        if not r.up:
+            continue
+        check(isr_shrinking(b.isr_shrinks_per_s or 0.0), Rule.ISR_SHRINKING, r.node, b.isr_shrinks_per_s or 0.0)
+        for request in WATCHED_REQUESTS:
+            p99 = r.p99_ms.get(request)
+            if p99 is not None:
+                check(request_time(p99, policy.p99_warn_ms, policy.p99_alarm_ms), Rule.REQUEST_SLOW, r.node, p99,
+                      policy.p99_alarm_ms if p99 > policy.p99_alarm_ms else policy.p99_warn_ms, request)
+        lags = (follower_lags or {}).get(r.node, ())
+        if lags:
+            check(follower_lag_stays(lags, policy.min_samples), Rule.FOLLOWER_LAG, r.node, lags[-1], 0.0,
+                  str(len(lags)))
+
+    measured = [b for b in up if b.reading.under_replicated is not None]
+    meta = metadata or MetadataCounts()
+    urp = int(sum(b.reading.under_replicated or 0 for b in measured)) if measured else meta.under_replicated
+    under_isr = int(sum(b.reading.under_min_isr or 0 for b in up))
+    offline_values = [b.reading.offline_partitions for b in up if b.reading.offline_partitions is not None]
+    offline = int(max(offline_values)) if offline_values else (meta.offline if metadata else None)
+    check(under_replicated(urp), Rule.UNDER_REPLICATED, cluster, urp)
+    check(under_min_isr(under_isr), Rule.UNDER_MIN_ISR, cluster, under_isr)
+    check(offline_partitions(offline or 0), Rule.OFFLINE, cluster, offline or 0)
+    active = [b.reading.active_controller for b in up if b.reading.active_controller is not None]
+    check(no_active_controller(active), Rule.NO_CONTROLLER, cluster, sum(active))
+    unclean = max((b.reading.unclean_elections or 0 for b in up), default=0.0)
+    check(unclean_elections(unclean), Rule.UNCLEAN_ELECTION, cluster, unclean)
+    check(leader_changes(changes), Rule.LEADER_CHANGES, cluster, changes, detail=f"{change_span_s:.0f}")
+
+    loaded = [b for b in up if b.reading.is_broker]
+    ratios: dict[str, float | None] = {}
+    for load in LOADS:
+        values = [v for v in (b.load(load) for b in loaded) if v is not None]
+        ratios[load] = skew(values) if len(values) >= 2 else None
+        minimum = policy.skew_min_bytes if load.startswith("bytes") else policy.skew_min_count
+        check(skewed(values, policy.skew_warn, minimum), Rule.SKEW, cluster, ratios[load] or 0.0, policy.skew_warn,
+              load)
+    found.sort(key=lambda f: (-f.severity, f.rule.value, f.subject))
+    return ClusterHealth(cluster, at_ms, tuple(brokers), tuple(found), urp, under_isr, offline, changes,
+                         change_span_s, ratios)
+
+
+def leader_moves(before: Mapping[tuple[str, int], int], now: Mapping[tuple[str, int], int]) -> int:
+    """Partitions whose leader differs between two metadata snapshots (to or from none included)."""
+    return sum(1 for tp, leader in now.items() if tp in before and before[tp] != leader)

@@ -1,0 +1,162 @@
+"""The watcher's Prometheus metrics (names in docs/ops.md), built from its latest state on scrape.
+
+A collector rather than long-lived Gauges: a group, partition or node that disappears leaves the
+page with its state instead of lingering with a stale value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from conveyor.ops.health import LOADS, Severity
+from conveyor.ops.watch import OpsState, Watcher
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"conveyor_ops_{name}", doc, labels=labels)
+
+
+def state_families() -> dict[str, GaugeMetricFamily]:
+    """The families of the watcher's state, empty: a scrape fills them, a rules test names them."""
+    return {
+        "group_status": _gauge("group_status", "Worst partition status: 0 OK, 1 WARN, 2 STALL, 3 STOP, "
+                               "4 REWIND, 5 ERR", ["cluster", "group"]),
+        "group_lag": _gauge("group_lag_records", "Total lag of the group", ["cluster", "group"]),
+        "group_behind": _gauge("group_seconds_behind", "Most seconds behind of the group's partitions",
+                               ["cluster", "group"]),
+        "part_lag": _gauge("partition_lag_records", "Lag per partition", ["cluster", "group", "topic", "partition"]),
+        "part_status": _gauge("partition_status", "Status per partition (as group_status)",
+                              ["cluster", "group", "topic", "partition"]),
+        "part_behind": _gauge("partition_seconds_behind", "Seconds behind per partition",
+                              ["cluster", "group", "topic", "partition"]),
+        "amplification": _gauge("read_amplification_ratio", "Read rate over write rate, when above the threshold",
+                                ["cluster", "group", "topic"]),
+        "up": _gauge("broker_up", "1 when the node's metrics endpoint answered", ["cluster", "node"]),
+        "urp": _gauge("broker_under_replicated_partitions", "Under-replicated partitions led by the broker",
+                      ["cluster", "node"]),
+        "min_isr": _gauge("broker_under_min_isr_partitions", "Partitions below min ISR led by the broker",
+                          ["cluster", "node"]),
+        "leaders": _gauge("broker_leaders", "Partition leaders on the broker", ["cluster", "node"]),
+        "replicas": _gauge("broker_replicas", "Replicas on the broker", ["cluster", "node"]),
+        "bytes_in": _gauge("broker_bytes_in_per_second", "Bytes in from producers", ["cluster", "node"]),
+        "bytes_out": _gauge("broker_bytes_out_per_second", "Bytes out to consumers", ["cluster", "node"]),
+        "shrinks": _gauge("broker_isr_shrinks_per_second", "ISR shrinks", ["cluster", "node"]),
+        "expands": _gauge("broker_isr_expands_per_second", "ISR expands", ["cluster", "node"]),
+        "follower": _gauge("broker_max_follower_lag", "Max lag of the broker's follower fetchers, records",
+                           ["cluster", "node"]),
+        "dirty": _gauge("broker_cleaner_max_dirty_percent", "Max dirty ratio of the broker's compacted logs "
+                        "(__consumer_offsets among them), percent", ["cluster", "node"]),
+        "cleaner_idle": _gauge("broker_cleaner_idle_seconds", "Seconds since the log cleaner last ran",
+                               ["cluster", "node"]),
+        "load": _gauge("broker_coordinator_load_seconds", "Longest __consumer_offsets partition load by the group "
+                       "coordinator in the last 30 s", ["cluster", "node"]),
+        "commits": _gauge("broker_offset_commits_per_second", "Offset commits handled by the group coordinator",
+                          ["cluster", "node"]),
+        "groups": _gauge("broker_groups", "Groups the broker's coordinator holds", ["cluster", "node"]),
+        "t_in": _gauge("topic_bytes_in_per_second", "Bytes in per topic, summed over the brokers", ["cluster", "topic"]),
+        "t_out": _gauge("topic_bytes_out_per_second", "Bytes out per topic, summed over the brokers",
+                        ["cluster", "topic"]),
+        "p99": _gauge("broker_request_p99_seconds", "Request total time p99", ["cluster", "node", "request"]),
+        "c_urp": _gauge("cluster_under_replicated_partitions", "Under-replicated partitions", ["cluster"]),
+        "c_min_isr": _gauge("cluster_under_min_isr_partitions", "Partitions below min ISR", ["cluster"]),
+        "c_offline": _gauge("cluster_offline_partitions", "Partitions without a leader", ["cluster"]),
+        "c_changes": _gauge("cluster_leader_changes", "Leader changes over the recent window", ["cluster"]),
+        "c_skew": _gauge("cluster_load_skew", "Max over mean per broker", ["cluster", "load"]),
+        "c_seconds": _gauge("round_seconds", "Duration of the cluster's latest round", ["cluster"]),
+        "alerts": _gauge("alerts", "Active alerts by severity", ["cluster", "severity"]),
+        "alert": _gauge("alert", "1 per active alert",
+                        ["cluster", "rule", "subject", "severity"]),
+    }
+
+
+class OpsCollector(Collector):
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+
+    def collect(self) -> Iterator[Metric]:
+        watcher = self.watcher
+        cycles = CounterMetricFamily("conveyor_ops_rounds", "Watcher rounds completed", labels=[])
+        cycles.add_metric([], watcher.cycles)
+        failed = CounterMetricFamily("conveyor_ops_round_errors", "Watcher rounds that failed unexpectedly", labels=[])
+        failed.add_metric([], watcher.cycle_errors)
+        yield from (cycles, failed)
+        calls = CounterMetricFamily("conveyor_ops_admin_calls", "Admin API calls made by the sampler",
+                                    labels=["cluster", "call"])
+        findings = CounterMetricFamily("conveyor_ops_offset_findings", "Distinct rewinds, resets and positions "
+                                       "behind the log start seen", labels=["cluster", "group", "kind"])
+        sample_failures = CounterMetricFamily("conveyor_ops_sample_failures", "Rounds in which a cluster could "
+                                              "not be sampled", labels=["cluster"])
+        for cw in watcher.clusters:
+            for call, n in sorted(cw.calls_total.items()):
+                calls.add_metric([cw.cluster, call], n)
+            for (group, kind), n in sorted(cw.findings_total.items()):
+                findings.add_metric([cw.cluster, group, kind], n)
+            sample_failures.add_metric([cw.cluster], cw.failures)
+        yield from (calls, findings, sample_failures)
+        state = watcher.state
+        if state is not None:
+            yield from self._state(state)
+
+    def _state(self, state: OpsState) -> Iterator[Metric]:
+        g = state_families()
+        for c in state.clusters:
+            name = c.cluster
+            for report in c.groups:
+                status = report.status
+                g["group_status"].add_metric([name, report.group], int(status.status))
+                g["group_lag"].add_metric([name, report.group], status.total_lag)
+                behind = [p.seconds_behind for p in status.partitions if p.seconds_behind is not None]
+                if behind:
+                    g["group_behind"].add_metric([name, report.group], max(behind))
+                for p in status.partitions:
+                    labels = [name, report.group, p.topic, str(p.partition)]
+                    g["part_status"].add_metric(labels, int(p.status))
+                    if p.lag is not None:
+                        g["part_lag"].add_metric(labels, p.lag)
+                    if p.seconds_behind is not None:
+                        g["part_behind"].add_metric(labels, p.seconds_behind)
+                for a in report.findings.amplification:
+                    g["amplification"].add_metric([name, report.group, a.topic], a.ratio)
+            for b in c.health.brokers:
+                r, labels = b.reading, [name, b.node]
+                g["up"].add_metric(labels, 1 if r.up else 0)
+                for key, value in (("urp", r.under_replicated), ("min_isr", r.under_min_isr), ("leaders", r.leaders),
+                                   ("replicas", r.replicas), ("bytes_in", b.bytes_in_per_s),
+                                   ("bytes_out", b.bytes_out_per_s), ("shrinks", b.isr_shrinks_per_s),
+                                   ("expands", b.isr_expands_per_s), ("follower", r.max_follower_lag),
+                                   ("dirty", r.cleaner_dirty_percent), ("commits", r.offset_commit_rate),
+                                   ("groups", r.groups),
+                                   ("cleaner_idle", None if r.cleaner_idle_ms is None else r.cleaner_idle_ms / 1000),
+                                   ("load", None if r.coordinator_load_ms is None else r.coordinator_load_ms / 1000)):
+                    if value is not None:
+                        g[key].add_metric(labels, value)
+                for request, ms in sorted(r.p99_ms.items()):
+                    g["p99"].add_metric([*labels, request], ms / 1000)
+            for topic, (bytes_in, bytes_out) in sorted(c.traffic.items()):
+                g["t_in"].add_metric([name, topic], bytes_in)
+                g["t_out"].add_metric([name, topic], bytes_out)
+            h = c.health
+            g["c_urp"].add_metric([name], h.under_replicated)
+            g["c_min_isr"].add_metric([name], h.under_min_isr)
+            if h.offline_partitions is not None:
+                g["c_offline"].add_metric([name], h.offline_partitions)
+            g["c_changes"].add_metric([name], h.leader_changes)
+            for load in LOADS:
+                if h.skew.get(load) is not None:
+                    g["c_skew"].add_metric([name, load], h.skew[load])
+            g["c_seconds"].add_metric([name], c.seconds)
+            for severity in (Severity.WARNING, Severity.CRITICAL):
+                g["alerts"].add_metric([name, severity.name.lower()], sum(1 for a in c.alerts if a.severity is severity))
+            for a in c.alerts:
+                g["alert"].add_metric([name, a.rule, a.subject, a.severity.name.lower()], 1)
+        yield from g.values()
+
+
+def ops_registry(watcher: Watcher) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(OpsCollector(watcher))
+    return registry

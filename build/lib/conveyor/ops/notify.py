@@ -1,0 +1,122 @@
+"""The watcher's alerts to a webhook, in Alertmanager's webhook shape, on every change of state.
+
+The alerts only the watcher can judge (Burrow's window rules, rewinds from the offset history)
+have no Prometheus expression; operators route them with the same receivers as Prometheus's own
+(a chat hook, PagerDuty, Alertmanager's webhook receivers). A round that raises a new alert or
+clears one posts once: the alerts that fired and those resolved. A post that fails is retried with
+back-off on a thread of its own, so a slow receiver never holds the watcher's rounds, and the
+posts leave in the order the changes happened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from conveyor.ops.alerts import Alert
+
+log = logging.getLogger(__name__)
+
+#: Alertmanager's "not ended" time.
+_ZERO_TIME = "0001-01-01T00:00:00Z"
+Key = tuple[str, str, str]
+
+
+def _key(alert: Alert) -> Key:
+    return alert.cluster, alert.rule, alert.subject
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Change:
+    fired: tuple[Alert, ...]
+    resolved: tuple[Alert, ...]
+    at_ms: int
+
+
+def changes(active: dict[Key, Alert], alerts: Iterable[Alert], at_ms: int) -> tuple[dict[Key, Alert], Change | None]:
+    """The alerts active now, and what changed since ``active`` (None when nothing did). An alert
+    whose severity changed is resolved at the old severity and fired at the new one."""
+    now = {_key(a): a for a in alerts}
+    fired = tuple(a for k, a in now.items() if k not in active or active[k].severity != a.severity)
+    resolved = tuple(a for k, a in active.items() if k not in now or now[k].severity != a.severity)
+    return now, (Change(fired, resolved, at_ms) if fired or resolved else None)
+
+
+def payload(change: Change, platform: str, external_url: str) -> dict[str, Any]:
+    """Alertmanager's webhook body (version 4) for one change."""
+    def entry(alert: Alert, status: str) -> dict[str, Any]:
+        labels = {"alertname": alert.rule, "cluster": alert.cluster, "subject": alert.subject,
+                  "severity": alert.severity.name.lower(), "platform": platform}
+        started = alert.since_ms if alert.since_ms is not None else change.at_ms
+        return {"status": status, "labels": labels,
+                "annotations": {"summary": alert.message, "look_at": alert.look_at},
+                "startsAt": _time(started), "endsAt": _time(change.at_ms) if status == "resolved" else _ZERO_TIME,
+                "generatorURL": external_url,
+                "fingerprint": hashlib.sha256(repr(sorted(labels.items())).encode()).hexdigest()[:16]}
+
+    alerts = [entry(a, "firing") for a in change.fired] + [entry(a, "resolved") for a in change.resolved]
+    return {"version": "4", "groupKey": f"conveyor:{platform}", "truncatedAlerts": 0,
+            "status": "firing" if change.fired else "resolved", "receiver": "conveyor",
+            "groupLabels": {"platform": platform}, "commonLabels": {"platform": platform},
+            "commonAnnotations": {}, "externalURL": external_url, "alerts": alerts}
+
+
+class WebhookNotifier:
+    def __init__(self, url: str, platform: str, external_url: str = "", attempts: int = 5,
+                 backoff: float = 0.5, timeout: float = 5.0) -> None:
+        self.url = url
+        self.platform = platform
+        self.external_url = external_url
+        self.attempts = attempts
+        self.backoff = backoff
+        self._client = httpx.Client(timeout=timeout)
+        self._active: dict[Key, Alert] = {}
+        self._queue: queue.Queue[Change | None] = queue.Queue()
+        self._stop = threading.Event()
+        self.sent = 0
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._send_forever, name="ops-notify", daemon=True)
+        self._thread.start()
+
+    def update(self, alerts: Iterable[Alert], at_ms: int) -> None:
+        """The alerts of a round; a post is queued when some fired or resolved."""
+        self._active, change = changes(self._active, alerts, at_ms)
+        if change is not None:
+            self._queue.put(change)
+
+    def _send_forever(self) -> None:
+        while (change := self._queue.get()) is not None:
+            body = payload(change, self.platform, self.external_url)
+            for attempt in range(self.attempts):
+                try:
+                    self._client.post(self.url, json=body).raise_for_status()
+                    self.sent += 1
+                    break
+                except httpx.HTTPError as err:
+                    log.warning("alert webhook %s: attempt %d of %d failed (%s)", self.url, attempt + 1,
+                                self.attempts, err)
+                    if self._stop.wait(self.backoff * 2 ** attempt):
+                        return
+            else:
+                self.dropped += 1
+                log.error("alert webhook %s: %d alert change(s) not delivered after %d attempts", self.url,
+                          len(body["alerts"]), self.attempts)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Send what is queued (within ``timeout``), then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+        self._stop.set()
+        self._client.close()

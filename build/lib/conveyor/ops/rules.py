@@ -1,0 +1,251 @@
+"""Prometheus alerting rules over the metrics Conveyor exports, from the platform's ops settings.
+Pure: settings in, the rules file's document out (``conveyor ops rules`` writes it).
+
+Operators keep their alerts in Prometheus and route them with Alertmanager; the watcher's own
+alerts (docs/ops.md) stay for the rules that need its windows of samples (Burrow's lag rules,
+rewinds from the offset history), which reach Alertmanager's receivers through the notifier.
+Each rule here names the metric it reads in its expression, with the same thresholds as the
+watcher's, so the two never disagree on what is too slow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conveyor.config import Ops
+from conveyor.ops.lag import Status
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    name: str
+    expr: str
+    severity: str
+    summary: str
+    #: How long the expression must hold before the alert fires (Prometheus's ``for``).
+    hold: str = "0s"
+    #: What to look at, as the watcher's alerts say it.
+    look_at: str = ""
+
+    def document(self) -> dict[str, object]:
+        rule: dict[str, object] = {"alert": self.name, "expr": self.expr}
+        if self.hold != "0s":
+            rule["for"] = self.hold
+        rule["labels"] = {"severity": self.severity}
+        rule["annotations"] = {"summary": self.summary, **({"look_at": self.look_at} if self.look_at else {})}
+        return rule
+
+
+def broker_rules(ops: Ops) -> list[AlertRule]:
+    return [
+        AlertRule("KafkaBrokerDown", "conveyor_ops_broker_up == 0", "critical",
+                  "{{ $labels.node }} on {{ $labels.cluster }} does not answer its metrics endpoint", "1m",
+                  "whether the process is alive and its server.log; its partitions run on fewer replicas"),
+        AlertRule("KafkaUnderReplicatedPartitions", "conveyor_ops_cluster_under_replicated_partitions > 0", "warning",
+                  "{{ $value }} partition(s) on {{ $labels.cluster }} have fewer in-sync replicas than replicas",
+                  "5m", "a broker down or slow, the followers' lag"),
+        AlertRule("KafkaUnderMinIsr", "conveyor_ops_cluster_under_min_isr_partitions > 0", "critical",
+                  "{{ $value }} partition(s) on {{ $labels.cluster }} are below min.insync.replicas: acks=all "
+                  "writes to them fail", "1m", "bring the missing brokers back first"),
+        AlertRule("KafkaOfflinePartitions", "conveyor_ops_cluster_offline_partitions > 0", "critical",
+                  "{{ $value }} partition(s) on {{ $labels.cluster }} have no leader", "0s",
+                  "the brokers that hold their replicas"),
+        AlertRule("KafkaRequestSlow", f"conveyor_ops_broker_request_p99_seconds > {ops.request_p99_warn:g}",
+                  "warning", "{{ $labels.request }} requests on {{ $labels.node }} take {{ $value }} s at p99", "5m",
+                  "the broker's request queue, disk, network and GC pauses"),
+        AlertRule("KafkaRequestVerySlow", f"conveyor_ops_broker_request_p99_seconds > {ops.request_p99_alarm:g}",
+                  "critical", "{{ $labels.request }} requests on {{ $labels.node }} take {{ $value }} s at p99",
+                  "1m", "the broker's request queue, disk, network and GC pauses"),
+        AlertRule("KafkaLoadSkew", f"conveyor_ops_cluster_load_skew > {ops.skew_warn:g}", "warning",
+                  "{{ $labels.load }} per broker on {{ $labels.cluster }} is uneven (max over mean {{ $value }})",
+                  "30m", "conveyor ops balance plan --cluster {{ $labels.cluster }}"),
+    ]
+
+
+def lag_rules(ops: Ops) -> list[AlertRule]:
+    status = "conveyor_ops_group_status"
+    rules = [
+        AlertRule("ConsumerGroupStalled", f"{status} == {int(Status.STALL)}", "warning",
+                  "group {{ $labels.group }} on {{ $labels.cluster }} commits the same offset while records wait",
+                  "0s", "the consumer's logs for a record it cannot process"),
+        AlertRule("ConsumerGroupStopped", f"{status} == {int(Status.STOP)}", "critical",
+                  "group {{ $labels.group }} on {{ $labels.cluster }} stopped committing while records wait",
+                  "0s", "the group's members: crashed, hung, or partitions left unassigned"),
+        AlertRule("ConsumerGroupRewound", f"{status} == {int(Status.REWIND)}", "critical",
+                  "group {{ $labels.group }} on {{ $labels.cluster }} moved its committed offset back", "0s",
+                  "who reset or restored the group's offsets; its consumers for duplicates"),
+        AlertRule("ConsumerGroupError", f"{status} == {int(Status.ERR)}", "critical",
+                  "group {{ $labels.group }} on {{ $labels.cluster }}: a commit was lost or lies outside the log",
+                  "0s", "the partitions of conveyor ops lag --group {{ $labels.group }}"),
+        AlertRule("ReadAmplification", "conveyor_ops_read_amplification_ratio > 0", "warning",
+                  "group {{ $labels.group }} reads {{ $labels.topic }} {{ $value }}x faster than it is written",
+                  "10m", "offsets lost or reset by the group: it reads the same records again"),
+    ]
+    if ops.max_lag_records is not None:
+        rules.append(AlertRule("ConsumerGroupLagRecords", f"conveyor_ops_group_lag_records > {ops.max_lag_records}",
+                               "warning", "group {{ $labels.group }} is {{ $value }} records behind", "5m"))
+    if ops.max_lag_seconds is not None:
+        rules.append(AlertRule("ConsumerGroupLagSeconds",
+                               f"conveyor_ops_group_seconds_behind > {ops.max_lag_seconds:g}", "warning",
+                               "group {{ $labels.group }} is {{ $value }} s behind", "5m"))
+    return rules
+
+
+def replication_rules() -> list[AlertRule]:
+    return [
+        AlertRule("ReplicationGap", "increase(conveyor_replicate_gap_records_total[15m]) > 0", "critical",
+                  "route {{ $labels.route }} lost offsets of {{ $labels.topic }} to the source's retention before "
+                  "copying them", "0s",
+                  "conveyor replicate status --route {{ $labels.route }} (the gaps, with their offsets)"),
+        AlertRule("ReplicationClusterUnreachable", "conveyor_replicate_cluster_unreachable == 1", "critical",
+                  "route {{ $labels.route }} cannot reach {{ $labels.cluster }}", "5m",
+                  "the cluster's brokers and the replicator's credentials; it resumes by itself"),
+        AlertRule("ReplicationPartitionStopped", "conveyor_replicate_partition_stopped > 0", "critical",
+                  "route {{ $labels.route }} stopped {{ $labels.topic }}[{{ $labels.partition }}]: a record the "
+                  "destination cannot take", "0s", "max.message.bytes of the destination topic"),
+    ]
+
+
+def gateway_rules(ops: Ops) -> list[AlertRule]:
+    refused = 'sum by (instance) (rate(conveyor_gateway_requests_rejected_total{reason=~"unavailable|overloaded"}[5m]))'
+    answered = "sum by (instance) (rate(conveyor_gateway_request_seconds_count[5m]))"
+    p99 = "histogram_quantile(0.99, sum by (instance, le) (rate(conveyor_gateway_request_seconds_bucket[5m])))"
+    return [
+        AlertRule("GatewayUnavailable",
+                  'sum by (instance, topic) (increase(conveyor_gateway_requests_rejected_total{reason="unavailable"}[5m])) > 0',
+                  "critical", "gateway {{ $labels.instance }} refused {{ $value }} request(s) of {{ $labels.topic }}: "
+                  "no cluster acknowledged them", "0s",
+                  "the gateway's /healthz, its data centre's cluster and its failover cluster"),
+        AlertRule("GatewayErrorRatio", f"{refused} / {answered} > {ops.gateway_error_ratio:g}", "warning",
+                  "gateway {{ $labels.instance }} answers 503 to a share of {{ $value }} of its requests", "5m",
+                  "overloaded (max_concurrent_requests, the bulkhead lanes) or unavailable clusters"),
+        AlertRule("GatewaySlow", f"{p99} > {ops.gateway_p99_warn:g}", "warning",
+                  "gateway {{ $labels.instance }} answers in {{ $value }} s at p99", "5m",
+                  "the produce latency of its cluster (acks=all waits for the in-sync replicas)"),
+        AlertRule("GatewayFailedOver", "conveyor_gateway_failed_over == 1", "warning",
+                  "gateway {{ $labels.instance }} writes to its failover cluster", "0s",
+                  "its data centre's cluster: it fails back by itself once that cluster answers"),
+    ]
+
+
+def dispatch_rules(ops: Ops) -> list[AlertRule]:
+    def per_pair(series: str) -> str:
+        return f"sum by (topic, group) ({series})"
+
+    backlog = per_pair("conveyor_dispatch_backlog")
+    return [
+        AlertRule("DispatchBacklogGrowing", f"{backlog} > {per_pair('conveyor_dispatch_backlog offset 15m')}",
+                  "warning", "{{ $labels.group }} on {{ $labels.topic }}: {{ $value }} messages wait, more than "
+                  "15 minutes before", "15m", "the group's clients: too few, too slow, or nacking"),
+        AlertRule("DispatchRedeliveries",
+                  f"{per_pair('rate(conveyor_dispatch_redelivered_total[10m])')} > {ops.dispatch_redelivery_ratio:g} * "
+                  f"{per_pair('rate(conveyor_dispatch_delivered_total[10m])')}", "warning",
+                  "{{ $labels.group }} on {{ $labels.topic }} redelivers {{ $value }} messages/s: "
+                  "nacks and missed ack deadlines", "10m", "the clients' errors, and ack_deadline against their work"),
+        AlertRule("DispatchDeadLetters", f"{per_pair('increase(conveyor_dispatch_dead_lettered_total[15m])')} > 0",
+                  "warning", "{{ $labels.group }} on {{ $labels.topic }} dead-lettered {{ $value }} message(s)", "0s",
+                  "the dead-letter topic: the messages out of attempts, with their last error"),
+        AlertRule("DispatchDeadLettersUnwritable",
+                  f"{per_pair('increase(conveyor_dispatch_dead_letters_unwritable_total[15m])')} > 0", "critical",
+                  "{{ $labels.group }} on {{ $labels.topic }}: {{ $value }} message(s) out of attempts could not be "
+                  "dead-lettered and were skipped", "0s",
+                  "conveyor_dispatch_last_unwritable_dead_letter_offset, and max.message.bytes of the dead-letter topic"),
+    ]
+
+
+def realtime_rules(ops: Ops) -> list[AlertRule]:
+    rejected = "sum by (instance, kind) (rate(conveyor_realtime_events_rejected_total[10m]))"
+    read = "sum by (instance) (rate(conveyor_realtime_records_total[10m]))"
+    return [
+        AlertRule("RealtimeSlow", f'conveyor_realtime_latency_seconds{{quantile="0.99"}} > {ops.realtime_p99_warn:g}',
+                  "warning", "the real-time views write events {{ $value }} s after their event time at p99", "5m",
+                  "the job's batch duration and its lag on the topic"),
+        AlertRule("RealtimeRejects", f"{rejected} / on (instance) group_left {read} > {ops.realtime_reject_ratio:g}",
+                  "warning", "the real-time views reject a share of {{ $value }} of their records as "
+                  "{{ $labels.kind }}", "10m", "the reject topic: late (producers' clocks), incomplete (contracts)"),
+        AlertRule("RealtimeStalled", "sum by (instance) (increase(conveyor_realtime_batches_total[15m])) == 0",
+                  "warning", "the real-time views wrote no batch in 15 minutes", "0s",
+                  "the job's log, and whether the topic had traffic"),
+        AlertRule("RealtimeRedisLost", "increase(conveyor_realtime_redis_lost_total[1h]) > 0", "critical",
+                  "the real-time job found Redis behind its checkpoint and stopped", "0s",
+                  "docs/realtime.md: rebuild the views with --rebuild"),
+    ]
+
+
+#: Per component, a series it exports from its start, without labels: absent() fires when no
+#: instance of it is scraped (stopped, crashed, or its target lost).
+PRESENCE = {
+    "gateway": "conveyor_gateway_failed_over",
+    "replicator": "conveyor_replicate_topics",
+    "dispatcher": "conveyor_dispatch_readers",
+    "realtime views": "conveyor_realtime_records_total",
+    "lake": "conveyor_lake_run_duration_seconds",
+    "watcher": "conveyor_ops_rounds_total",
+    "throttle": "conveyor_throttle_rounds_total",
+}
+
+
+def presence_rules() -> list[AlertRule]:
+    return [AlertRule(f"ConveyorComponentAbsent{''.join(w.title() for w in component.split())}", f"absent({series})",
+                      "critical", f"no {component} reports to Prometheus", "5m",
+                      f"whether the {component} runs and its scrape target ({series} is on its /metrics)")
+            for component, series in PRESENCE.items()]
+
+
+def lake_rules(ops: Ops) -> list[AlertRule]:
+    deadline = ops.lake_deadline
+    return [
+        AlertRule("LakeHourLate", f"time() - conveyor_lake_complete_until_timestamp_seconds > {deadline:g}", "critical",
+                  "{{ $labels.topic }}: the lake is complete only up to {{ $value }} s ago",
+                  "0s", "the lake job's runs (conveyor lake status) and the source's lag; with the default "
+                  f"deadline of {deadline / 3600:g} h, yesterday has landed by {deadline / 3600:02g}:00"),
+        AlertRule("LakeDataLost", "increase(conveyor_lake_lost_records_total[1h]) > 0", "critical",
+                  "{{ $labels.topic }}[{{ $labels.partition }}]: records were deleted by retention before they "
+                  "landed", "0s", "lake.ops.gaps for the offsets; the topic's retention"),
+        AlertRule("LakeRunsFailing", "increase(conveyor_lake_runs_total{result=\"failed\"}[1h]) > 2", "warning",
+                  "the lake job failed more than twice in an hour", "0s", "the lake job's output"),
+    ]
+
+
+def offset_manager_rules(ops: Ops) -> list[AlertRule]:
+    """The offset manager's health (docs/ops.md): the same thresholds as the watcher's rules in
+    conveyor.ops.offset_manager; the lost commit (offset_fetch_empty) needs the groups' windows and
+    goes out through the notifier."""
+    return [
+        AlertRule("OffsetsCompactionStalled", f"conveyor_ops_broker_cleaner_max_dirty_percent > {ops.offsets_dirty_warn:g}",
+                  "warning", "the log cleaner on {{ $labels.node }} leaves compacted logs {{ $value }}% dirty: "
+                  "__consumer_offsets may not be compacted", f"{ops.offsets_dirty_hold:g}s",
+                  "log-cleaner.log, min.cleanable.dirty.ratio and min.compaction.lag.ms of the compacted topics"),
+        AlertRule("LogCleanerIdle", f"conveyor_ops_broker_cleaner_idle_seconds > {ops.cleaner_idle_alarm:g}",
+                  "critical", "the log cleaner on {{ $labels.node }} has not run for {{ $value }} s", "0s",
+                  "log-cleaner.log for the exception that killed its thread; restart the broker"),
+        AlertRule("GroupCoordinatorLoadSlow",
+                  f"conveyor_ops_broker_coordinator_load_seconds > {ops.coordinator_load_warn:g}", "warning",
+                  "the group coordinator on {{ $labels.node }} took {{ $value }} s to load a __consumer_offsets "
+                  "partition", "0s", "the size of __consumer_offsets and its compaction"),
+    ]
+
+
+def traffic_rules() -> list[AlertRule]:
+    """Broker-side read amplification per topic (conveyor.ops.traffic's rule over Prometheus's
+    history): bytes out over the last 10 minutes at least twice the 10 minutes before, at least
+    1 MiB/s, while bytes in moved by at most a quarter of their level now."""
+    out = "avg_over_time(conveyor_ops_topic_bytes_out_per_second[10m])"
+    out_before = "avg_over_time(conveyor_ops_topic_bytes_out_per_second[10m] offset 10m)"
+    into = "avg_over_time(conveyor_ops_topic_bytes_in_per_second[10m])"
+    into_before = "avg_over_time(conveyor_ops_topic_bytes_in_per_second[10m] offset 10m)"
+    return [
+        AlertRule("TopicReadAmplification",
+                  f"({out} >= 2 * {out_before} and {out} >= 1048576) and abs({into} - {into_before}) <= 0.25 * {into}", "warning",
+                  "bytes out of {{ $labels.topic }} on {{ $labels.cluster }} doubled while bytes in stayed flat",
+                  "0s", "who reads the topic again: jobs that keep their offsets in their own store"),
+    ]
+
+
+def rules_document(ops: Ops) -> dict[str, object]:
+    groups = (("conveyor-brokers", broker_rules(ops)), ("conveyor-offset-manager", offset_manager_rules(ops)),
+              ("conveyor-traffic", traffic_rules()), ("conveyor-lag", lag_rules(ops)),
+              ("conveyor-replication", replication_rules()), ("conveyor-lake", lake_rules(ops)),
+              ("conveyor-gateway", gateway_rules(ops)), ("conveyor-dispatch", dispatch_rules(ops)),
+              ("conveyor-realtime", realtime_rules(ops)), ("conveyor-components", presence_rules()))
+    return {"groups": [{"name": name, "rules": [r.document() for r in rules]} for name, rules in groups]}

@@ -1,0 +1,133 @@
+"""What the throttle controller looks at: broker busyness and where each consumer reads.
+
+- Produce request time p99 per broker: the JMX exporter's
+  ``kafka_network_requestmetrics_totaltimems{request="Produce",quantile="0.99"}``, read through
+  ``conveyor.ops.scrape`` (``policy`` says why not the fetch p99).
+- Disk utilisation per broker: for the brokers whose data folder the cluster's ``disks`` names, the
+  share of wall time the device holding it was busy, from the ``io_ticks`` column of
+  ``/proc/diskstats`` between two rounds (the first round has none). A folder on a device that
+  ``/proc/diskstats`` does not list (overlay or tmpfs in a container) gives no disk signal.
+- Consumers: every consumer group's members (client id and assigned partitions), the group's
+  committed offsets and the partitions' end offsets and leaders, sampled by
+  :class:`~conveyor.ops.sampler.OffsetSampler`. A partition without a commit has no known lag
+  and does not count either way. Readers on the position feed count too, under the client ids
+  their monitoring commits name (``policy.feed_readers``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from conveyor import kafka
+from conveyor.acls.parts import DISPATCH_NODES_GROUP_PREFIX
+from conveyor.config import Platform
+from conveyor.ops.errors import SampleError
+from conveyor.ops.sampler import SamplerProcess
+from conveyor.ops.scrape import Scraper, metrics_targets
+from conveyor.ops.throttle.policy import Assigned, BrokerSignal, Consumer, feed_readers
+
+DISKSTATS = Path("/proc/diskstats")
+
+
+def io_ticks(diskstats: str, device: tuple[int, int]) -> int | None:
+    """Milliseconds ``device`` (major, minor) spent doing I/O, from ``/proc/diskstats`` text."""
+    for line in diskstats.splitlines():
+        fields = line.split()
+        if len(fields) > 12 and (int(fields[0]), int(fields[1])) == device:
+            return int(fields[12])
+    return None
+
+
+def utilisation(ticks_before: int | None, ticks_after: int | None, seconds: float) -> float | None:
+    """Share of ``seconds`` the device was busy, 0..1; None when unknown."""
+    if ticks_before is None or ticks_after is None or seconds <= 0 or ticks_after < ticks_before:
+        return None
+    return min((ticks_after - ticks_before) / 1000 / seconds, 1.0)
+
+
+def _device(path: Path) -> tuple[int, int] | None:
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    return os.major(dev), os.minor(dev)
+
+
+class SignalReader:
+    """Reads broker signals each round; keeps the previous disk reading for utilisation."""
+
+    def __init__(self, platform: Platform, cluster: str) -> None:
+        self.platform, self.cluster = platform, cluster
+        self.targets = [t for t in metrics_targets(platform, cluster) if t.broker is not False]
+        self.devices = {broker: device for broker, folder in platform.cluster(cluster).disks.items()
+                        if (device := _device(platform.resolve(folder))) is not None}
+        self._ticks: dict[int, int | None] = {}
+        self._at = 0.0
+        self.scraper = Scraper()
+        # In a child process: librdkafka's group admin calls can kill the process (conveyor.ops.sampler).
+        self.sampler = SamplerProcess(platform, cluster)
+        self._admin: AdminClient | None = None
+
+    def disk(self) -> dict[int, float | None]:
+        if not self.devices or not DISKSTATS.exists():
+            return {}
+        text, now = DISKSTATS.read_text(), time.monotonic()
+        ticks = {b: io_ticks(text, device) for b, device in self.devices.items()}
+        util = {b: utilisation(self._ticks.get(b), ticks[b], now - self._at) for b in ticks}
+        self._ticks, self._at = ticks, now
+        return util
+
+    def brokers(self) -> list[BrokerSignal]:
+        disk = self.disk()
+        signals = []
+        for target, reading in zip(self.targets, self.scraper.readings(self.targets)):
+            if not reading.up or target.broker_id is None:
+                continue
+            signals.append(BrokerSignal(target.broker_id, reading.p99_ms.get("Produce"), disk.get(target.broker_id)))
+        return signals
+
+    def consumers(self) -> list[Consumer]:
+        snapshot = self.sampler.sample()
+        # Readers seen only through the position feed: their monitoring groups have no members.
+        fed = [consumer for g in snapshot.groups if g.readers
+               for consumer in feed_readers(g.group, g.readers, g.committed or {}, snapshot.ends, snapshot.leaders())]
+        # A share dispatcher's presence consumer never fetches, yet shares its node's client id: as a
+        # member without commits it would count as a tail reader and spare that client id for ever.
+        committed = {g.group: g.committed or {} for g in snapshot.groups
+                     if not g.readers and not g.group.startswith(DISPATCH_NODES_GROUP_PREFIX)}
+        if not committed:
+            return fed
+        try:
+            if self._admin is None:
+                self._admin = kafka.admin(self.platform, self.cluster)
+            futures = self._admin.describe_consumer_groups(sorted(committed), request_timeout=10)
+            described = {group: future.result() for group, future in futures.items()}
+        except KafkaException as exc:
+            raise SampleError(self.cluster, f"describing consumer groups: {exc}") from None
+        return fed + [
+            Consumer(group, member.client_id, _assigned(member.assignment.topic_partitions if member.assignment else [],
+                                                        committed[group], snapshot.ends, snapshot.leaders()))
+            for group, description in sorted(described.items()) for member in description.members
+        ]
+
+    def close(self) -> None:
+        self.scraper.close()
+        self.sampler.close()
+
+
+def _assigned(partitions: list, committed: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int],
+              leaders: Mapping[tuple[str, int], int]) -> tuple[Assigned, ...]:
+    out = []
+    for tp in partitions:
+        key = (tp.topic, tp.partition)
+        if key in committed and key in ends:
+            leader = leaders.get(key)
+            out.append(Assigned(tp.topic, tp.partition, max(ends[key] - committed[key], 0),
+                                leader if leader is not None and leader >= 0 else None))
+    return tuple(out)

@@ -1,0 +1,283 @@
+"""The watcher: every interval, sample and scrape every cluster, evaluate, and raise alerts.
+
+Per cluster a :class:`ClusterWatch` holds the state the rules need across rounds: the lag windows
+(``OffsetTracker``), each node's previous reading (counter rates), its recent follower lag, and
+the leader of every partition (leader changes). :class:`Watcher` runs every cluster's round in
+parallel, reads the components' pages for the dashboard panels, and keeps the latest
+:class:`OpsState`, which the HTTP API, the metrics and the CLI all show.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+
+from conveyor.config import Part, Platform
+from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
+from conveyor.ops.alerts import Alert, group_alerts, health_alert, replication_gap_alert, sampling_alert, sort_alerts
+from conveyor.ops.errors import SampleError
+from conveyor.ops.health import (
+    BrokerReading,
+    ClusterHealth,
+    MetadataCounts,
+    assess_cluster,
+    broker_health,
+    leader_moves,
+)
+from conveyor.ops.lag import LagPolicy
+from conveyor.ops.notify import WebhookNotifier
+from conveyor.ops.panels import PanelTracker, PanelView
+from conveyor.ops.rewind import OffsetFinding
+from conveyor.ops.sampler import SamplerProcess
+from conveyor.ops.scrape import Scraper, component_url, metrics_targets
+from conveyor.ops.offset_manager import assess_offset_manager
+from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, RewindEvidence
+from conveyor.ops.traffic import TopicRates, TrafficPolicy, assess_traffic, topic_rates
+from conveyor.replicate.plan import Gap
+from conveyor.replicate.status import route_gaps
+from conveyor.tls import trusted
+
+log = logging.getLogger(__name__)
+#: Rewind evidence kept per cluster for the state and the dashboard, newest last.
+_REWINDS_KEPT = 50
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterReport:
+    cluster: str
+    at_ms: int
+    groups: tuple[GroupReport, ...]
+    health: ClusterHealth
+    alerts: tuple[Alert, ...]
+    #: Wall time of the round (sampling, scraping, evaluation).
+    seconds: float
+    #: Admin API calls of the round by call; empty when sampling failed.
+    calls: Mapping[str, int] = field(default_factory=dict)
+    #: Partitions whose end offsets were read.
+    partitions: int = 0
+    error: str | None = None
+    #: The committed offsets around the latest moves back (kept after they leave the windows).
+    rewinds: tuple[RewindEvidence, ...] = ()
+    #: Per topic, bytes in and out per second over the brokers in this round.
+    traffic: TopicRates = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class OpsState:
+    platform: str
+    at_ms: int
+    interval: float
+    clusters: tuple[ClusterReport, ...]
+    panels: tuple[PanelView, ...]
+
+    @property
+    def alerts(self) -> tuple[Alert, ...]:
+        return sort_alerts(a for c in self.clusters for a in c.alerts)
+
+
+def _metadata_counts(snapshot: OffsetSnapshot) -> MetadataCounts:
+    metas = snapshot.partitions.values()
+    return MetadataCounts(sum(1 for m in metas if len(m.isr) < len(m.replicas)),
+                          sum(1 for m in metas if m.leader < 0))
+
+
+class ClusterWatch:
+    """One cluster's rounds. Constructing it does no I/O."""
+
+    def __init__(self, platform: Platform, cluster: str, scraper: Scraper) -> None:
+        ops = platform.ops
+        self.cluster = cluster
+        # A dead leader holds a round for the whole request timeout: keep it near the interval.
+        self.sampler = SamplerProcess(platform, cluster, timeout=max(5.0, ops.interval))
+        self.tracker = OffsetTracker(cluster, ops.window, ops.history, ops.exclude_groups)
+        self.targets = metrics_targets(platform, cluster)
+        self.scraper = scraper
+        # Windows not refreshed for three rounds (and a slow round's slack) are stale: ERR.
+        self.lag_policy = LagPolicy(max_lag_records=ops.max_lag_records, max_lag_seconds=ops.max_lag_seconds,
+                                    max_sample_age_ms=int((3 * ops.interval + 10) * 1000))
+        self.rewind_policy = RewindPolicy(amplification_threshold=ops.amplification)
+        self.health_policy = HealthPolicy(p99_warn_ms=ops.request_p99_warn * 1000,
+                                          p99_alarm_ms=ops.request_p99_alarm * 1000, skew_warn=ops.skew_warn,
+                                          skew_min_bytes=float(ops.skew_min_bytes))
+        self._previous: dict[str, BrokerReading] = {}
+        self._follower_lags: dict[str, deque[float]] = {}
+        self._leaders: dict[tuple[str, int], int] | None = None
+        self._changes: deque[tuple[int, int]] = deque(maxlen=ops.window)
+        self._findings: set[OffsetFinding] = set()
+        self.offset_policy = OffsetManagerPolicy(
+            dirty_percent_warn=ops.offsets_dirty_warn, dirty_samples=max(1, math.ceil(ops.offsets_dirty_hold / ops.interval)),
+            cleaner_idle_alarm_ms=ops.cleaner_idle_alarm * 1000, coordinator_load_warn_ms=ops.coordinator_load_warn * 1000)
+        #: Each node's consecutive recent readings (the dirty ratio must stay high across them).
+        self._recent: dict[str, deque[BrokerReading]] = {}
+        self.traffic_policy = TrafficPolicy(samples=max(2, ops.window))
+        self._traffic: deque[TopicRates] = deque(maxlen=self.traffic_policy.samples)
+        self.rewinds: deque[RewindEvidence] = deque(maxlen=_REWINDS_KEPT)
+        #: Distinct offset findings seen since start, by (group, kind): each counted once.
+        self.findings_total: Counter[tuple[str, str]] = Counter()
+        self.calls_total: Counter[str] = Counter()
+        self.failures = 0
+        self.gaps = RouteGaps(platform, cluster)
+
+    def cycle(self) -> ClusterReport:
+        started = time.monotonic()
+        error, snapshot = None, None
+        try:
+            snapshot = self.sampler.sample(self.tracker.topics())
+        except SampleError as exc:
+            error = str(exc)
+            self.failures += 1
+        # Scraped after sampling: while a leader is down its ListOffsets wait out the timeout, and
+        # the health shown at the end of the round must not be that old.
+        readings = self.scraper.readings(self.targets)
+        at = snapshot.at_ms if snapshot is not None else now_ms()
+        if snapshot is not None:
+            self.tracker.push(snapshot)
+            self.calls_total.update(snapshot.calls)
+            leaders = snapshot.leaders()
+            self._changes.append((at, leader_moves(self._leaders, leaders) if self._leaders is not None else 0))
+            self._leaders = leaders
+        groups = self.tracker.evaluate(at, self.lag_policy, self.rewind_policy)
+        self._count_findings(groups)
+        health = self._health(at, readings, snapshot, groups)
+        alerts = [health_alert(f) for f in health.findings]
+        alerts += [a for g in groups for a in group_alerts(g)]
+        alerts += self.gaps.alerts(at)
+        if error is not None:
+            alerts.append(sampling_alert(self.cluster, error))
+        return ClusterReport(self.cluster, at, groups, health, sort_alerts(alerts), time.monotonic() - started,
+                             dict(snapshot.calls) if snapshot else {}, len(snapshot.ends) if snapshot else 0, error,
+                             tuple(self.rewinds), self._traffic[-1] if self._traffic else {})
+
+    def _health(self, at: int, readings: list[BrokerReading], snapshot: OffsetSnapshot | None,
+                groups: tuple[GroupReport, ...]) -> ClusterHealth:
+        brokers = []
+        self._traffic.append(topic_rates((r, self._previous.get(r.node)) for r in readings))
+        for reading in readings:
+            brokers.append(broker_health(reading, self._previous.get(reading.node)))
+            self._previous[reading.node] = reading
+            recent = self._recent.setdefault(reading.node, deque(maxlen=self.offset_policy.dirty_samples))
+            if not reading.up:
+                recent.clear()
+            recent.append(reading)
+            lags = self._follower_lags.setdefault(reading.node, deque(maxlen=self.tracker.window))
+            if reading.max_follower_lag is None:
+                lags.clear()  # down, or not a follower: "stays above zero" starts over
+            else:
+                lags.append(reading.max_follower_lag)
+        changes = sum(n for _, n in self._changes)
+        span = (at - self._changes[0][0]) / 1000 if self._changes else 0.0
+        explained: dict[str, list[str]] = {}
+        for g in groups:
+            for found in g.findings.amplification:
+                explained.setdefault(found.topic, []).append(g.group)
+        extra = assess_offset_manager(self.cluster, self._recent, self.offset_policy)
+        extra += assess_traffic(self.cluster, self._traffic, explained, self.traffic_policy)
+        return assess_cluster(self.cluster, at, brokers, self._follower_lags, changes, span,
+                              _metadata_counts(snapshot) if snapshot else None, self.health_policy, extra)
+
+    def close(self) -> None:
+        self.sampler.close()
+
+    def _count_findings(self, groups: tuple[GroupReport, ...]) -> None:
+        # A finding stays in the window for several rounds; count it the first time only.
+        current = {f for g in groups for f in g.findings.offsets}
+        for finding in current - self._findings:
+            self.findings_total[(finding.group, finding.kind.name.lower())] += 1
+        self.rewinds.extend(e for g in groups for e in g.evidence if e.finding not in self._findings)
+        self._findings = current
+
+
+class RouteGaps:
+    """The gaps recorded by the routes that copy into one cluster, read from their route topics at
+    most every ``every`` seconds (a consumer per bucket; the records change rarely)."""
+
+    def __init__(self, platform: Platform, cluster: str, every: float = 60.0) -> None:
+        self.platform = platform
+        self.routes = {name: spec for name, spec in platform.routes.items() if spec.destination == cluster}
+        self.every = every
+        self._read_at = -math.inf
+        self._gaps: dict[str, tuple[Gap, ...]] = {}
+
+    def alerts(self, at_ms: int) -> list[Alert]:
+        if self.routes and time.monotonic() - self._read_at >= self.every:
+            self._read_at = time.monotonic()
+            for name, spec in self.routes.items():
+                try:
+                    self._gaps[name] = route_gaps(self.platform, name)
+                except (KafkaException, TimeoutError) as err:  # kept from the last read; tried next time
+                    log.warning("gaps of route %s not read: %s", name, err)
+        found = (replication_gap_alert(name, spec.source, spec.destination, self._gaps.get(name, ()), at_ms)
+                 for name, spec in self.routes.items())
+        return [alert for alert in found if alert is not None]
+
+
+class Watcher:
+    """Every cluster of the platform and the components of its panels."""
+
+    def __init__(self, platform: Platform, clusters: Sequence[str] | None = None) -> None:
+        """``clusters``: only these (default: every cluster of the platform)."""
+        platform = platform.acting_as(Part.ops)
+        self.platform = platform
+        self.interval = platform.ops.interval
+        self.scraper = Scraper(verify=trusted(platform))  # components may serve HTTPS (conveyor.tls)
+        for name in clusters or ():
+            platform.cluster(name)  # an unknown name fails here, naming the known ones
+        names = list(clusters) if clusters else list(platform.clusters)
+        self.clusters = [ClusterWatch(platform, name, self.scraper) for name in names]
+        self.panels = PanelTracker(platform.ops.panels, platform.ops.history)
+        self.components = {name: component_url(platform, url) for name, url in platform.ops.components.items()}
+        self.state: OpsState | None = None
+        self.cycles = 0
+        self.cycle_errors = 0
+        ops = platform.ops
+        self.notifier = (WebhookNotifier(ops.notify_url, platform.name, f"http://127.0.0.1:{ops.port}/",
+                                         attempts=ops.notify_attempts) if ops.notify_url else None)
+        self._pool = ThreadPoolExecutor(max_workers=len(self.clusters), thread_name_prefix="ops-cluster")
+
+    def cycle(self) -> OpsState:
+        reports = tuple(self._pool.map(lambda c: c.cycle(), self.clusters))
+        at = now_ms()
+        if self.components:
+            read = self.scraper.pages_written(list(self.components.values()))
+            self.panels.push(at, {name: page for name, (page, _) in zip(self.components, read)},
+                             {name: written for name, (_, written) in zip(self.components, read) if written})
+        self.state = OpsState(self.platform.name, at, self.interval, reports, self.panels.views())
+        if self.notifier is not None:
+            self.notifier.update((alert for report in reports for alert in report.alerts), at)
+        self.cycles += 1
+        return self.state
+
+    def run(self, stop: threading.Event) -> None:
+        """Rounds every interval until ``stop`` is set. A round that fails unexpectedly is logged and
+        counted; the next one runs anyway, since a watcher that dies silently is worse than none."""
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                state = self.cycle()
+                for report in state.clusters:
+                    log.debug("%s: %d groups, %d alerts in %.2f s", report.cluster, len(report.groups),
+                              len(report.alerts), report.seconds)
+            except Exception:
+                self.cycle_errors += 1
+                log.exception("ops round failed")
+            stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def close(self) -> None:
+        if self.notifier is not None:
+            self.notifier.close()
+        self._pool.shutdown(wait=False)
+        for cluster in self.clusters:
+            cluster.close()
+        self.scraper.close()

@@ -1,0 +1,194 @@
+"""``conveyor pipeline audit``: the gateway's own counts against the rows that landed, per hour.
+
+Exact data needs a check of delivery against the producer's own counts (docs/architecture.md,
+section 1). The gateway publishes cumulative accepted counts per (topic, event hour, instance) to
+``_audit`` (format: docs/platform.md, "Formats shared between parts"); the latest record per key
+wins and the sum over instances is what was produced. An hour that is not complete yet may still be
+landing, so only complete hours can fail the audit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+from conveyor.config import Platform
+from conveyor.pipeline.completeness import is_complete, landed_until, last_complete_hour
+from conveyor.pipeline.errors import spark_failures
+from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, source_cluster
+from conveyor.pipeline.lake import lake_topics
+from conveyor.pipeline.catalog import require_catalog
+from conveyor.pipeline.tables import (
+    OFFSETS_PROPERTY,
+    ancestry,
+    as_utc,
+    current_commit,
+    data_table,
+    iceberg_table,
+    table_exists,
+)
+
+#: Where a snapshot summary keeps one partition's figures (Iceberg's SnapshotSummary).
+PARTITION_PREFIX = "partitions."
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: The gateway's audit topic (docs/platform.md, "Formats shared between parts").
+AUDIT_TOPIC = "_audit"
+_AUDIT_SCHEMA = "topic string, hour string, source string, count bigint, updated_at string"
+
+Key = tuple[str, datetime]
+
+
+@dataclass(frozen=True)
+class HourAudit:
+    topic: str
+    hour: datetime
+    produced: int
+    #: Rows landed, and distinct event_ids among them.
+    landed: int
+    distinct: int
+    complete: bool
+    #: Copies the lake's de-dup dropped in the hour: a client's retry through the other data centre
+    #: is accepted, and counted, by both gateways, and lands once.
+    copies: int = 0
+
+    @property
+    def lost(self) -> int:
+        return max(0, self.produced - self.distinct - self.copies)
+
+    @property
+    def duplicates(self) -> int:
+        return self.landed - self.distinct
+
+    @property
+    def unaudited(self) -> int:
+        """Distinct events landed beyond the gateway's count (written around the gateway)."""
+        return max(0, self.distinct - self.produced)
+
+    @property
+    def failed(self) -> bool:
+        return self.complete and (self.lost > 0 or self.duplicates > 0)
+
+
+def reconcile(
+    produced: Mapping[Key, int], landed: Mapping[Key, tuple[int, int]], complete_until: Mapping[str, datetime | None],
+    copies: Mapping[Key, int] | None = None,
+) -> list[HourAudit]:
+    """One line per (topic, hour) either side knows, in order. Pure."""
+    audits = []
+    for topic, hour in sorted(set(produced) | set(landed)):
+        rows, distinct = landed.get((topic, hour), (0, 0))
+        complete = is_complete(hour, complete_until.get(topic))
+        audits.append(HourAudit(topic, hour, produced.get((topic, hour), 0), rows, distinct, complete,
+                                (copies or {}).get((topic, hour), 0)))
+    return audits
+
+
+def _hour_of(partition: str) -> datetime | None:
+    """The hour of a summary's ``event_time_hour=2026-11-26-14`` partition."""
+    name, _, value = partition.partition("=")
+    if name != "event_time_hour" or value in ("", "null"):
+        return None
+    return datetime.strptime(value, "%Y-%m-%d-%H").replace(tzinfo=timezone.utc)
+
+
+def dropped_copies(summaries: Iterable[tuple[Mapping[str, str], Mapping[str, str] | None]]) -> dict[datetime, int]:
+    """Copies removed per event hour by the lake's de-dup commits, from (snapshot summary, its
+    parent's summary) pairs of a table's history: a de-dup commit follows the run's append (which
+    carries the run's offsets) and carries none itself; its partition summaries say how many rows
+    each hour lost. Pure."""
+    dropped: dict[datetime, int] = {}
+    for summary, parent in summaries:
+        if parent is None or OFFSETS_PROPERTY in summary or OFFSETS_PROPERTY not in parent:
+            continue
+        for key, value in summary.items():
+            hour = _hour_of(key.removeprefix(PARTITION_PREFIX)) if key.startswith(PARTITION_PREFIX) else None
+            if hour is None:
+                continue
+            figures = dict(item.split("=", 1) for item in value.split(",") if "=" in item)
+            removed = (int(figures.get("deleted-records", 0)) - int(figures.get("added-records", 0))
+                       + int(figures.get("added-position-deletes", 0)))
+            dropped[hour] = dropped.get(hour, 0) + removed
+    return dropped
+
+
+def copies_counts(spark: SparkSession, topic: str) -> dict[Key, int]:
+    """Copies the lake dropped per (topic, hour), over the snapshots the table still keeps."""
+    table = data_table(topic)
+    if not table_exists(spark, table):
+        return {}
+    iceberg = iceberg_table(spark, table)
+    current = iceberg.currentSnapshot()
+    history = [dict(s.summary()) for s in ancestry(iceberg, current)] if current is not None else []
+    pairs = zip(history, [*history[1:], None], strict=True)
+    return {(topic, hour): n for hour, n in dropped_copies(pairs).items()}
+
+
+def produced_counts(spark: SparkSession, platform: Platform, topics: list[str]) -> dict[Key, int]:
+    """Sum over gateway instances of each (topic, hour)'s latest count, read from ``_audit``."""
+    from pyspark.sql.functions import col, from_json, max_by, struct, to_timestamp
+    from pyspark.sql.functions import sum as sum_
+
+    records = (
+        spark.read.format("kafka")
+        .options(**java_client_options(platform, source_cluster(platform)))
+        .option("subscribe", AUDIT_TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+    )
+    # Same key, same partition: its latest record is the one with the highest offset.
+    latest = records.groupBy("key").agg(max_by(col("value"), struct("partition", "offset")).alias("value"))
+    audit = latest.select(from_json(col("value").cast("string"), _AUDIT_SCHEMA).alias("a")).select("a.*")
+    totals = (
+        audit.where(col("topic").isin(topics))
+        .groupBy("topic", to_timestamp("hour").alias("hour"))
+        .agg(sum_("count").alias("produced"))
+        .collect()
+    )
+    return {(r.topic, as_utc(r.hour)): int(r.produced) for r in totals}
+
+
+def landed_counts(spark: SparkSession, topic: str) -> dict[Key, tuple[int, int]]:
+    from pyspark.sql.functions import count, count_distinct, date_trunc, lit
+
+    table = data_table(topic)
+    if not table_exists(spark, table):
+        return {}
+    rows = (
+        spark.table(table)
+        .groupBy(date_trunc("hour", "event_time").alias("hour"))
+        .agg(count(lit(1)).alias("rows"), count_distinct("event_id").alias("distinct"))
+        .collect()
+    )
+    return {(topic, as_utc(r.hour)): (int(r.rows), int(r.distinct)) for r in rows}
+
+
+def complete_until(spark: SparkSession, platform: Platform, topic: str) -> datetime | None:
+    """The topic's last complete hour (see conveyor.pipeline.completeness)."""
+    table = data_table(topic)
+    commit = current_commit(spark, table) if table_exists(spark, table) else None
+    if commit is None:
+        return None
+    now, marks = list_watermarks(platform, topic)
+    lateness = timedelta(seconds=platform.pipeline.lake.allowed_lateness)
+    return last_complete_hour(landed_until(commit.positions, commit.listed_at, marks, now), marks, lateness)
+
+
+def audit_lake(spark: SparkSession, platform: Platform, topics: list[str] | None = None) -> list[HourAudit]:
+    require_catalog(spark, platform)
+    chosen = lake_topics(platform, topics)
+    landed: dict[Key, tuple[int, int]] = {}
+    copies: dict[Key, int] = {}
+    with spark_failures("audit"):
+        for topic in chosen:
+            landed.update(landed_counts(spark, topic))
+            copies.update(copies_counts(spark, topic))
+        until = {topic: complete_until(spark, platform, topic) for topic in chosen}
+        produced = produced_counts(spark, platform, chosen)
+    return reconcile(produced, landed, until, copies)

@@ -1,0 +1,372 @@
+"""The views' Redis side: deltas applied at most once per key and batch, event ids claimed once per
+window, and the job's own state.
+
+Each view key is a hash of counters plus ``_batch``, the id of the last micro-batch that wrote it.
+One Lua script call (atomic in Redis) applies a whole chunk of keys, each only if the batch is newer
+than its ``_batch``, so a batch replayed after a crash skips the keys its first attempt wrote and
+writes the others. Counters are signed 64-bit, as HINCRBY's: the script checks every value and
+delta of the chunk before it writes any, and a sum beyond the bounds saturates at the bound instead
+of stopping the script half-way. The job's state hash holds the last committed batch, the newest
+event time seen (before and after that batch: the watermark of a replayed batch must be the one its
+first attempt used) and exact counts of everything applied and rejected, committed by one more
+script call with the same rule.
+
+Event ids are claimed from the Spark tasks, before the deltas are summed: ``<state key>:id:<topic>:
+<event_id>`` holds ``partition:offset`` of the record that claimed it, for ``dedup_window``
+seconds (SET NX EX). The claim names its record, so a replayed batch finds its own claims and
+counts the same records as its first attempt, whichever of them was applied before the crash.
+
+On Redis Cluster every script call's keys must share a hash slot. View keys are named by the
+views, so their writes are grouped per slot (the batch guard is per key, so nothing crosses a
+slot); claim keys carry a hash tag, one of :data:`CLAIM_BUCKETS` derived from the event id
+(``<state key>:id:{<bucket>}:<topic>:<event_id>``), and are claimed per bucket. redis-py's
+cluster pipeline sends the calls to their nodes together; it does not pipeline EVALSHA, so there
+the scripts travel as EVAL (Redis caches them by their digest all the same).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.commands.core import Script
+from redis.crc import key_slot
+from redis.retry import Retry
+
+from conveyor.config import NotSetError, Platform
+from conveyor.pipeline.errors import PipelineError
+from conveyor.pipeline.realtime.plan import BATCH_FIELD, ViewPlan, saturate
+
+#: Keys per script call: long enough to amortise the round trip, short enough not to stall Redis.
+CHUNK = 500
+
+#: Event ids per claim script call (1,000 claims hold Redis for a few milliseconds).
+CLAIM_CHUNK = 1000
+
+#: Hash slots the claims of a topic spread over on Redis Cluster: enough to share them among the
+#: masters, few enough that a task's ids make calls of several ids each.
+CLAIM_BUCKETS = 64
+
+Client: TypeAlias = "redis.Redis | RedisCluster"
+
+# ARGV: batch id, then per key: ttl seconds, field count, field/delta pairs (deltas within 64 bits).
+# Returns per key: 0 (skipped: this batch or a later one wrote it), 1 (written) or 2 (written, and a
+# delta or a sum reached a 64-bit bound). Everything is read and checked before the first write: a
+# Redis error after it would leave the chunk half-applied, its keys' _batch unset, and a replay
+# adding the written half again.
+_APPLY = """
+local MAX, MIN = '9223372036854775807', '-9223372036854775808'
+local function int64(s)  -- exactly what HINCRBY accepts (Redis' string2ll)
+  if s == '0' then return true end
+  local digits = s
+  if s:sub(1, 1) == '-' then digits = s:sub(2) end
+  if not digits:find('^[1-9]%d*$') then return false end
+  if #digits ~= 19 then return #digits < 19 end
+  return digits <= (digits == s and MAX or MIN:sub(2))
+end
+local batch = tonumber(ARGV[1])
+local status, todo, i = {}, {}, 2
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[i + 1])
+  local names = {'$BATCH'}
+  for j = 1, n do names[j + 1] = ARGV[i + 2 * j] end
+  local held = redis.call('HMGET', KEYS[k], unpack(names))
+  status[k] = 0
+  if batch > tonumber(held[1] or '-1') then
+    for j = 1, n do
+      local old, delta = held[j + 1], ARGV[i + 2 * j + 1]
+      if (old and not int64(old)) or not int64(delta) then
+        return redis.error_reply('conveyor: ' .. KEYS[k] .. ' field ' .. names[j + 1] .. ' holds ' .. tostring(old) ..
+          ', delta ' .. delta .. ': not a 64-bit integer; nothing of this call was written')
+      end
+    end
+    todo[#todo + 1] = {k, i, n}
+  end
+  i = i + 2 + 2 * n
+end
+for _, t in ipairs(todo) do
+  local k, at, n = t[1], t[2], t[3]
+  status[k] = 1
+  for j = 1, n do
+    local name, delta = ARGV[at + 2 * j], ARGV[at + 2 * j + 1]
+    if delta == MAX or delta == MIN then status[k] = 2 end
+    if type(redis.pcall('HINCRBY', KEYS[k], name, delta)) == 'table' then
+      -- Both numbers passed the check: the only error left is a sum beyond 64 bits.
+      redis.call('HSET', KEYS[k], name, delta:sub(1, 1) == '-' and MIN or MAX)
+      status[k] = 2
+    end
+  end
+  redis.call('HSET', KEYS[k], '$BATCH', ARGV[1])
+  redis.call('EXPIRE', KEYS[k], ARGV[at])
+end
+return status
+""".replace("$BATCH", BATCH_FIELD)
+
+# KEYS: the claim keys' prefix (it routes the call to its slot on a cluster: every key built from it
+# shares its hash tag). ARGV: seconds a claim lives, event ids and their records, each
+# space-separated (the contracts make every event_id a UUID). Returns one '1' per id whose record
+# owns its claim (new, or its own from an earlier attempt), else '0'. Ids travel as one string and
+# keys are built here: one argument per id costs the Spark worker about 10 times the CPU in redis-py.
+_CLAIM = """
+local ids, owned, k = {}, {}, 0
+for id in string.gmatch(ARGV[2], '%S+') do ids[#ids + 1] = id end
+for owner in string.gmatch(ARGV[3], '%S+') do
+  k = k + 1
+  local holder = redis.call('SET', KEYS[1] .. ids[k], owner, 'NX', 'EX', ARGV[1], 'GET')
+  owned[k] = ((not holder) or holder == owner) and '1' or '0'
+end
+return table.concat(owned)
+"""
+
+
+# ARGV: batch id, the batch's newest event time ('' if none), then counter/delta pairs. Numbers stay
+# strings throughout: Lua would print a millisecond timestamp in exponent notation.
+_COMMIT = """
+local last = tonumber(redis.call('HGET', KEYS[1], 'batch') or '-1')
+if tonumber(ARGV[1]) <= last then return 0 end
+local old = redis.call('HGET', KEYS[1], 'max_ms')
+redis.call('HSET', KEYS[1], 'batch', ARGV[1], 'prev_max_ms', old or '')
+if ARGV[2] ~= '' and ((not old) or old == '' or tonumber(ARGV[2]) > tonumber(old)) then
+  redis.call('HSET', KEYS[1], 'max_ms', ARGV[2])
+end
+for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+
+
+class CheckpointBehindError(PipelineError):
+    """Redis holds views written by a later batch than the checkpoint knows: the checkpoint was
+    reset or replaced. Going on would skip every key; rebuild the views or restore the checkpoint."""
+
+
+class RedisBehindError(PipelineError):
+    """Redis holds the job's state of an earlier batch than the checkpoint has committed, or none:
+    Redis lost data (FLUSHALL, a failover to a lagging replica, a lost AOF tail). Going on would
+    leave the lost batches' counts out of the views for good; rebuild them from Kafka."""
+
+
+def rebuild_command(views: Sequence[str]) -> str:
+    """The command that rebuilds a job's views from Kafka (``conveyor pipeline realtime --rebuild``)."""
+    return " ".join(["conveyor pipeline realtime --rebuild", *(f"--views {v}" for v in views)])
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """The views' Redis: one server, or the nodes of a Redis Cluster to start from. Plain values:
+    it travels to Spark's workers with the claims and connects there."""
+
+    urls: tuple[str, ...]
+    cluster: bool = False
+
+
+def redis_target(platform: Platform) -> RedisTarget:
+    """pipeline.realtime.redis: one server, or a Redis Cluster's nodes."""
+    chosen = platform.pipeline.realtime.redis
+    if isinstance(chosen, list):
+        return RedisTarget(tuple(chosen), cluster=True)
+    if chosen is None:
+        raise NotSetError("pipeline.realtime.redis", "the views need a Redis: give its URL in platform.yaml, or "
+                                                     "run `conveyor up` with runtime.redis enabled to start one")
+    return RedisTarget((chosen,))
+
+
+def connect(platform: Platform) -> Client:
+    return connect_to(redis_target(platform))
+
+
+def connect_to(target: RedisTarget) -> Client:
+    """A client that retries a lost connection for about half a minute: every write here is
+    idempotent (a claim sent again finds itself), so sending one again is safe. A cluster client
+    also follows slots that move (MOVED, ASK)."""
+    common: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "decode_responses": True,
+                              "retry": Retry(ExponentialBackoff(cap=5, base=0.1), 10)}
+    if target.cluster:
+        first, *others = target.urls
+        nodes = [ClusterNode(urlsplit(u).hostname, urlsplit(u).port or 6379) for u in others]
+        return RedisCluster.from_url(first, startup_nodes=nodes, **common)
+    return redis.Redis.from_url(target.urls[0], retry_on_error=[redis.ConnectionError, redis.TimeoutError], **common)
+
+
+def _run(pipe: Any, script: Script, keys: list[str], args: list[Any]) -> None:
+    """Queue a script call on a pipeline: EVALSHA, or on a cluster pipeline (which refuses EVALSHA)
+    EVAL with the script's text."""
+    if isinstance(pipe, RedisCluster):  # redis-py's ClusterPipeline is one
+        pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)  # its eval() means MULTI's
+    else:
+        script(keys=keys, args=args, client=pipe)
+
+
+def _by_slot(keys: Sequence[str], cluster: bool) -> list[list[int]]:
+    """Positions of ``keys`` grouped by hash slot on a cluster, in one group on a single server."""
+    if not cluster:
+        return [list(range(len(keys)))]
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, key in enumerate(keys):
+        groups[key_slot(key.encode())].append(i)
+    return list(groups.values())
+
+
+def state_key(job: str) -> str:
+    return f"conveyor:realtime:{job}"
+
+
+def claims_prefix(job: str) -> str:
+    return f"{state_key(job)}:id:"
+
+
+@lru_cache(maxsize=4)
+def _claimer(target: RedisTarget) -> tuple[Client, Script]:
+    """One client per Python worker process (Spark reuses workers across tasks and batches)."""
+    client = connect_to(target)
+    return client, client.register_script(_CLAIM)
+
+
+@dataclass(frozen=True)
+class EventClaims:
+    """The job's :class:`~conveyor.pipeline.realtime.deltas.Claims` in Redis. Plain values only:
+    it travels to Spark's workers with the task and connects there."""
+
+    target: RedisTarget
+    prefix: str
+    ttl_seconds: int
+
+    def _groups(self, topic: str, event_ids: Sequence[str]) -> list[tuple[str, list[int]]]:
+        """(key prefix, positions of the ids claimed under it): one prefix on a single server, one
+        per hash-tag bucket on a cluster."""
+        if not self.target.cluster:
+            return [(f"{self.prefix}{topic}:", list(range(len(event_ids))))]
+        buckets: dict[int, list[int]] = defaultdict(list)
+        for i, event_id in enumerate(event_ids):
+            buckets[zlib.crc32(event_id.encode()) % CLAIM_BUCKETS].append(i)
+        return [(f"{self.prefix}{{{bucket}}}:{topic}:", at) for bucket, at in buckets.items()]
+
+    def __call__(self, topic: str, event_ids: Sequence[str], owners: Sequence[str]) -> list[bool]:
+        if not event_ids:
+            return []
+        client, script = _claimer(self.target)
+        pipe = client.pipeline(transaction=False)
+        order: list[int] = []
+        for prefix, positions in self._groups(topic, event_ids):
+            for start in range(0, len(positions), CLAIM_CHUNK):
+                chunk = positions[start:start + CLAIM_CHUNK]
+                _run(pipe, script, [prefix], [self.ttl_seconds, " ".join(event_ids[i] for i in chunk),
+                                              " ".join(owners[i] for i in chunk)])
+                order += chunk
+        owned = [False] * len(event_ids)
+        for i, flag in zip(order, (flag for reply in pipe.execute() for flag in reply), strict=True):
+            owned[i] = flag == "1"
+        return owned
+
+
+@dataclass(frozen=True)
+class JobState:
+    #: Last batch whose writes are all in Redis (None: none yet).
+    batch: int | None
+    #: Newest event time seen up to and including ``batch``, and before it.
+    max_ms: int | None
+    prev_max_ms: int | None
+    #: applied, records, duplicates, malformed, future, late:<view>, incomplete:<view>.
+    counters: dict[str, int]
+
+    @classmethod
+    def of(cls, fields: Mapping[str, str]) -> JobState:
+        def number(name: str) -> int | None:
+            value = fields.get(name)
+            return int(value) if value else None
+
+        plain = {"batch", "max_ms", "prev_max_ms"}
+        return cls(number("batch"), number("max_ms"), number("prev_max_ms"),
+                   {k: int(v) for k, v in fields.items() if k not in plain})
+
+    def newest_before(self, batch_id: int, views: Sequence[str] = ()) -> int | None:
+        """The newest event time of the batches before ``batch_id``: what its watermarks follow.
+        Spark runs batch N only once N - 1 is in its commit log, and the job commits its state in
+        Redis before Spark does: so the state is at N - 1, or at N for a replay; anything else
+        means the checkpoint or Redis lost what the other holds (``views``: the job's, for the
+        command that rebuilds them)."""
+        if batch_id > 0 and (self.batch is None or self.batch < batch_id - 1):
+            held = "no state" if self.batch is None else f"the state of batch {self.batch}"
+            lost = "every batch" if self.batch is None else f"batches {self.batch + 1} to {batch_id - 1}"
+            raise RedisBehindError(
+                f"Redis lost the views' data: it holds {held} but the checkpoint has committed batch {batch_id - 1} "
+                f"(a FLUSHALL, a failover to a lagging replica, a lost AOF tail?); the counts of {lost} are gone "
+                f"from the views. Rebuild them from Kafka: {rebuild_command(views)}")
+        if self.batch is None or self.batch < batch_id:
+            return self.max_ms
+        if self.batch == batch_id:  # a replay of the last committed batch
+            return self.prev_max_ms
+        raise CheckpointBehindError(
+            f"Redis holds views of batch {self.batch} but the checkpoint is at batch {batch_id}: the checkpoint "
+            f"was reset; rebuild the views from Kafka ({rebuild_command(views)}), or restore its checkpoint"
+        )
+
+
+@dataclass(frozen=True)
+class Applied:
+    #: Keys written (a replay skips those its first attempt wrote).
+    written: int
+    #: Keys written where a delta or a sum reached a 64-bit bound (saturated).
+    saturated: tuple[str, ...]
+
+
+class ViewStore:
+    def __init__(self, client: Client, job: str) -> None:
+        self.client = client
+        self.cluster = isinstance(client, RedisCluster)
+        self.key = state_key(job)
+        self._apply = client.register_script(_APPLY)
+        self._commit = client.register_script(_COMMIT)
+
+    def state(self) -> JobState:
+        return JobState.of(self.client.hgetall(self.key))
+
+    def apply(self, batch_id: int, deltas: Mapping[str, tuple[int, Mapping[str, int]]]) -> Applied:
+        """Apply ``key -> (ttl seconds, {field: delta})``, each counter saturating at the 64-bit
+        bounds; what was written (a replay skips the keys its first attempt wrote)."""
+        items = list(deltas.items())
+        if not items:
+            return Applied(0, ())
+        pipe = self.client.pipeline(transaction=False)
+        order: list[int] = []
+        for group in _by_slot([k for k, _ in items], self.cluster):
+            for start in range(0, len(group), CHUNK):
+                chunk = group[start:start + CHUNK]
+                args: list[str | int] = [batch_id]
+                for i in chunk:
+                    ttl, fields = items[i][1]
+                    args += [ttl, len(fields)]
+                    for name, delta in fields.items():
+                        args += [name, saturate(delta)]
+                _run(pipe, self._apply, [items[i][0] for i in chunk], args)
+                order += chunk
+        statuses = [status for reply in pipe.execute() for status in reply]
+        saturated = tuple(items[i][0] for i, s in zip(order, statuses, strict=True) if s == 2)
+        return Applied(sum(1 for s in statuses if s), saturated)
+
+    def commit(self, batch_id: int, max_ms: int | None, counters: Mapping[str, int]) -> bool:
+        """Record the batch as done; False when it was already (a replay)."""
+        args: list[str | int] = [batch_id, "" if max_ms is None else max_ms]
+        for name, value in counters.items():
+            args += [name, value]
+        return bool(self._commit(keys=[self.key], args=args))
+
+
+def clear_job(client: Client, job: str, views: Sequence[ViewPlan]) -> int:
+    """Delete a job's view keys, its state and its event id claims; how many keys there were."""
+    deleted = 0
+    for pattern in [state_key(job), f"{claims_prefix(job)}*", *(v.key_pattern() for v in views)]:
+        pipe = client.pipeline(transaction=False)
+        for key in client.scan_iter(match=pattern, count=1000):
+            pipe.delete(key)  # one key per call: a cluster routes each by its slot
+            if len(pipe) >= CHUNK:
+                deleted += sum(pipe.execute())
+        deleted += sum(pipe.execute())
+    return deleted

@@ -1,0 +1,1 @@
+"""Topics: contracts and the provisioner that makes every cluster match platform.yaml."""

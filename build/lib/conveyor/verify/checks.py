@@ -1,0 +1,407 @@
+"""The platform's promise as checks over plain data: what each sink holds against what it must. Pure.
+
+Every result is a frozen dataclass with the figures behind it, a :class:`Verdict`, a one-line
+``summary`` and the ``problems`` found (at most :data:`SAMPLE` of each kind). The gatherer
+(:mod:`conveyor.verify.gather`) reads the sinks; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from conveyor.pipeline.realtime.plan import ViewPlan, matches, saturate, window_label
+from conveyor.verify.errors import VerifyInputError
+
+if TYPE_CHECKING:
+    from conveyor.ops.panels import Family
+    from conveyor.pipeline.audit import HourAudit
+
+#: Offending ids, hours, keys or partitions named per kind; the counts are always whole.
+SAMPLE = 10
+STOPPED_METRIC = "conveyor_replicate_partition_stopped"
+#: Components whose names start so are replicator workers (ops.components).
+REPLICATOR_PREFIX = "replicate-"
+
+
+class Verdict(str, Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    #: The invariant's inputs are absent (nothing to check): not a failure.
+    SKIP = "SKIP"
+
+
+class Invariant(str, Enum):
+    lake = "lake"
+    audit = "audit"
+    views = "views"
+    replication = "replication"
+    dispatch = "dispatch"
+
+
+TITLES = {Invariant.lake: "lake exactly once", Invariant.audit: "audit", Invariant.views: "views equal a recount",
+          Invariant.replication: "no partition stopped", Invariant.dispatch: "every dispatched message acked"}
+
+
+def _ids(what: str, ids: Sequence[str], total: int) -> str:
+    more = f" and {total - len(ids):,} more" if total > len(ids) else ""
+    return f"{what}: {', '.join(ids)}{more}"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An invariant with nothing to check, and why."""
+
+    invariant: Invariant
+    subject: str
+    why: str
+    verdict = Verdict.SKIP
+    problems: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def summary(self) -> str:
+        return self.why
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """An invariant that could not be checked (a sink did not answer): the promise is not shown to hold."""
+
+    invariant: Invariant
+    subject: str
+    error: str
+    verdict = Verdict.FAIL
+    problems: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def summary(self) -> str:
+        return f"could not check: {self.error}"
+
+
+# --- 1. lake exactly once ----------------------------------------------------------------------
+
+
+def parse_accepted(lines: Iterable[str], source: str) -> dict[str, set[str]]:
+    """topic -> the event ids a client got 2xx for, from NDJSON lines ``{"topic": ..., "event_id": ...}``."""
+    accepted: dict[str, set[str]] = defaultdict(set)
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise VerifyInputError(f"{source}, line {number}: not JSON ({err.msg})") from None
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("topic", "event_id")):
+            raise VerifyInputError(f'{source}, line {number}: want {{"topic": "...", "event_id": "..."}}')
+        accepted[record["topic"]].add(record["event_id"])
+    return dict(accepted)
+
+
+@dataclass(frozen=True)
+class LakeOnce:
+    """A lake table's event ids: each once, and (given the accepted ids) exactly those."""
+
+    topic: str
+    rows: int
+    distinct: int
+    duplicated_ids: tuple[str, ...] = ()
+    #: Accepted ids of the topic; None when no accepted file was given.
+    accepted: int | None = None
+    missing: int = 0
+    missing_ids: tuple[str, ...] = ()
+    unexpected: int = 0
+    unexpected_ids: tuple[str, ...] = ()
+    invariant = Invariant.lake
+
+    @property
+    def subject(self) -> str:
+        return self.topic
+
+    @property
+    def duplicates(self) -> int:
+        return self.rows - self.distinct
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.FAIL if self.duplicates or self.missing or self.unexpected else Verdict.PASS
+
+    @property
+    def summary(self) -> str:
+        line = f"{self.rows:,} rows, {self.distinct:,} distinct event ids, {self.duplicates:,} extra copies"
+        if self.accepted is not None:
+            line += f"; {self.accepted:,} accepted: {self.missing:,} missing, {self.unexpected:,} unexpected"
+        return line
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        found = []
+        if self.duplicates:
+            found.append(_ids("ids landed more than once", self.duplicated_ids, len(self.duplicated_ids)))
+        if self.missing:
+            found.append(_ids("accepted, not landed", self.missing_ids, self.missing))
+        if self.unexpected:
+            found.append(_ids("landed, never accepted", self.unexpected_ids, self.unexpected))
+        return tuple(found)
+
+
+# --- 2. audit ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditCheck:
+    """The gateway's counts against the lake: every complete hour lost nothing and landed nothing twice."""
+
+    complete: int
+    pending: int
+    failed: tuple[HourAudit, ...]
+    invariant = Invariant.audit
+    subject = "gateway counts"
+
+    @classmethod
+    def of(cls, hours: Sequence[HourAudit]) -> AuditCheck:
+        complete = [h for h in hours if h.complete]
+        return cls(len(complete), len(hours) - len(complete), tuple(h for h in complete if h.failed))
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.FAIL if self.failed else Verdict.PASS
+
+    @property
+    def summary(self) -> str:
+        return (f"{self.complete:,} complete hour(s) audited, {len(self.failed):,} failed "
+                f"({sum(h.lost for h in self.failed):,} lost, {sum(h.duplicates for h in self.failed):,} "
+                f"duplicated); {self.pending:,} hour(s) not complete yet")
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(f"{h.topic} {h.hour:%Y-%m-%d %H}:00 UTC: produced {h.produced:,}, landed {h.landed:,}, "
+                     f"lost {h.lost:,}, duplicates {h.duplicates:,}" for h in self.failed[:SAMPLE])
+
+
+# --- 3. views equal a recount ------------------------------------------------------------------
+
+#: key -> hash field -> counter.
+Counters = Mapping[str, Mapping[str, int]]
+
+
+@dataclass(frozen=True)
+class Group:
+    """Lake rows that agree on every field a view reads, within one of its windows."""
+
+    values: Mapping[str, Any]
+    window_start_ms: int
+    rows: int
+    #: The view's sum fields -> their total over the rows (None: no row had a value).
+    sums: Mapping[str, int | None] = field(default_factory=dict)
+
+
+def recount(plan: ViewPlan, groups: Iterable[Group]) -> dict[str, dict[str, int]]:
+    """What the view must hold for ``groups``, counted by the view's own rules (filter, group-by
+    fields present, each metric's ``where`` and ``sum``; counters saturate as Redis' do)."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for group in groups:
+        if not matches(plan.filter, group.values) or any(group.values.get(g) is None for g in plan.group_by):
+            continue  # the job rejected those as incomplete, or never counted them
+        key = plan.key(group.values, group.window_start_ms)
+        for metric in plan.metrics:
+            if matches(metric.where, group.values):
+                amount = group.rows if metric.sum is None else group.sums.get(metric.sum) or 0
+                counts[key][plan.field(metric.name, group.values)] += amount
+    return {key: {name: saturate(value) for name, value in fields.items()} for key, fields in counts.items()}
+
+
+def window_pattern(plan: ViewPlan) -> re.Pattern[str]:
+    """Matches the view's keys, capturing the window start (the layout's other parts match anything)."""
+    parts = re.split(r"\{(\w+)\}", plan.key_layout)
+    pattern = "".join(re.escape(part) if i % 2 == 0 else "(?P<window_start>\\d{8}T\\d{6}Z)"
+                      if part == "window_start" else re.escape(plan.name) if part == "view" else ".*?"
+                      for i, part in enumerate(parts))
+    return re.compile(pattern + r"\Z")
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    key: str
+    field: str
+    redis: int
+    recount: int
+
+
+@dataclass(frozen=True)
+class ViewCheck:
+    """A view's counters in Redis against a recount over the lake, in the windows still within its ttl."""
+
+    view: str
+    #: The earliest window start compared (windows before it may have expired in Redis).
+    since: datetime
+    windows: int
+    counters: int
+    mismatched: int
+    mismatches: tuple[Mismatch, ...]
+    #: Lake rows left out because the views job rejected them for this view (late, incomplete, future).
+    rejected: int
+    invariant = Invariant.views
+
+    @property
+    def subject(self) -> str:
+        return self.view
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.FAIL if self.mismatched else Verdict.PASS
+
+    @property
+    def summary(self) -> str:
+        return (f"{self.windows:,} window(s) since {self.since:%Y-%m-%d %H:%M} UTC, {self.counters:,} counters "
+                f"compared, {self.mismatched:,} differ; {self.rejected:,} rejected event(s) left out of the recount")
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(f"{m.key} {m.field}: redis {m.redis:,}, recount {m.recount:,}" for m in self.mismatches)
+
+
+def compare_view(plan: ViewPlan, since_ms: int, held: Counters, recounted: Counters, rejected: int) -> ViewCheck:
+    """Every counter of every key in a window from ``since_ms`` on, either side; a counter one side
+    lacks is 0 there."""
+    pattern = window_pattern(plan)
+    first_label = window_label(since_ms)
+    windows: dict[str, str] = {}
+    for key in set(held) | set(recounted):
+        found = pattern.match(key)
+        # Labels are fixed-width UTC times: they sort as the times do.
+        if found is not None and found["window_start"] >= first_label:
+            windows[key] = found["window_start"]
+    mismatches, counters = [], 0
+    for key in sorted(windows):
+        ours, theirs = held.get(key, {}), recounted.get(key, {})
+        for name in sorted(set(ours) | set(theirs)):
+            counters += 1
+            if ours.get(name, 0) != theirs.get(name, 0):
+                mismatches.append(Mismatch(key, name, ours.get(name, 0), theirs.get(name, 0)))
+    since = datetime.strptime(first_label + "+0000", "%Y%m%dT%H%M%SZ%z")
+    return ViewCheck(plan.name, since, len(set(windows.values())), counters, len(mismatches),
+                     tuple(mismatches[:SAMPLE]), rejected)
+
+
+# --- 4. no partition stopped -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoppedPartition:
+    route: str
+    topic: str
+    partition: str
+
+
+@dataclass(frozen=True)
+class ReplicatorCheck:
+    """A replicator worker's partitions: none stopped on a record the destination refuses."""
+
+    component: str
+    series: int
+    stopped: tuple[StoppedPartition, ...]
+    invariant = Invariant.replication
+
+    @property
+    def subject(self) -> str:
+        return self.component
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.FAIL if self.stopped else Verdict.PASS
+
+    @property
+    def summary(self) -> str:
+        return f"{self.series:,} partition(s) reported, {len(self.stopped):,} stopped"
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(f"stopped: route {s.route} {s.topic}[{s.partition}]" for s in self.stopped[:SAMPLE])
+
+
+def replicator_check(component: str, page: Sequence[Family]) -> ReplicatorCheck:
+    samples = [(labels, value) for family in page if family.name == STOPPED_METRIC
+               for _, labels, value in family.samples]
+    stopped = tuple(StoppedPartition(labels.get("route", ""), labels.get("topic", ""), labels.get("partition", ""))
+                    for labels, value in samples if value != 0)
+    return ReplicatorCheck(component, len(samples), stopped)
+
+
+# --- 5. every dispatched message acked ---------------------------------------------------------
+
+
+def parse_dispatch_group(text: str) -> tuple[str, str]:
+    """``TOPIC:GROUP`` -> (topic, group)."""
+    topic, _, group = text.partition(":")
+    if not topic or not group:
+        raise VerifyInputError(f"--dispatch-group {text!r}: give TOPIC:GROUP, as clients subscribe")
+    return topic, group
+
+
+@dataclass(frozen=True)
+class PartitionBacklog:
+    partition: int
+    #: The group's committed offset (None: it never committed on this partition).
+    committed: int | None
+    end: int
+    #: Records at or above the committed offset that the group has not acked.
+    unacked: int
+    first_unacked: int | None
+
+
+def partition_backlog(partition: int, committed: int | None, end: int, acked: Iterable[int],
+                      records: Iterable[int]) -> PartitionBacklog:
+    """``records``: the offsets of the records between the committed offset and the end (transaction
+    markers hold offsets too, and are nothing to ack); those not in ``acked`` are owed."""
+    done = set(acked)
+    owed = sorted(o for o in records if o not in done)
+    return PartitionBacklog(partition, committed, end, len(owed), owed[0] if owed else None)
+
+
+@dataclass(frozen=True)
+class DispatchCheck:
+    """A dispatcher group's commits: every record of its topic acked."""
+
+    topic: str
+    group: str
+    #: The Kafka group the commits are read from (the group itself, or its position feed).
+    kafka_group: str
+    partitions: tuple[PartitionBacklog, ...]
+    invariant = Invariant.dispatch
+
+    @property
+    def subject(self) -> str:
+        return f"{self.topic}:{self.group}"
+
+    @property
+    def backlog(self) -> int:
+        return sum(p.unacked for p in self.partitions)
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.FAIL if self.backlog else Verdict.PASS
+
+    @property
+    def summary(self) -> str:
+        behind = sum(1 for p in self.partitions if p.unacked)
+        return (f"{len(self.partitions):,} partition(s) of {self.kafka_group}, {self.backlog:,} record(s) not acked "
+                f"on {behind:,}")
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(f"partition {p.partition}: committed {'none' if p.committed is None else f'{p.committed:,}'}, "
+                     f"end {p.end:,}, {p.unacked:,} not acked from offset {p.first_unacked:,}"
+                     for p in self.partitions if p.unacked and p.first_unacked is not None)[:SAMPLE]
+
+
+Result = Skipped | Unchecked | LakeOnce | AuditCheck | ViewCheck | ReplicatorCheck | DispatchCheck
+
+
+def failed(results: Iterable[Result]) -> bool:
+    return any(r.verdict is Verdict.FAIL for r in results)

@@ -1,0 +1,270 @@
+"""What ``conveyor verify`` reads from each sink, handed to the pure checks (conveyor.verify.checks).
+
+The lake's tables through Spark (the counting stays in Spark; only figures, samples and one row per
+view key and window reach the driver), the views in Redis as the views job connects to it, the
+views job's rejects and the dispatcher groups' commits on Kafka, the replicators' /metrics pages.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from conveyor import kafka
+from conveyor.config import Platform, RealtimeView
+from conveyor.dispatch.acktracker import backlog
+from conveyor.dispatch.ackcodec import decode
+from conveyor.dispatch.errors import AckMetadataError
+from conveyor.ops.scrape import Scraper, component_url
+from conveyor.pipeline.audit import audit_lake
+from conveyor.pipeline.errors import spark_failures
+from conveyor.pipeline.kafka_source import source_cluster
+from conveyor.pipeline.realtime.plan import BATCH_FIELD, ViewPlan, epoch_ms
+from conveyor.pipeline.realtime.rejects import reject_fields
+from conveyor.pipeline.realtime.store import Client
+from conveyor.pipeline.schema import quote
+from conveyor.pipeline.tables import data_table, table_exists
+from conveyor.positions import group_name
+from conveyor.tls import trusted
+from conveyor.verify.checks import (REPLICATOR_PREFIX, SAMPLE, AuditCheck, DispatchCheck, Group, Invariant, LakeOnce,
+                                    Result, Skipped, Unchecked, ViewCheck, compare_view,
+                                    partition_backlog, recount, replicator_check)
+from conveyor.verify.errors import SinkReadError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+_TIMEOUT = 30.0
+#: Column names of the recount's aggregate (contract fields are lower-case words; these cannot clash).
+_WINDOW, _ROWS, _SUM = "__window_start_ms", "__rows", "__sum_"
+#: Coordinates a reject names: (view, or None for every view of the topic; topic) -> {(partition, offset)}.
+Rejected = Mapping[tuple[str | None, str], set[tuple[int, int]]]
+
+
+# --- 1. lake exactly once ----------------------------------------------------------------------
+
+
+def _sample(rows: DataFrame) -> tuple[str, ...]:
+    return tuple(sorted(r.event_id for r in rows.limit(SAMPLE).collect()))
+
+
+def lake_once(spark: SparkSession, topic: str, accepted: set[str] | None) -> LakeOnce:
+    """The topic's table against itself and, given them, the accepted ids (both compared in Spark)."""
+    from pyspark.sql.functions import col, count, count_distinct, lit
+
+    with spark_failures(f"verify {topic}"):
+        if not table_exists(spark, data_table(topic)):
+            ids = spark.createDataFrame([], "event_id string")
+        else:
+            ids = spark.table(data_table(topic)).select("event_id")
+        totals = ids.agg(count(lit(1)).alias("rows"), count_distinct("event_id").alias("distinct")).first()
+        duplicated = _sample(ids.groupBy("event_id").count().where(col("count") > 1))
+        found = LakeOnce(topic, int(totals["rows"]), int(totals["distinct"]), duplicated)
+        if accepted is None:
+            return found
+        wanted = spark.createDataFrame([(i,) for i in sorted(accepted)], "event_id string")
+        landed = ids.distinct()
+        missing, unexpected = (wanted.join(landed, "event_id", "left_anti").cache(),
+                               landed.join(wanted, "event_id", "left_anti").cache())
+        try:
+            return LakeOnce(found.topic, found.rows, found.distinct, duplicated, len(accepted),
+                            missing.count(), _sample(missing), unexpected.count(), _sample(unexpected))
+        finally:
+            missing.unpersist()
+            unexpected.unpersist()
+
+
+# --- 2. audit ----------------------------------------------------------------------------------
+
+
+def audit(spark: SparkSession, platform: Platform) -> AuditCheck:
+    return AuditCheck.of(audit_lake(spark, platform))
+
+
+# --- 3. views equal a recount ------------------------------------------------------------------
+
+
+def _read(platform: Platform, cluster: str, topic: str, ranges: Mapping[int, tuple[int, int]]) -> Iterator[Message]:
+    """The committed records of ``topic`` in each partition's [start, end)."""
+    todo = {p: end for p, (start, end) in ranges.items() if end > start}
+    if not todo:
+        return
+    consumer = kafka.consumer(platform, cluster, f"conveyor-verify-{uuid.uuid4().hex[:8]}", "conveyor-verify",
+                              {"enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, p, ranges[p][0]) for p in todo])
+        deadline = time.monotonic() + _TIMEOUT
+        while todo:
+            if time.monotonic() > deadline:
+                raise SinkReadError(f"reading {topic} on {cluster}: partitions {sorted(todo)} returned nothing for "
+                                    f"{_TIMEOUT:.0f}s before their end offsets")
+            messages = consumer.consume(500, 1.0)
+            if messages:
+                deadline = time.monotonic() + _TIMEOUT
+            for message in messages:
+                error = message.error()
+                # The end of the log: a transaction marker that ends a partition is never returned,
+                # so the position alone would stop short of the end offset.
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    todo.pop(message.partition(), None)
+                elif error is not None:
+                    raise kafka.KafkaOperationError(f"reading {topic} on {cluster}", error)
+                elif message.offset() < todo.get(message.partition(), -1):
+                    yield message
+            for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
+                if tp.offset >= todo[tp.partition]:
+                    del todo[tp.partition]
+    finally:
+        consumer.close()
+
+
+def _offsets(platform: Platform, cluster: str, topic: str) -> dict[int, tuple[int, int]]:
+    """Per partition of ``topic``: its earliest offset and last stable offset."""
+    admin = kafka.admin(platform, cluster)
+    try:
+        metadata = admin.list_topics(topic, timeout=_TIMEOUT).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return {}
+        found: list[dict[int, int]] = []
+        for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
+            futures = admin.list_offsets({TopicPartition(topic, p): spec for p in metadata.partitions},
+                                         isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=_TIMEOUT)
+            found.append({tp.partition: f.result().offset for tp, f in futures.items()})
+    except KafkaException as exc:
+        raise kafka.KafkaOperationError.from_exception(f"listing offsets of {topic} on {cluster}", exc) from None
+    return {p: (found[0][p], found[1][p]) for p in found[0]}
+
+
+def rejected(platform: Platform) -> dict[tuple[str | None, str], set[tuple[int, int]]]:
+    """Every record the views job rejected, by view and source topic, from its side output."""
+    cluster, topic = source_cluster(platform), platform.pipeline.realtime.rejects_topic
+    found: dict[tuple[str | None, str], set[tuple[int, int]]] = defaultdict(set)
+    for message in _read(platform, cluster, topic, _offsets(platform, cluster, topic)):
+        fields = reject_fields(message.headers())
+        if fields.get("partition", "").isdigit() and fields.get("offset", "").isdigit():
+            found[(fields.get("view"), fields.get("topic", ""))].add((int(fields["partition"]), int(fields["offset"])))
+    return dict(found)
+
+
+def _groups(spark: SparkSession, plan: ViewPlan, since_ms: int, excluded: set[tuple[int, int]]) -> list[Group]:
+    """The lake rows of the view's topic from ``since_ms``, less ``excluded``, one per distinct
+    combination of the fields the view reads and its window, with their count and sums."""
+    from pyspark.sql.functions import col, count, lit, pmod, unix_millis
+    from pyspark.sql.functions import sum as sum_
+
+    read = sorted({f for f, _ in plan.filter} | set(plan.group_by) | {f for m in plan.metrics for f, _ in m.where})
+    sums = sorted({m.sum for m in plan.metrics if m.sum is not None})
+    if not table_exists(spark, data_table(plan.topic)):
+        return []
+    millis = unix_millis(col("event_time"))
+    rows = spark.table(data_table(plan.topic)).withColumn(_WINDOW, millis - pmod(millis, lit(plan.window_ms)))
+    rows = rows.where(col(_WINDOW) >= since_ms)
+    if excluded:
+        gone = spark.createDataFrame(sorted(excluded), "kafka_partition int, kafka_offset bigint")
+        rows = rows.join(gone, ["kafka_partition", "kafka_offset"], "left_anti")
+    # Summed as decimals: a sum past 64 bits (the contract bounds no integer above) would fail
+    # Spark's ANSI arithmetic, where the view saturates it (checks.recount does the same).
+    counted = rows.groupBy(*(col(quote(f)).alias(f) for f in read), col(_WINDOW)).agg(
+        count(lit(1)).alias(_ROWS),
+        *(sum_(col(quote(s)).cast("decimal(38,0)")).alias(f"{_SUM}{i}") for i, s in enumerate(sums)))
+    return [Group({f: r[f] for f in read}, int(r[_WINDOW]), int(r[_ROWS]),
+                  {s: None if r[f"{_SUM}{i}"] is None else int(r[f"{_SUM}{i}"]) for i, s in enumerate(sums)})
+            for r in counted.toLocalIterator()]
+
+
+def held(client: Client, plan: ViewPlan) -> dict[str, dict[str, int]]:
+    """Every key of the view in Redis and its counters."""
+    keys = sorted(client.scan_iter(match=plan.key_pattern(), count=1000))
+    found: dict[str, dict[str, int]] = {}
+    for start in range(0, len(keys), 500):
+        chunk = keys[start:start + 500]
+        pipe = client.pipeline(transaction=False)
+        for key in chunk:
+            pipe.hgetall(key)
+        for key, fields in zip(chunk, pipe.execute(), strict=True):
+            if fields:  # expired since the scan
+                found[key] = {name: int(value) for name, value in fields.items() if name != BATCH_FIELD}
+    return found
+
+
+def view_check(spark: SparkSession, client: Client, name: str, view: RealtimeView, lake: list[str],
+               rejects: Rejected, now: datetime) -> ViewCheck | Skipped:
+    """The view's windows that surely outlive their keys' ttl, against a recount over the lake."""
+    plan = ViewPlan.of(name, view)
+    if plan.topic not in lake:
+        return Skipped(Invariant.views, name, f"its topic {plan.topic} is not landed in the lake: nothing to recount")
+    # A key lives ttl seconds from its last write, and no event is written before its window starts:
+    # from one window after now - ttl on, every window's key is still there if it was ever written.
+    since_ms = plan.window_start(epoch_ms(now) - plan.ttl_seconds * 1000) + plan.window_ms
+    # A reject without a view (a future event) was left out of every view of its topic.
+    excluded = rejects.get((name, plan.topic), set()) | rejects.get((None, plan.topic), set())
+    with spark_failures(f"verify view {name}"):
+        groups = _groups(spark, plan, since_ms, excluded)
+    return compare_view(plan, since_ms, held(client, plan), recount(plan, groups), len(excluded))
+
+
+# --- 4. no partition stopped -------------------------------------------------------------------
+
+
+def replicators(platform: Platform) -> list[Result]:
+    components = {name: url for name, url in sorted(platform.ops.components.items())
+                  if name.startswith(REPLICATOR_PREFIX)}
+    if not components:
+        return [Skipped(Invariant.replication, "", f"ops.components names no replicator ({REPLICATOR_PREFIX}*)")]
+    scraper = Scraper(verify=trusted(platform))
+    try:
+        pages = scraper.pages([component_url(platform, url) for url in components.values()])
+    finally:
+        scraper.close()
+    return [Unchecked(Invariant.replication, name, f"{components[name]}: {page}") if isinstance(page, str)
+            else replicator_check(name, page) for name, page in zip(components, pages, strict=True)]
+
+
+# --- 5. every dispatched message acked ---------------------------------------------------------
+
+
+def dispatch_check(platform: Platform, topic: str, group: str) -> DispatchCheck:
+    """The group's commits on the cluster the dispatcher reads. The classic backend commits in the
+    group itself, with the acks above the committed offset in the metadata; the share backend's
+    broker state reaches Kafka's commits only through its position feed (conveyor.positions)."""
+    from conveyor.dispatch.server import dispatch_cluster
+
+    cluster = dispatch_cluster(platform)
+    classic = platform.dispatch.backend == "classic"
+    kafka_group = group if classic else group_name("dispatch", group)
+    offsets = _offsets(platform, cluster, topic)
+    if not offsets:
+        raise SinkReadError(f"topic {topic} does not exist on cluster {cluster}")
+    try:
+        commits = kafka.committed(platform, cluster, kafka_group, [TopicPartition(topic, p) for p in sorted(offsets)],
+                                  timeout=_TIMEOUT)
+    except KafkaException as exc:
+        raise kafka.KafkaOperationError.from_exception(f"reading the commits of {kafka_group}", exc) from None
+    partitions = []
+    for tp in sorted(commits, key=lambda tp: tp.partition):
+        start, end = offsets[tp.partition]
+        committed = tp.offset if tp.offset >= 0 else None
+        acked = _acked(tp.metadata, committed) if classic else ()
+        base = start if committed is None else committed
+        records: list[int] = []
+        if backlog(end, base, len(acked)):
+            records = [m.offset() for m in _read(platform, cluster, topic, {tp.partition: (base, end)})]
+        partitions.append(partition_backlog(tp.partition, committed, end, acked, records))
+    return DispatchCheck(topic, group, kafka_group, tuple(partitions))
+
+
+def _acked(metadata: str | None, committed: int | None) -> tuple[int, ...]:
+    """The acks above ``committed`` the dispatcher recorded with it; none when they were written for
+    another offset or cannot be read (the dispatcher itself then delivers them again)."""
+    try:
+        recorded = decode(metadata or "")
+    except AckMetadataError:
+        return ()
+    return recorded.acked if recorded.base == committed else ()

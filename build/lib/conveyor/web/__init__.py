@@ -1,0 +1,1 @@
+"""The operations dashboard and the watch service's HTTP API."""
