@@ -53,13 +53,14 @@ demo: setup
 
 # Two workers, a file to each at a time (module fixtures stay in one process); each worker starts
 # its own clusters on ports 2,000 apart (tests/conftest.py). Most of the suite's time is spent
-# waiting on brokers and Spark, so two workers on two cores nearly halve it. The longest files go
-# first (the system test, then the chaos and integration tests) and the unit tests fill the gaps at
-# the end. The system test runs the whole platform under faults for CONVEYOR_SOAK_MINUTES (3 here,
+# waiting on brokers and Spark, so two workers on two cores nearly halve it. The files go out in the
+# order given, longest first (the system test, then the chaos and integration tests), and the unit
+# tests fill the gaps at the end: xdist would otherwise send the files with the most tests first,
+# and the one-test system file last. The system test runs the whole platform under faults for CONVEYOR_SOAK_MINUTES (3 here,
 # 30 for make soak), then one checker of every sink; the seed is printed, replay it with
 # CONVEYOR_CHAOS_SEED.
 test: setup
-	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile --no-loadscope-reorder
 
 CONVEYOR_SOAK_MINUTES ?= 30
 soak: setup
