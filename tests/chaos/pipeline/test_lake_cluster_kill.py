@@ -8,7 +8,8 @@ event_ids, each once, and the quarantine exactly the bad records.
 
 CONVEYOR_CLUSTER_KILLS sets the number of struck runs, half of them executor kills (default 1, an
 executor kill: what only a cluster has; a killed driver is the local twin's case and is struck here
-from 2 on; 10 for the full count). CONVEYOR_CHAOS_SEED replays the kinds' order and the kill
+from 2 on; 10 for the full count). Each run must be an application of the cluster, whose executor
+Python cannot import ``conveyor`` by itself (tests/sparkkit.py): the run ships it. CONVEYOR_CHAOS_SEED replays the kinds' order and the kill
 times. The local-mode twin is tests/chaos/pipeline/test_lake_kill.py.
 """
 
@@ -75,6 +76,7 @@ def test_runs_struck_in_executor_or_driver_land_every_event_exactly_once_by_thei
     kills = kills[:KILLS]
     chaos_rng.shuffle(kills)
     log = tmp_path / "lake-runs.log"
+    before = spark_cluster.applications()
     # About 100 events/s: each run has work for its tasks, and a backlog that stays small enough
     # for runs of a loaded machine's cluster (a minute each at load 40) to keep up.
     with ChaosTraffic(case, pause=0.25) as traffic:
@@ -85,6 +87,8 @@ def test_runs_struck_in_executor_or_driver_land_every_event_exactly_once_by_thei
     assert all(o.returncode == 0 for o in survived), (context, log.read_text()[-4000:])
     hits = {kind: sum(o.hit and o.kill == kind for o in outcomes) for kind in ("executor mid-write", "driver")}
     print(f"{hits} struck, {len(outcomes) - KILLS} finished before their kill: {outcomes}")
+    # Each run was an application of the cluster (a driver struck early may not have reached it).
+    assert len(spark_cluster.applications()) - len(before) >= len(outcomes) - hits["driver"], context
 
     final = run_once(lake_spark, case.platform).topics[0]
     assert final.lost == 0

@@ -1,8 +1,8 @@
-"""The lake and the real-time views on a Spark standalone cluster (tests/sparkkit.py): each job runs
-as a `conveyor pipeline` process in client mode against spark://, its Python code (the lake's
-parser, the views' projection and event id claims) in the worker's executor, whose interpreter has
-no conveyor of its own: the session ships it. The real-time job keeps its views in a Redis Cluster
-and its checkpoint under a file:// URI."""
+"""The real-time views on a Spark standalone cluster (tests/sparkkit.py): the job runs as a
+`conveyor pipeline` process in client mode against spark://, its Python code (the views' projection
+and event id claims) in the worker's executor, whose interpreter has no conveyor of its own: the
+session ships it. It keeps its views in a Redis Cluster and its checkpoint under a file:// URI.
+The lake on the same cluster is tests/chaos/pipeline/test_lake_cluster_kill.py."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ import pytest
 from conveyor.pipeline.realtime.job import checkpoint_location
 from conveyor.pipeline.realtime.plan import job_id, job_views
 from conveyor.pipeline.realtime.store import ViewStore, connect
-from tests.conftest import demo_event
-from tests.lakekit import lake_case, lake_folder, lake_spark, produce, quarantine_of, rows_of  # noqa: F401
+from tests.lakekit import produce
 from tests.realtimekit import counters_in_redis, event_at, expected_counters, realtime_case, redis_cluster  # noqa: F401
 from tests.sparkkit import on_cluster, spark_cluster  # noqa: F401
 
@@ -28,23 +27,6 @@ def _conveyor(path: Path, cwd: Path, *args: str) -> None:
     done = subprocess.run([sys.executable, "-m", "conveyor", *args, "--platform", str(path)], cwd=cwd,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-
-
-def test_a_lake_run_on_a_standalone_cluster_lands_every_record_once(lake_spark, lake_case, spark_cluster, tmp_path):
-    case = lake_case(partitions=2)
-    on_cluster(case.path, spark_cluster)
-    events = [demo_event(user_id=f"user-{i}", **({"price_micros": i} if i % 2 else {})) for i in range(40)]
-    acked = produce(case.platform, case.topic, [*events, b"{not json"])
-    before = spark_cluster.applications()
-
-    _conveyor(case.path, tmp_path, "pipeline", "lake", "--once")
-
-    assert len(spark_cluster.applications()) == len(before) + 1  # its executor ran on the worker
-    rows = rows_of(lake_spark, case.topic)
-    assert sorted(r.event_id for r in rows) == sorted(e["event_id"] for e in events)
-    assert {r.event_id: r.price_micros for r in rows} == {e["event_id"]: e.get("price_micros") for e in events}
-    [bad] = quarantine_of(lake_spark, case.topic)
-    assert bytes(bad.raw_value) == b"{not json" and (bad.kafka_partition, bad.kafka_offset) in acked
 
 
 def test_the_realtime_job_on_a_standalone_cluster_counts_exactly_into_a_redis_cluster(
