@@ -78,6 +78,7 @@ def endpoint(host: str, port: int | None) -> Endpoint:
 
 
 YesOption = Annotated[bool, typer.Option("--yes", help="Confirm without asking (for scripts).")]
+StrictOption = Annotated[bool, typer.Option("--strict", help="Fail on durability warnings too (for CI).")]
 
 
 def confirm(name: str, what: str, yes: bool) -> None:
@@ -194,3 +195,11 @@ class Report:
     def close(self, **values: Any) -> None:
         if self.output is OutputFormat.json:
             render(self.output, *self.sections, **self.values, **values)
+
+
+def durability_section(findings: Sequence[Any]) -> Section:
+    """The durability lint's warnings (conveyor.topics.lint) as a section of `config check` and
+    `topics plan`."""
+    return Section("warnings", f"durability warnings ({len(findings)})",
+                   (Column("topic"), Column("cluster"), Column("rule"), Column("why", "message", overflow="fold")),
+                   findings)

@@ -6,8 +6,10 @@ from typing import Any
 
 import typer
 
-from conveyor.cli.common import DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section, render
+from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section,
+                                 StrictOption, durability_section, render)
 from conveyor.config import Platform, load_platform
+from conveyor.topics.lint import durability_findings
 
 app = typer.Typer(rich_markup_mode="markdown", help="The platform file.", no_args_is_help=True)
 
@@ -37,13 +39,20 @@ def _topics(row: dict[str, Any]) -> str:
 
 
 @app.command()
-def check(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = OutputFormat.table) -> None:
-    """Validate the platform file; print every problem with its path, or a summary."""
+def check(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = OutputFormat.table,
+          strict: StrictOption = False) -> None:
+    """Validate the platform file; print every problem with its path, or a summary with the
+    durability warnings (settings that stop writes or lose records once a broker fails). Exit 2 on
+    a problem, or with --strict on a warning."""
     model = load_platform(platform)  # the file as written, not what `conveyor up` resolved
     columns = (Column("cluster"), Column("role"), Column("brokers", cell=_brokers),
                Column("racks", cell=lambda r: ",".join(r["racks"])),
                Column("topics (partitions x RF, min ISR)", cell=_topics))
-    render(output, Section("clusters", f"{platform}: valid", columns, _clusters(model)), platform=model.name)
+    findings = durability_findings(model)
+    warnings = [durability_section(findings)] if findings or output is OutputFormat.json else []
+    render(output, Section("clusters", f"{platform}: valid", columns, _clusters(model)), *warnings, platform=model.name)
+    if strict and findings:
+        raise typer.Exit(2)
 
 
 @app.command("hash-token")

@@ -6,9 +6,11 @@ from typing import Annotated
 
 import typer
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Report, Section,
-                                 YesOption, confirm, platform_from, platform_to_apply, render)
+                                 StrictOption, YesOption, confirm, durability_section, platform_from, platform_to_apply,
+                                 render)
 from conveyor.acls import provisioner as acl_provisioner
 from conveyor.topics import provisioner
+from conveyor.topics.lint import durability_findings
 from conveyor.topics.plan import ChangeKind, ClusterPlan
 
 app = typer.Typer(rich_markup_mode="markdown", help="Make every cluster's topics match platform.yaml.", no_args_is_help=True)
@@ -53,14 +55,19 @@ def plan(
     cluster: ClusterOption = None,
     prune: PruneOption = False,
     output: OutputOption = OutputFormat.table,
+    strict: StrictOption = False,
 ) -> None:
     """Show what `apply` would change: missing topics, fewer partitions than declared, config
-    drift, and what Kafka cannot change. Exit status, as Terraform's -detailed-exitcode: 0 when
-    every cluster matches platform.yaml, 2 when `apply` would change something, 1 on an error or
-    when the plan holds something Kafka cannot apply."""
-    plans = provisioner.plan(platform_from(platform), cluster, prune)
-    code = plan_exit_code(plans)
-    render(output, _plan_section(plans), exit_code=code)
+    drift, and what Kafka cannot change; then the durability warnings (settings that stop writes
+    or lose records once a broker fails). Exit status, as Terraform's -detailed-exitcode: 0 when
+    every cluster matches platform.yaml, 2 when `apply` would change something, 1 on an error, when
+    the plan holds something Kafka cannot apply, or with --strict on a warning."""
+    model = platform_from(platform)
+    plans = provisioner.plan(model, cluster, prune)
+    findings = [f for f in durability_findings(model) if cluster is None or f.cluster == cluster]
+    code = 1 if strict and findings else plan_exit_code(plans)
+    warnings = [durability_section(findings)] if findings or output is OutputFormat.json else []
+    render(output, _plan_section(plans), *warnings, exit_code=code)
     raise typer.Exit(code)
 
 
