@@ -8,13 +8,16 @@ monitoring only, to a consumer group named after the part and its route or view
 (:func:`group_name`), with commit metadata naming where the real position lives (``{"monitor-only":
 "iceberg"}``). Nothing ever resumes from these groups.
 
-Committed through the admin API (OffsetCommit with no member), because the monitoring group has
-no members: nobody subscribes with its name. The coordinator accepts such a commit for an empty
-group, and accepts a lower offset than before, which a rolled-back table needs (its REWIND must
-show). A consumer's commit would need the group's generation, i.e. joining it, which would make
-the reader a member of a group it never reads with. Should someone start a consumer under a
-monitoring group's name, the coordinator refuses the admin commit (the group is not empty); that
-failure, like every publishing failure, is logged and counted and never fails the reader.
+Committed as a standalone consumer commits (OffsetCommit with no member and no generation), from a
+consumer handle of the monitoring group that never joins it: nobody subscribes with its name. The
+coordinator accepts such a commit for an empty group, and accepts a lower offset than before, which
+a rolled-back table needs (its REWIND must show). Not through the admin API's
+AlterConsumerGroupOffsets: librdkafka 2.16 aborts the whole process when a broker restarts under
+that call (``rd_kafka_enq_once_del_source_return: eonce->refcnt > 0``), which took down the
+replicator's workers in a soak; the consumer's commit goes through its group handle, which waits
+for the coordinator instead. Should someone start a consumer under a monitoring group's name, the
+coordinator refuses the commit (the group is not empty); that failure, like every publishing
+failure, is logged and counted and never fails the reader.
 
 The metadata also names the client ids of the reader's real Kafka clients (``"client-ids"``), so
 the throttle, which sets quotas by client id, can act on a reader it sees only through this feed:
@@ -32,11 +35,11 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Counter
 
 from conveyor import kafka
@@ -115,17 +118,18 @@ def publish_counter(registry: CollectorRegistry) -> Counter:
 class PositionFeed:
     """Publishes one reader's positions to its monitoring group on ``cluster``, at most once every
     ``min_interval`` seconds (a copier commits many transactions a second; ops samples every few
-    seconds). Constructing it does no I/O."""
+    seconds). Constructing it does no I/O; :meth:`close` releases its consumer handle."""
 
     def __init__(self, platform: Platform, cluster: str, group: str, store: str, min_interval: float = 0.0,
-                 registry: CollectorRegistry | None = None, admin: AdminClient | None = None,
-                 timeout: float = 10.0, client_ids: Sequence[str] = (), unquotable: str | None = None) -> None:
+                 registry: CollectorRegistry | None = None, timeout: float = 10.0, client_ids: Sequence[str] = (), unquotable: str | None = None) -> None:
         self.platform, self.cluster, self.group, self.store = platform, cluster, group, store
         self.unquotable = unquotable
         self.metadata = metadata(store, client_ids, unquotable)
         self.min_interval = min_interval
         self.timeout = timeout
-        self._admin = admin
+        self._consumer: Consumer | None = None
+        #: Futures of the commits sent, oldest first: their answers come back in that order.
+        self._waiting: deque[Future] = deque()
         self._counter = publish_counter(registry) if registry is not None else None
         self._last = -float("inf")
         #: What the last publish sent, with its metadata: an unchanged position is not sent again.
@@ -133,11 +137,31 @@ class PositionFeed:
         self.published = 0
         self.failures = 0
 
-    @property
-    def admin(self) -> AdminClient:
-        if self._admin is None:
-            self._admin = kafka.admin(self.platform, self.cluster)
-        return self._admin
+    def _committer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = kafka.consumer(self.platform, self.cluster, self.group, "conveyor-position-feed",
+                                            {"on_commit": self._answered})
+        return self._consumer
+
+    def _answered(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """The commit's answer (librdkafka's on_commit, served by :meth:`_serve`)."""
+        if not self._waiting:
+            return
+        future = self._waiting.popleft()
+        if error is not None:
+            future.set_exception(KafkaException(error))
+        else:
+            future.set_result(partitions)
+
+    def _serve(self, timeout: float = 0.0) -> None:
+        if self._consumer is not None:
+            self._consumer.poll(timeout)  # no assignment: it only serves the commits' answers
+
+    def close(self) -> None:
+        """Release the consumer handle (commits still unanswered are given up)."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
 
     def name_clients(self, client_ids: Sequence[str]) -> None:
         """The reader's client ids changed (a dispatcher node joined or left): the next publish
@@ -161,13 +185,16 @@ class PositionFeed:
         self._sent = (dict(positions), self.metadata)
         offsets = [TopicPartition(topic, partition, offset, metadata=self.metadata)
                    for (topic, partition), offset in sorted(positions.items())]
+        consumer = self._committer()
+        self._serve()
         try:
-            future = self.admin.alter_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(self.group, offsets)], request_timeout=self.timeout)[self.group]
+            consumer.commit(offsets=offsets, asynchronous=True)
         except KafkaException as exc:
             self._failed(exc)
             return None
+        future: Future = Future()
         future.add_done_callback(self._done)
+        self._waiting.append(future)
         return future
 
     def committed(self) -> dict[tuple[str, int], int]:
@@ -185,8 +212,10 @@ class PositionFeed:
             failures = self.failures
             future = self.publish(positions, force=True)
             if future is not None:
-                wait([future], self.timeout + 1)
-                if self.failures == failures:
+                deadline = time.monotonic() + self.timeout
+                while not future.done() and time.monotonic() < deadline:
+                    self._serve(0.1)
+                if future.done() and self.failures == failures:
                     return True
             time.sleep(0.5 * (attempt + 1))
         return False
@@ -196,7 +225,7 @@ class PositionFeed:
         if error is not None:
             self._failed(error)
             return
-        failed = [tp for tp in future.result().topic_partitions if tp.error is not None]
+        failed = [tp for tp in future.result() if tp.error is not None]
         if failed:
             self._failed(failed[0].error)
         else:

@@ -132,5 +132,8 @@ class SharePositions:
             return []
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.publish_once()
+        try:
+            while not self._stop.wait(self.interval):
+                self.publish_once()
+        finally:
+            self.feed.close()

@@ -31,4 +31,7 @@ def publish_position(platform: Platform, topic: str, tables: Iterable[Positions 
     if positions:
         feed = PositionFeed(platform, source_cluster(platform), group_name("lake", topic), "iceberg",
                             client_ids=[spark_client_id("lake", topic)])
-        feed.publish_and_wait({(topic, partition): offset for partition, offset in positions.items()})
+        try:
+            feed.publish_and_wait({(topic, partition): offset for partition, offset in positions.items()})
+        finally:
+            feed.close()

@@ -90,8 +90,7 @@ class _Source:
         try:
             self.admin = kafka.admin(shared.platform, shared.route.source)
             self.feed = PositionFeed(shared.platform, shared.route.source, group_name("replicate", name),
-                                     "route topic", _FEED_INTERVAL, shared.metrics.registry, self.admin,
-                                     client_ids=[client_id])
+                                     "route topic", _FEED_INTERVAL, shared.metrics.registry, client_ids=[client_id])
         except BaseException:  # the copier closes the consumer of a whole _Source only
             self.consumer.close()
             raise
@@ -175,6 +174,7 @@ class BucketCopier(threading.Thread):
             if source is not None:
                 shared.metrics.buckets_owned.labels(name, shared.worker_id).dec()
                 source.feed.publish_and_wait(_positions(self._state), attempts=1)  # the last one, not throttled
+                source.feed.close()
                 source.consumer.close()
             try:
                 producer.flush(10)

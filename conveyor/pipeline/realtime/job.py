@@ -241,6 +241,7 @@ def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, Realtim
         last = batch_positions(query.lastProgress)
         if last:
             feed.publish_and_wait(last)
+        feed.close()
     failure = query.exception()
     if failure is not None:
         raise failure
