@@ -52,8 +52,10 @@ TOPIC = "sys-events"
 REJECTS = "sys-events-rejects"
 GROUP = "mailer.sys"
 DCS = ("dc1", "dc2")
-#: Events a second per data centre: the processes, not the rate, are what this test puts under strain.
-RATE = 40.0
+#: Events a second per data centre: the processes, not the rate, are what this test puts under
+#: strain, and on 2 cores every event's path through the gateways, replicators, lake runners, views
+#: and dispatcher competes with the other tests' for the CPU.
+RATE = 20.0
 
 
 @pytest.fixture
