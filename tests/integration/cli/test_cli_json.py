@@ -41,8 +41,8 @@ def test_status_lists_every_running_process(platform: Platform, platform_file: P
 
 def test_topics_plan_is_in_sync_then_lists_a_change_with_exit_2(provisioned: Platform, platform_data,
                                                                    platform_file: Path) -> None:
-    code, document = conveyor_json("topics", "plan", "--platform", str(platform_file))
-    assert (code, document["exit_code"]) == (0, 0)
+    code, document = conveyor_json("topics", "plan", "--platform", str(platform_file), "--strict")
+    assert (code, document["exit_code"]) == (0, 0) and document["warnings"] == []
     assert {(r["cluster"], r["change"]) for r in document["changes"]} == {(c, "in sync") for c in
                                                                           provisioned.clusters}
     grown = copy.deepcopy(platform_data)
@@ -53,6 +53,16 @@ def test_topics_plan_is_in_sync_then_lists_a_change_with_exit_2(provisioned: Pla
     assert (code, document["exit_code"]) == (2, 2)
     assert [(r["cluster"], r["topic"], r["change"]) for r in document["changes"]] == [
         ("central", "notifications", "add partitions")]
+
+    # A durability warning fails the plan only with --strict (conveyor/topics/lint.py).
+    fragile = copy.deepcopy(platform_data)
+    fragile["topics"]["notifications"]["min_insync_replicas"] = 3
+    fragile["topics"]["notifications"]["clusters"] = ["central"]
+    path.write_text(yaml.safe_dump(fragile, sort_keys=False))
+    code, document = conveyor_json("topics", "plan", "--platform", str(path), "--cluster", "central", "--strict")
+    assert code == 1, document
+    assert [(w["topic"], w["cluster"], w["rule"]) for w in document["warnings"]] == [
+        ("notifications", "central", "min-isr-equals-replicas")]
 
 
 def test_ops_lag_shows_a_group_with_its_partitions(platform: Platform, platform_file: Path, topic_factory) -> None:
