@@ -134,6 +134,9 @@ class FakeFeed:
         self.last = positions
         return True
 
+    def close(self) -> None:
+        pass
+
 
 class Run:
     """One copier of bucket 0 of a route whose one bucket holds t[0] and t[1], run to its end."""
