@@ -64,7 +64,7 @@ def plan(
     the plan holds something Kafka cannot apply, or with --strict on a warning."""
     model = platform_from(platform)
     plans = provisioner.plan(model, cluster, prune)
-    findings = [f for f in durability_findings(model) if cluster is None or f.cluster == cluster]
+    findings = [f for f in durability_findings(model) if not cluster or f.cluster in cluster]
     code = 1 if strict and findings else plan_exit_code(plans)
     warnings = [durability_section(findings)] if findings or output is OutputFormat.json else []
     render(output, _plan_section(plans), *warnings, exit_code=code)
