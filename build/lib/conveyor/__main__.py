@@ -1,3 +1,0 @@
-from conveyor.cli import main
-
-main()

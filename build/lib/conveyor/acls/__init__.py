@@ -1,1 +1,0 @@
-"""Kafka principals and ACLs derived from platform.yaml (``conveyor acl plan|apply``)."""

@@ -1,1 +1,0 @@
-"""The data bus gateway: services publish events over HTTP without knowing Kafka."""

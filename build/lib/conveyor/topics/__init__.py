@@ -1,1 +1,0 @@
-"""Topics: contracts and the provisioner that makes every cluster match platform.yaml."""

@@ -1,1 +1,0 @@
-"""The operations dashboard and the watch service's HTTP API."""
