@@ -92,10 +92,18 @@ def platform_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         data["runtime"]["base_port"] = base_port()
         # A loaded CI machine starts six JVMs slowly; fail on a real fault, not on a busy host.
         data["runtime"]["start_timeout"] = 300
-        # Central runs as the demo's does, secured (SCRAM over TLS, the authorizer on; docs/security.md);
-        # CONVEYOR_TEST_CENTRAL_SECURITY=plaintext runs the same tests against it in clear.
-        if os.environ.get("CONVEYOR_TEST_CENTRAL_SECURITY"):
-            data["clusters"]["central"]["security"] = os.environ["CONVEYOR_TEST_CENTRAL_SECURITY"]
+        # Every cluster runs as the demo's do, secured (SCRAM over TLS, the authorizer on;
+        # docs/security.md); CONVEYOR_TEST_SECURITY=plaintext runs the same tests against them in clear.
+        if os.environ.get("CONVEYOR_TEST_SECURITY"):
+            for cluster in data["clusters"].values():
+                cluster["security"] = os.environ["CONVEYOR_TEST_SECURITY"]
+        # The demo's edges serve TLS; the session's serve in clear, so that a test's own gateways,
+        # dispatcher nodes and dashboards take plain clients. The system test serves them with TLS
+        # as the demo does, and tests/integration/test_edge_tls.py checks each edge's refusals.
+        for edge in ("gateway", "dispatch", "ops"):
+            data[edge].pop("tls", None)
+        data["ops"]["components"] = {name: url.replace("https://", "http://")
+                                     for name, url in data["ops"]["components"].items()}
     return data
 
 

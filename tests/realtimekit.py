@@ -10,8 +10,11 @@ topic of its own, all in a platform file of its own. Spark is the lake tests' se
 from __future__ import annotations
 
 import copy
+import hashlib
+import os
 import shutil
 import subprocess
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +26,8 @@ import pytest
 
 from conveyor.config import Platform
 from conveyor.pipeline.realtime.store import RedisTarget, connect, connect_to
+from conveyor.runtime.redis_access import WRITER, acl_file, passwords, redis_url
+from conveyor.runtime.security import local_security, write_private
 from tests.conftest import demo_event, eventually, platform_variant
 from tests.lakekit import CONTRACT
 
@@ -64,14 +69,27 @@ def _redis_binaries() -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def redis_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """Three redis-server masters in cluster mode on 127.0.0.1, joined by ``redis-cli --cluster
-    create``; yields their URLs (what pipeline.realtime.redis takes) and stops them after."""
+    """Three redis-server masters in cluster mode on 127.0.0.1, secured as the local runtime's Redis
+    is (TLS with the local CA's certificate, the bus too; the ACL file's users), joined by
+    ``redis-cli --cluster create``; yields the views job's URLs (what pipeline.realtime.redis takes)
+    and stops them after."""
     first = platform.runtime.base_port + REDIS_CLUSTER_OFFSET
     if first in _RUNNING:
         yield _RUNNING[first]
         return
     server, cli = _redis_binaries()
+    material = local_security(platform.home)
+    cert, key = material.server_certificate()
+    tls = ["--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(material.ca_cert),
+           "--tls-auth-clients", "no"]
     folder = tmp_path_factory.mktemp("redis-cluster")
+    held = passwords(material)
+    admin = uuid.uuid4().hex  # joining the nodes takes CLUSTER ADDSLOTS and MEET: this fixture's alone
+    acl = folder / "users.acl"
+    write_private(acl, (acl_file(held) + f"user cluster-admin on #{hashlib.sha256(admin.encode()).hexdigest()} "
+                                          "~* &* +@all\n").encode())
+    as_admin = {**os.environ, "REDISCLI_AUTH": admin}
+    cli_tls = ["--tls", "--cacert", str(material.ca_cert), "--user", "cluster-admin"]
     ports = [first, first + 1, first + 2]
     processes = []
     try:
@@ -80,18 +98,21 @@ def redis_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) 
             node.mkdir()
             with (node / "redis.log").open("ab") as log:
                 processes.append(subprocess.Popen(
-                    [server, "--port", str(port), "--cluster-port", str(port + 3), "--bind", "127.0.0.1",
-                     "--cluster-enabled", "yes", "--cluster-config-file", str(node / "nodes.conf"),
+                    [server, "--port", "0", "--tls-port", str(port), *tls, "--tls-cluster", "yes",
+                     "--tls-replication", "yes", "--aclfile", str(acl), "--cluster-port", str(port + 3),
+                     "--bind", "127.0.0.1", "--cluster-enabled", "yes", "--cluster-config-file", str(node / "nodes.conf"),
                      "--dir", str(node), "--save", "", "--appendonly", "no"],
                     stdout=log, stderr=log, start_new_session=True))
         for port in ports:
-            eventually(lambda p=port: subprocess.run([cli, "-p", str(p), "ping"], capture_output=True,
-                                                     text=True).stdout.strip() == "PONG", 30, f"redis on {port}")
-        created = subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
-                                  "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, text=True, timeout=60)
+            eventually(lambda p=port: subprocess.run([cli, *cli_tls, "-p", str(p), "ping"], capture_output=True,
+                                                     text=True, env=as_admin).stdout.strip() == "PONG",
+                       30, f"redis on {port}")
+        created = subprocess.run([cli, *cli_tls, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
+                                  "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, text=True,
+                                 timeout=60, env=as_admin)
         assert created.returncode == 0, created.stdout + created.stderr
-        urls = [f"redis://127.0.0.1:{p}" for p in ports]
-        client = connect_to(RedisTarget(tuple(urls), cluster=True))
+        urls = [redis_url(p, WRITER, held[WRITER]) for p in ports]
+        client = connect_to(cluster_target(platform, urls))
         eventually(lambda: client.cluster_info()["cluster_state"] == "ok", 60, "the Redis Cluster's state ok")
         _RUNNING[first] = urls
         yield urls
@@ -105,6 +126,11 @@ def redis_cluster(platform: Platform, tmp_path_factory: pytest.TempPathFactory) 
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def cluster_target(platform: Platform, urls: list[str]) -> RedisTarget:
+    """The Redis Cluster of ``urls``, trusting the local CA that issued its nodes' certificate."""
+    return RedisTarget(tuple(urls), cluster=True, ca=str(local_security(platform.home).ca_cert))
 
 
 @pytest.fixture

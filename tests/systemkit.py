@@ -108,10 +108,11 @@ def conveyor(*args: str) -> list[str]:
     return [sys.executable, "-m", "conveyor", *args]
 
 
-def http_ready(url: str) -> Callable[[], bool]:
+def http_ready(url: str, verify: str | bool = True) -> Callable[[], bool]:
+    """``verify``: the CA file an HTTPS server's certificate is checked against."""
     def ready() -> bool:
         try:
-            return httpx.get(url, timeout=1).status_code == 200
+            return httpx.get(url, timeout=1, verify=verify).status_code == 200
         except httpx.HTTPError:
             return False
     return ready
@@ -158,8 +159,10 @@ class Generator:
     centre later (same event, same id), until stopped."""
 
     def __init__(self, urls: dict[str, str], topic: str, token: str, limit: int, rng: random.Random,
-                 ledger: Ledger, rate: float) -> None:
+                 ledger: Ledger, rate: float, ca: str | bool = True) -> None:
+        """``ca``: the CA file the gateways' certificates are checked against."""
         self.urls, self.topic, self.token, self.limit, self.ledger, self.rate = urls, topic, token, limit, ledger, rate
+        self.ca = ca
         self.rngs = {dc: random.Random(rng.randrange(1 << 32)) for dc in urls}
         self.failures: list[BaseException] = []
         self._sent: list[dict[str, Any]] = []
@@ -192,7 +195,7 @@ class Generator:
         other = next(d for d in self.urls if d != dc)
         try:
             with Publisher(self.urls[dc], self.token, max_attempts=200, backoff=0.1, max_backoff=2.0,
-                           timeout=60) as publisher:
+                           timeout=60, verify=self.ca) as publisher:
                 while not self._stop.is_set():
                     batch = [self.event(rng) for _ in range(rng.randint(1, 20))]
                     with self.ledger.lock:

@@ -72,7 +72,10 @@ def live_users(admin: AdminClient) -> set[str]:
     return set(described)
 
 
-def plan(platform: Platform, clusters: Iterable[str] | None = None, prune: bool = False) -> list[AclPlan]:
+def plan(platform: Platform, clusters: Iterable[str] | None = None, prune: bool = False,
+         reset_passwords: bool = False) -> list[AclPlan]:
+    """``reset_passwords``: set every user the clusters' ``users`` name to its password there, even
+    one the cluster has: what brings parts back in after the local principals file was lost."""
     plans = []
     for name in clusters or platform.clusters:
         cluster = platform.cluster(name)
@@ -87,7 +90,8 @@ def plan(platform: Platform, clusters: Iterable[str] | None = None, prune: bool 
         want_grants, _ = wanted(platform, name)
         admin_user = cluster.client.get("sasl.username")
         keep = frozenset({principal(admin_user.get_secret_value())} if admin_user is not None else ())
-        plans.append(plan_acls(name, want_grants, grants, set(cluster.users), users, prune, keep=keep))
+        plans.append(plan_acls(name, want_grants, grants, set(cluster.users), set() if reset_passwords else users,
+                               prune, keep=keep))
     return plans
 
 

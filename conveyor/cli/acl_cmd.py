@@ -3,6 +3,8 @@ and its ACLs on every secured cluster, derived from the topics' producers and co
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from conveyor.acls import provisioner
@@ -72,12 +74,15 @@ def apply(
     cluster: ClusterOption = None,
     prune: PruneOption = False,
     yes: YesOption = False,
+    reset_passwords: Annotated[bool, typer.Option(
+        "--reset-passwords", help="Also set the users the cluster already has to the passwords Conveyor holds "
+        "for them (after the local principals.json was lost or restored from an older copy).")] = False,
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Create the missing SCRAM users (those a cluster's users names) and ACLs; with --prune, after a typed
     confirmation (or --yes), also remove the ACLs platform.yaml does not declare."""
     model = platform_to_apply(platform, keep=True)
-    plans = provisioner.plan(model, cluster, prune)
+    plans = provisioner.plan(model, cluster, prune, reset_passwords)
     report = Report(output)
     report.add(_section(plans))
     removals = sum(len(p.remove) for p in plans)

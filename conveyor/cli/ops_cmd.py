@@ -17,7 +17,7 @@ from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputO
                                  err_console, platform_from, render)
 from conveyor.config import Platform
 from conveyor.errors import ConveyorError
-from conveyor.ops.errors import WatchUnreachableError
+from conveyor.ops.errors import WatchRefusedError, WatchUnreachableError
 from conveyor.service import wait_healthy
 from conveyor.tls import base_url, server_tls, trusted, uvicorn_tls
 
@@ -31,6 +31,9 @@ CRITICAL_STATUSES = ("STOP", "REWIND", "ERR")
 UrlOption = Annotated[str | None, typer.Option(
     "--url", envvar="CONVEYOR_OPS_URL", help="A running watch service (http://127.0.0.1:18070); "
     "without it, sample here for --samples rounds.")]
+TokenOption = Annotated[str | None, typer.Option(
+    "--token", envvar="CONVEYOR_OPS_TOKEN", show_envvar=True,
+    help="The watch service's ops.token, when it has one (prefer the variable: an argument shows in ps).")]
 SamplesOption = Annotated[int, typer.Option(min=1, help="Rounds to sample when no --url is given.")]
 IntervalOption = Annotated[float, typer.Option(min=0.1, help="Seconds between those rounds.")]
 ClusterOption = Annotated[str | None, typer.Option("--cluster", "-c", help="Only this cluster.")]
@@ -59,12 +62,15 @@ def _num(value: float | None, unit: str = "") -> str:
 
 
 def fetch_state(url: str, group: str | None, cluster: str | None,
-                verify: ssl.SSLContext | bool = True) -> dict[str, Any]:
+                verify: ssl.SSLContext | bool = True, token: str | None = None) -> dict[str, Any]:
     params = {k: v for k, v in (("group", group), ("cluster", cluster)) if v}
     if group:
         params["partitions"] = "all"
     try:
-        response = httpx.get(f"{url.rstrip('/')}/api/state", params=params, timeout=10, verify=verify)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        response = httpx.get(f"{url.rstrip('/')}/api/state", params=params, timeout=10, verify=verify, headers=headers)
+        if response.status_code == 401:
+            raise WatchRefusedError(url)
         response.raise_for_status()
     except httpx.HTTPError as exc:
         raise WatchUnreachableError(url, str(exc) or type(exc).__name__) from None
@@ -92,10 +98,11 @@ def sample_state(platform: Platform, samples: int, interval: float, group: str |
 
 
 def _state(platform: PlatformOption, url: str | None, samples: int, interval: float, group: str | None,
-           cluster: str | None) -> dict[str, Any]:
+           cluster: str | None, token: str | None) -> dict[str, Any]:
     if url:
         # A dashboard served with the local CA's certificate is verified against that CA.
-        return fetch_state(url, group, cluster, trusted(platform_from(platform)) if url.startswith("https:") else True)
+        verify = trusted(platform_from(platform)) if url.startswith("https:") else True
+        return fetch_state(url, group, cluster, verify, token)
     return sample_state(platform_from(platform), samples, interval, group, cluster)
 
 
@@ -134,13 +141,14 @@ def lag(
     cluster: ClusterOption = None,
     platform: PlatformOption = DEFAULT_PLATFORM,
     url: UrlOption = None,
+    token: TokenOption = None,
     samples: SamplesOption = 3,
     interval: IntervalOption = 1.0,
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Consumer lag per group with Burrow's statuses (OK, WARN, STALL, STOP, REWIND, ERR), seconds
     behind, and rewind and reset findings. Exits 1 when a group is STOP, REWIND or ERR."""
-    state = _state(platform, url, samples, interval, group, cluster)
+    state = _state(platform, url, samples, interval, group, cluster, token)
     groups = [g for c in state["clusters"] for g in c["groups"]]
     if group and not groups:
         raise ConveyorError(f"no consumer group {group!r} with committed offsets"
@@ -169,13 +177,14 @@ def health(
     cluster: ClusterOption = None,
     platform: PlatformOption = DEFAULT_PLATFORM,
     url: UrlOption = None,
+    token: TokenOption = None,
     samples: SamplesOption = 2,
     interval: IntervalOption = 2.0,
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Broker health from each broker's JMX exporter: replication, controller, elections, request
     times, load per broker and its skew, with alerts. Exits 1 on a critical alert."""
-    state = _state(platform, url, samples, interval, None, cluster)
+    state = _state(platform, url, samples, interval, None, cluster, token)
     health_alerts = [a for a in state["alerts"] if not a["rule"].startswith(("lag_", "offset_", "read_"))]
     code = 1 if any(a["severity"] == "CRITICAL" for a in health_alerts) else 0
     if output is OutputFormat.json:
@@ -220,7 +229,7 @@ def watch(
     from conveyor.web.app import create_app
 
     model = platform_from(platform)
-    uvicorn.run(create_app(Watcher(model)), host=host, port=port or model.ops.port, log_level="warning",
+    uvicorn.run(create_app(Watcher(model), host), host=host, port=port or model.ops.port, log_level="warning",
                 access_log=False, **uvicorn_tls(server_tls(model, model.ops.tls)))
 
 

@@ -77,7 +77,7 @@ def _views(spark: SparkSession, platform: Platform, lake: list[str], results: li
         return
     ready = []  # empty when Redis or the rejects could not be read (then recorded as the failure)
     with _checking(results, Invariant.views, "rejects", f"reading {platform.pipeline.realtime.rejects_topic}"):
-        ready.append((connect(platform), rejected(platform)))
+        ready.append((connect(platform, reader=True), rejected(platform)))
     if not ready:
         return
     (client, rejects), now = ready[0], datetime.now(timezone.utc)

@@ -8,7 +8,8 @@ from pydantic import Field, model_validator
 
 from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
 from conveyor.config.tls import Tls
-from conveyor.config.units import Model, Name, Seconds, SizeBytes
+from conveyor.config.tokens import TokenHash
+from conveyor.config.units import Model, Name, Secret, Seconds, SizeBytes
 
 #: The judging rules' own defaults: the settings below only expose them.
 _HEALTH = HealthPolicy()
@@ -49,6 +50,12 @@ class Ops(Model):
     port: int = Field(default=18070, ge=1024, le=65535, description="/metrics, /healthz, /api and the dashboard")
     #: Serve the dashboard over HTTPS (``tls: {}`` for the platform's certificate, see Tls).
     tls: Tls | None = None
+    #: The credential the dashboard and /api/state ask for (Bearer, or Basic with the token as
+    #: password, which a browser prompts for); None leaves them open to whoever reaches the port.
+    token: TokenHash | None = None
+    #: Host names the service answers to besides 127.0.0.1, localhost, ::1 and the address it listens
+    #: on; a request naming any other Host is refused, so a page on a rebound DNS name cannot read it.
+    hosts: list[str] = Field(default_factory=list)
     #: Seconds between samples of offsets and broker metrics.
     interval: Seconds = Field(default=5.0, gt=0)
     #: Samples per partition window (Burrow's intervals); the lag rules judge a whole window.
@@ -91,7 +98,8 @@ class Ops(Model):
     coordinator_load_warn: Seconds = Field(default=_OFFSETS.coordinator_load_warn_ms / 1000, gt=0)
     #: A webhook that receives the watcher's alerts in Alertmanager's shape on every change of state
     #: (Alertmanager's own webhook receivers, a chat hook); none by default.
-    notify_url: str | None = Field(default=None, pattern=r"^https?://")
+    #: May be ``${ENV_VAR}`` or ``file:PATH`` (a hook's URL often holds its secret); masked when shown.
+    notify_url: Secret | None = None
     #: Posts tried per change before it is dropped (with back-off doubling from 0.5 s).
     notify_attempts: int = Field(default=5, ge=1, le=20)
     #: Component name -> its /metrics URL, read for the panels.
@@ -102,6 +110,8 @@ class Ops(Model):
     def _valid(self) -> Ops:
         if self.request_p99_warn > self.request_p99_alarm:
             raise ValueError("request_p99_warn must not be above request_p99_alarm")
+        if self.notify_url is not None and not self.notify_url.get_secret_value().startswith(("http://", "https://")):
+            raise ValueError("notify_url must start with http:// or https://")
         for pattern in self.exclude_groups:
             try:
                 re.compile(pattern)

@@ -6,9 +6,9 @@ import re
 from typing import Annotated
 from typing import Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, SecretStr, Tag, model_validator
 
-from conveyor.config.units import TOPIC_NAME, Model, Name, Seconds
+from conveyor.config.units import TOPIC_NAME, Model, Name, Secret, Seconds, resolve_secret
 
 
 class Spark(Model):
@@ -49,7 +49,21 @@ class Lake(Model):
 
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-RedisUrl = Annotated[str, StringConstraints(pattern=r"^rediss?://\S+$")]
+_REDIS_URL = re.compile(r"^rediss?://\S+$")
+
+
+def _redis_url(value: SecretStr) -> SecretStr:
+    if not _REDIS_URL.match(value.get_secret_value()):
+        raise ValueError("must be a redis:// or rediss:// URL")
+    return value
+
+
+#: A Redis URL, which may carry a user and password (``rediss://user:password@host:6379/0``): as a
+#: secret it may be ``${ENV_VAR}`` or ``file:PATH``, and is masked wherever settings are shown.
+RedisUrl = Annotated[SecretStr, BeforeValidator(resolve_secret), AfterValidator(_redis_url)]
+#: One server's URL, or a Redis Cluster's nodes' (a list); an error names which it was read as.
+RedisTargetUrls = Annotated[Annotated[RedisUrl, Tag("url")] | Annotated[list[RedisUrl], Field(min_length=1), Tag("nodes")],
+                            Discriminator(lambda value: "nodes" if isinstance(value, list) else "url")]
 #: A filter or a metric's ``where``: field -> the value, or one of the values, it must have.
 FieldMatch = dict[str, str | list[str]]
 
@@ -124,7 +138,10 @@ class Realtime(Model):
     #: The views' Redis: one server's URL, or a list of Redis Cluster nodes' URLs (some of them: the
     #: client discovers the rest; the first one's credentials and TLS apply to all). Unset, `conveyor
     #: up` gives it in the resolved view: runtime.redis.url, else the Redis it runs.
-    redis: RedisUrl | Annotated[list[RedisUrl], Field(min_length=1)] | None = None
+    redis: RedisTargetUrls | None = None
+    #: The same Redis as a read-only user sees it, for the parts that only read the views (`conveyor
+    #: verify`, `conveyor views`); default: ``redis``. `conveyor up` gives both, each its own user.
+    redis_reader: RedisTargetUrls | None = None
     #: Micro-batch interval.
     trigger: Seconds = Field(default=1.0, gt=0)
     #: Most Kafka records per micro-batch (catching up after a stop goes in steps of this).
@@ -159,7 +176,8 @@ class Catalog(Model):
     #: Folder (relative to platform.yaml) or URI where table files go.
     warehouse: str = ".conveyor/warehouse"
     #: More Iceberg catalog properties, passed as they are (jdbc.user, jdbc.password, io-impl, ...).
-    options: dict[str, str] = Field(default_factory=dict)
+    #: Each may be ``${ENV_VAR}`` or ``file:PATH``, and is masked wherever the settings are shown.
+    options: dict[str, Secret] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Catalog:

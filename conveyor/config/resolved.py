@@ -46,13 +46,15 @@ class ResolvedCatalog(Model):
     """The lake's JDBC catalog database up started: ``pipeline.catalog``'s settings of the same names."""
 
     uri: str = Field(min_length=1)
-    options: dict[str, str] = Field(default_factory=dict)
+    options: dict[str, Secret] = Field(default_factory=dict)
 
 
 class ResolvedView(Model):
     clusters: dict[Name, ResolvedCluster] = Field(default_factory=dict)
-    #: The views' Redis (``pipeline.realtime.redis``).
-    redis: str | None = None
+    #: The views' Redis (``pipeline.realtime.redis``), and as its read-only user sees it
+    #: (``redis_reader``); each URL carries its user's password.
+    redis: Secret | None = None
+    redis_reader: Secret | None = None
     #: The edges' certificate and its authority (platform.yaml's top-level ``tls:``).
     tls: Tls | None = None
     #: The database of a jdbc catalog that names none (``pipeline.catalog``).
@@ -105,7 +107,7 @@ def with_resolved_view(platform: Platform, view: ResolvedView) -> Platform:
     pipeline: dict[str, Any] = {}
     realtime, catalog = platform.pipeline.realtime, platform.pipeline.catalog
     if realtime.redis is None and view.redis is not None:
-        pipeline["realtime"] = realtime.model_copy(update={"redis": view.redis})
+        pipeline["realtime"] = realtime.model_copy(update={"redis": view.redis, "redis_reader": view.redis_reader})
     if catalog.type == "jdbc" and catalog.uri is None and view.catalog is not None:
         pipeline["catalog"] = catalog.model_copy(
             update={"uri": view.catalog.uri, "options": {**view.catalog.options, **catalog.options}})

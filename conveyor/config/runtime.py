@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from conveyor.config.units import Model
+from conveyor.config.units import Model, Secret
 
 
 class Redis(Model):
     enabled: bool = True
     port: int | None = Field(default=None, ge=1024, le=65535, description="default: base_port - 1")
-    url: str | None = Field(default=None, description="an existing Redis instead of a local one")
+    #: An existing Redis instead of a local one (``${ENV_VAR}`` or ``file:PATH`` when it holds a password).
+    url: Secret | None = None
 
 
 class Postgres(Model):

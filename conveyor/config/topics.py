@@ -8,6 +8,7 @@ from enum import Enum
 from pydantic import Field, model_validator
 
 from conveyor.config.clusters import Cluster
+from conveyor.config.tokens import TokenHash
 from conveyor.config.units import DurationMs, Model, Name, Seconds, SizeBytes
 
 
@@ -54,20 +55,10 @@ class Topic(Model):
         return configs
 
 
-class Service(Model):
-    """A service that publishes or consumes. Its token is stored only as a hash: a SHA-256 hex
-    digest, or a salted scrypt hash (``conveyor config hash-token --scrypt`` makes either)."""
+class Service(TokenHash):
+    """A service that publishes or consumes, and the hash of its token."""
 
-    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    #: ``scrypt$<log2 N>$<r>$<p>$<salt hex>$<hash hex>``: slow to guess from a leaked file.
-    token_scrypt: str | None = Field(default=None, pattern=r"^scrypt\$\d{1,2}\$\d{1,2}\$\d{1,2}\$[0-9a-f]{16,}\$[0-9a-f]{32,}$")
     description: str = ""
-
-    @model_validator(mode="after")
-    def _one_token_hash(self) -> Service:
-        if (self.token_sha256 is None) == (self.token_scrypt is None):
-            raise ValueError("give the token's hash as token_sha256 or token_scrypt (one of them)")
-        return self
 
 
 class ReplicationMode(str, Enum):

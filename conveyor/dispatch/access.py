@@ -15,18 +15,18 @@ class Access:
         self._cluster = cluster
         self._authorizer = Authorizer(platform)
 
-    def service(self, authorization: str | None) -> str:
-        """The service behind ``authorization``; raises Unauthenticated (conveyor.auth)."""
-        return self._authorizer.service_of(authorization)
+    def service(self, authorization: str | None, address: str = "") -> str:
+        """The service behind ``authorization``; raises Unauthenticated or TooManyAttempts (conveyor.auth)."""
+        return self._authorizer.service_of(authorization, address)
 
-    def check(self, authorization: str | None, topic: str, group: str) -> str:
+    def check(self, authorization: str | None, topic: str, group: str, address: str = "") -> str:
         """The service behind ``authorization`` if it may read ``topic`` as ``group``.
 
-        Raises Unauthenticated or Forbidden (conveyor.auth), or UnknownTopic, UnknownGroup,
+        Raises Unauthenticated, TooManyAttempts or Forbidden (conveyor.auth), or UnknownTopic, UnknownGroup,
         ForeignGroup. A group is ``<service>`` or ``<service>.<name>`` for a consumer service of
         the topic, and only that service may use it, so one service cannot drain another's group.
         """
-        service = self._authorizer.service_of(authorization)
+        service = self._authorizer.service_of(authorization, address)
         spec = self._topics.get(topic)
         if spec is None:
             raise UnknownTopic(f"unknown topic {topic!r}: not declared for cluster {self._cluster} in platform.yaml")

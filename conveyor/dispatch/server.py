@@ -27,7 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from confluent_kafka import KafkaException
 
 from conveyor import kafka
-from conveyor.auth import Forbidden, Unauthenticated
+from conveyor.auth import Forbidden, TooManyAttempts, Unauthenticated
 from conveyor.config import Part, Platform
 from conveyor.dispatch.access import Access, owner
 from conveyor.dispatch.discovery import Membership
@@ -59,6 +59,7 @@ MAX_STREAMS = 512
 _REAP_EVERY = 5.0
 _STATUS = {
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    TooManyAttempts: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Forbidden: grpc.StatusCode.PERMISSION_DENIED,
     ForeignGroup: grpc.StatusCode.PERMISSION_DENIED,
 }
@@ -238,15 +239,15 @@ class DispatchNode:
     def authenticate(self, context: grpc.ServicerContext) -> str:
         """The service whose token the call carries, before the stream is read at all."""
         try:
-            return self.access.service(dict(context.invocation_metadata()).get("authorization"))
-        except Unauthenticated as exc:
-            _abort(context, grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            return self.access.service(dict(context.invocation_metadata()).get("authorization"), _address(context))
+        except (Unauthenticated, TooManyAttempts) as exc:
+            _abort(context, _STATUS[type(exc)], str(exc))
 
     def authorize(self, context: grpc.ServicerContext, topic: str, group: str) -> str:
         authorization = dict(context.invocation_metadata()).get("authorization")
         try:
-            return self.access.check(authorization, topic, group)
-        except (Unauthenticated, Forbidden, AccessError) as exc:
+            return self.access.check(authorization, topic, group, _address(context))
+        except (Unauthenticated, TooManyAttempts, Forbidden, AccessError) as exc:
             _abort(context, _STATUS.get(type(exc), grpc.StatusCode.NOT_FOUND), str(exc))
 
     def serving(self, context: grpc.ServicerContext, topic: str, group: str) -> Source:
@@ -332,6 +333,11 @@ class ReaderService(pb_grpc.ReaderServicer):
         node.authorize(context, subscribe.topic, subscribe.group)
         client = Client(service, subscribe.credit)
         return node.attach(context, subscribe.topic, subscribe.group, client), client
+
+
+def _address(context: grpc.ServicerContext) -> str:
+    """The caller's address without its port (``ipv4:127.0.0.1:51234`` -> ``ipv4:127.0.0.1``)."""
+    return context.peer().rpartition(":")[0]
 
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:

@@ -18,6 +18,7 @@ import os
 import socket
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -31,7 +32,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from conveyor.auth import Authorizer
+from conveyor.auth import SCRYPT_SLOTS, Authorizer, TooManyAttempts
 from conveyor.config import Part, Platform, read_contract
 from conveyor.errors import Refusal
 from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
@@ -54,6 +55,9 @@ HEALTH_REUSE = 2.0
 #: Bodies larger than this are parsed and checked on a worker thread, so one large request does not
 #: hold every other request on the event loop up for its whole parse.
 PARSE_OFF_LOOP_BYTES = 256 * 1024
+#: Requests whose token is being verified against scrypt hashes at once: twice the hashing slots
+#: (conveyor.auth), so a slot freed is taken at once; more are refused with 429 unhashed.
+VERIFIERS = 2 * SCRYPT_SLOTS
 
 
 def instance_id(dc: str) -> str:
@@ -89,6 +93,10 @@ class Gateway:
         #: The latest answer of :meth:`writable` and when it came (monotonic seconds).
         self._writable: tuple[float, str | None] = (float("-inf"), None)
         self._probing = asyncio.Lock()
+        #: scrypt verifications run on threads of their own, never on the loop's default executor,
+        #: which the health probe and large bodies' parsing use.
+        self._verifier = ThreadPoolExecutor(VERIFIERS, thread_name_prefix="gateway-token")
+        self._verifying = 0
 
     def _switched(self, old: str, new: str, why: str) -> None:
         self.metrics.failovers.labels(old, new).inc()
@@ -117,6 +125,7 @@ class Gateway:
         if self._audit_task is not None:
             self._audit_task.cancel()
         await self.publish_audit()
+        self._verifier.shutdown(wait=False, cancel_futures=True)
         left = await self.writer.stop()
         if left:
             log.error("%d messages were still undelivered at shutdown", left)
@@ -162,9 +171,20 @@ class Gateway:
         finally:
             self._in_progress -= 1
 
-    def authorize(self, topic: str, authorization: str | None) -> None:
-        """Before the body is read: who is asking, for a topic that takes events, as its producer."""
-        service = self.auth.service_of(authorization)
+    async def authorize(self, topic: str, authorization: str | None, address: str) -> None:
+        """Before the body is read: who is asking, for a topic that takes events, as its producer.
+        A token that needs a scrypt hash is verified off the event loop (conveyor.auth bounds it)."""
+        if self.auth.decided(authorization):
+            service = self.auth.service_of(authorization, address)
+        else:
+            if self._verifying >= VERIFIERS:
+                raise TooManyAttempts(f"{VERIFIERS} token verifications are in progress; retry later", retry_after=1)
+            self._verifying += 1
+            try:
+                service = await asyncio.get_running_loop().run_in_executor(
+                    self._verifier, self.auth.service_of, authorization, address)
+            finally:
+                self._verifying -= 1
         if topic not in self.platform.topics or topic not in self.contracts:
             raise UnknownTopic(f"no topic {topic} takes events through the gateway", topic=topic)
         self.auth.check_producer(service, topic)
@@ -206,7 +226,7 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
 
 
 def _refusal_headers(err: Refusal) -> dict[str, str] | None:
-    if isinstance(err, Overloaded):
+    if isinstance(err, (Overloaded, TooManyAttempts)):
         return {"Retry-After": str(err.retry_after)}
     # The rest of a late body may still come: the connection cannot carry another request.
     return {"Connection": "close"} if isinstance(err, RequestTimeout) else None
@@ -245,7 +265,8 @@ def create_app(gateway: Gateway) -> FastAPI:
         started = time.perf_counter()
         label = topic if topic in gateway.platform.topics else "(unknown)"
         try:
-            gateway.authorize(topic, request.headers.get("authorization"))
+            await gateway.authorize(topic, request.headers.get("authorization"),
+                                    request.client.host if request.client else "")
             media = media_type(request.headers.get("content-type"))
             body = await read_body(request, gateway.settings.max_request_bytes, gateway.settings.body_timeout)
             with gateway.admission():

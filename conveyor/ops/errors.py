@@ -27,3 +27,12 @@ class WatchUnreachableError(OpsError):
         self.url = url
         super().__init__(f"the ops watch service at {url} did not answer ({what}); start it with "
                          "`conveyor ops start`, or leave out --url to sample here")
+
+
+class WatchRefusedError(OpsError):
+    """The watch service named by --url asks for the ops token it was not given, or refused it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        super().__init__(f"the ops watch service at {url} refused the request without a valid ops token: give "
+                         "--token or set CONVEYOR_OPS_TOKEN (the token whose hash is ops.token in platform.yaml)")

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -77,6 +78,8 @@ class WebhookNotifier:
     def __init__(self, url: str, platform: str, external_url: str = "", attempts: int = 5,
                  backoff: float = 0.5, timeout: float = 5.0) -> None:
         self.url = url
+        #: What logs name: the host alone, since a hook's path or query often holds its secret.
+        self.shown = _host_of(url)
         self.platform = platform
         self.external_url = external_url
         self.attempts = attempts
@@ -105,13 +108,13 @@ class WebhookNotifier:
                     self.sent += 1
                     break
                 except httpx.HTTPError as err:
-                    log.warning("alert webhook %s: attempt %d of %d failed (%s)", self.url, attempt + 1,
-                                self.attempts, err)
+                    log.warning("alert webhook %s: attempt %d of %d failed (%s)", self.shown, attempt + 1,
+                                self.attempts, _failure(err))
                     if self._stop.wait(self.backoff * 2 ** attempt):
                         return
             else:
                 self.dropped += 1
-                log.error("alert webhook %s: %d alert change(s) not delivered after %d attempts", self.url,
+                log.error("alert webhook %s: %d alert change(s) not delivered after %d attempts", self.shown,
                           len(body["alerts"]), self.attempts)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -120,3 +123,15 @@ class WebhookNotifier:
         self._thread.join(timeout)
         self._stop.set()
         self._client.close()
+
+
+def _host_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+
+
+def _failure(err: httpx.HTTPError) -> str:
+    """The failure without the URL, which httpx's messages repeat."""
+    if isinstance(err, httpx.HTTPStatusError):
+        return f"HTTP {err.response.status_code}"
+    return type(err).__name__

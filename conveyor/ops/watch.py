@@ -43,7 +43,7 @@ from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, Rew
 from conveyor.ops.traffic import TopicRates, TrafficPolicy, assess_traffic, topic_rates
 from conveyor.replicate.plan import Gap
 from conveyor.replicate.status import route_gaps
-from conveyor.tls import trusted
+from conveyor.tls import base_url, trusted
 
 log = logging.getLogger(__name__)
 #: Rewind evidence kept per cluster for the state and the dashboard, newest last.
@@ -242,7 +242,7 @@ class Watcher:
         self.cycles = 0
         self.cycle_errors = 0
         ops = platform.ops
-        self.notifier = (WebhookNotifier(ops.notify_url, platform.name, f"http://127.0.0.1:{ops.port}/",
+        self.notifier = (WebhookNotifier(ops.notify_url.get_secret_value(), platform.name, f"{base_url(ops.tls, ops.port)}/",
                                          attempts=ops.notify_attempts) if ops.notify_url else None)
         self._pool = ThreadPoolExecutor(max_workers=len(self.clusters), thread_name_prefix="ops-cluster")
 

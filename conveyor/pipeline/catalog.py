@@ -52,7 +52,7 @@ def catalog_properties(platform: Platform) -> dict[str, str]:
     elif catalog.type == "jdbc":
         raise NotSetError("pipeline.catalog.uri", "a jdbc catalog needs its database: give its uri in platform.yaml, "
                                                   "or set runtime.postgres and run `conveyor up` to start one")
-    return properties | catalog.options
+    return properties | {key: value.get_secret_value() for key, value in catalog.options.items()}
 
 
 def catalog_conf(platform: Platform) -> dict[str, str]:

@@ -185,10 +185,14 @@ class BucketCopier(threading.Thread):
         """Fence the previous owner and read the bucket's offsets, retrying while the destination
         does not answer; False when asked to stop first."""
         shared = self.shared
+        fenced = not self._exactly_once
         while not self._stopping.is_set():
             try:
-                if self._exactly_once:
+                # Once only: a second init_transactions on a ready producer fails (_STATE) for good,
+                # and the fence it set stands while the bucket's offsets are read again.
+                if not fenced:
                     producer.init_transactions(_TIMEOUT)
+                    fenced = True
                 self._apply(TakenOver(read_bucket(shared.platform, shared.name, shared.route.destination,
                                                   shared.worker_id, self.bucket).offsets))
                 return True

@@ -12,6 +12,7 @@ from conveyor.config.resolved import ResolvedCatalog, ResolvedCluster, ResolvedV
 from conveyor.config.tls import Tls
 from conveyor.runtime.layout import ClusterLayout, RedisLayout
 from conveyor.runtime.postgres import PostgresLayout
+from conveyor.runtime.redis_access import READER, WRITER, passwords, redis_url
 from conveyor.runtime.security import LocalSecurity, admin_settings
 
 
@@ -21,9 +22,13 @@ def resolved_view(platform: Platform, layouts: list[ClusterLayout], redis: Redis
     cert, key = material.server_certificate()
     # The local server trusts connections from 127.0.0.1: the catalog needs only its user.
     catalog = ResolvedCatalog(uri=postgres.url, options={"jdbc.user": postgres.user}) if postgres else None
+    writer = reader = platform.runtime.redis.url
+    if writer is None and redis is not None:
+        held = passwords(material)
+        writer, reader = (redis_url(redis.port, user, held[user]) for user in (WRITER, READER))
     return ResolvedView(
         clusters={layout.name: _cluster(platform, layout, material) for layout in layouts},
-        redis=platform.runtime.redis.url or (redis.url if redis is not None else None),
+        redis=writer, redis_reader=reader,
         tls=Tls(cert=str(cert), key=str(key), ca=str(material.ca_cert)), catalog=catalog)
 
 

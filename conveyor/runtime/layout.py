@@ -102,7 +102,12 @@ class RedisLayout:
 
     @property
     def url(self) -> str:
-        return f"redis://{LOOPBACK}:{self.port}/0"
+        """Where it listens (TLS; each user's URL adds its credentials: conveyor.runtime.redis_access)."""
+        return f"rediss://{LOOPBACK}:{self.port}/0"
+
+    @property
+    def acl_file(self) -> Path:
+        return self.dir / "users.acl"
 
     @property
     def pid_file(self) -> Path:

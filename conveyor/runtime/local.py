@@ -34,7 +34,9 @@ from conveyor.runtime.layout import ClusterLayout, Node, RedisLayout, plan_layou
 from conveyor.runtime.postgres import PostgresLayout, postgres_layout
 from conveyor.runtime.processes import Daemon
 from conveyor.runtime.properties import render, server_properties
-from conveyor.runtime.security import ADMIN_USER, SCRAM_MECHANISM, LocalSecurity, local_security
+from conveyor.runtime.redis_access import READER, acl_file, passwords, redis_url
+from conveyor.runtime.security import (ADMIN_USER, SCRAM_MECHANISM, LocalSecurity, argument_file, local_security,
+                                       owner_only_file, write_private)
 from conveyor.runtime.services import service_daemons
 
 _HERE = Path(__file__).parent
@@ -178,10 +180,17 @@ class LocalPlatform:
             raise RuntimeSetupError(
                 "redis-server is not installed: run `apt-get install -y redis-server` (make setup does it)"
             )
+        cert, key = self.security.server_certificate()
         return [
             server,
             "--bind", "127.0.0.1",
-            "--port", str(layout.port),
+            # TLS only, with the local CA's certificate; users and passwords from the ACL file
+            # (conveyor.runtime.redis_access).
+            "--port", "0",
+            "--tls-port", str(layout.port),
+            "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+            "--tls-ca-cert-file", str(self.security.ca_cert), "--tls-auth-clients", "no",
+            "--aclfile", str(layout.acl_file),
             "--dir", str(layout.dir),
             # Counters in real-time views must survive a restart: append-only file, fsync per second.
             "--appendonly", "yes",
@@ -217,9 +226,9 @@ class LocalPlatform:
         progress("Resolving Kafka jars (Maven Central)", 0, 1)
         self.jars()
         progress("Resolving Kafka jars (Maven Central)", 1, 1)
+        self.security.ensure()
         redis_argv = self.redis_argv(self.redis) if self.redis is not None else None
 
-        self.security.ensure()
         self.write_view()
         missing = [(n, d) for n, d in self._all_node_daemons() if processes.running_pid(d) is None]
         self._format([n for n, _ in missing], progress)
@@ -235,6 +244,7 @@ class LocalPlatform:
         redis_daemon = self.redis_daemon()
         if self.redis is not None and redis_daemon and redis_argv and processes.running_pid(redis_daemon) is None:
             self.redis.dir.mkdir(parents=True, exist_ok=True)
+            write_private(self.redis.acl_file, acl_file(passwords(self.security)).encode())
             processes.start(redis_daemon, redis_argv)
             started.append("redis")
         if self.postgres is not None and postgres.start(self.postgres):
@@ -256,18 +266,20 @@ class LocalPlatform:
             node.log_dir.mkdir(parents=True, exist_ok=True)
             self._write_properties(node)
             layout = self.layout(node.cluster)
-            scram = []
+            command = ["kafka.tools.StorageTool", "format", "-t", layout.cluster_id, "-c", str(node.properties_file),
+                       "--ignore-formatted"]
             if layout.cluster.security == Security.sasl_ssl:
                 # The super user's SCRAM credential is in the metadata from the start: brokers
                 # authenticate to each other with it before any client could create one.
-                scram = ["--add-scram",
-                         f"{SCRAM_MECHANISM}=[name={ADMIN_USER},password={self.security.admin_password}]"]
-            result = subprocess.run(
-                [java, "-Xmx128m", "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-                 f"-Dkafka.logs.dir={node.log_dir}", "-cp", jars.classpath, "kafka.tools.StorageTool",
-                 "format", "-t", layout.cluster_id, "-c", str(node.properties_file), "--ignore-formatted", *scram],
-                capture_output=True, text=True,
-            )
+                command += ["--add-scram", f"{SCRAM_MECHANISM}=[name={ADMIN_USER},password={self.security.admin_password}]"]
+            # The main class and its arguments go in an owner-only argument file, which the java
+            # launcher expands: on its command line the password would show in `ps`.
+            with owner_only_file(node.log_dir / "storage-format.args", argument_file(command)) as args:
+                result = subprocess.run(
+                    [java, "-Xmx128m", "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+                     f"-Dkafka.logs.dir={node.log_dir}", "-cp", jars.classpath, f"@{args}"],
+                    capture_output=True, text=True,
+                )
             if result.returncode != 0:
                 raise NodeFailedError(f"formatting storage of {node.name} failed:\n{result.stdout}{result.stderr}")
 
@@ -334,12 +346,13 @@ class LocalPlatform:
 
     def _wait_redis(self, deadline: float) -> None:
         assert self.redis is not None
-        client = redis.Redis.from_url(self.redis.url, socket_connect_timeout=1)
+        client = redis.Redis.from_url(redis_url(self.redis.port, READER, passwords(self.security)[READER]),
+                                      socket_connect_timeout=1, ssl_ca_certs=str(self.security.ca_cert))
         while True:
             try:
                 client.ping()
                 return
-            except redis.ConnectionError:
+            except (redis.ConnectionError, redis.AuthenticationError):
                 if time.monotonic() > deadline:
                     raise StartTimeoutError(f"redis did not answer on {self.redis.url}") from None
                 time.sleep(0.2)

@@ -18,6 +18,9 @@ import ipaddress
 import json
 import os
 import secrets
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,7 +90,7 @@ class LocalSecurity:
             ca_key = load_pem_private_key(self.ca_key.read_bytes(), password=None)
             ca_cert = load_pem_x509_certificate(self.ca_cert.read_bytes())
             key, cert = _local_certificate(ca_key, ca_cert, "conveyor-edge")  # type: ignore[arg-type]
-            _write_private(self.server_key, _pem_key(key))
+            write_private(self.server_key, _pem_key(key))
             self.server_cert.write_bytes(_pem_cert(cert))
         return self.server_cert, self.server_key
 
@@ -104,7 +107,7 @@ class LocalSecurity:
             known = json.loads(self.principals_file.read_text()) if self.principals_file.exists() else {}
             if service not in known:
                 known[service] = secrets.token_urlsafe(24)
-                _write_private(self.principals_file, json.dumps(known).encode())
+                write_private(self.principals_file, json.dumps(known).encode())
             return known[service]
 
     def ensure(self) -> None:
@@ -116,11 +119,11 @@ class LocalSecurity:
         passwords = {"admin_password": secrets.token_urlsafe(24), "keystore_password": secrets.token_urlsafe(24)}
         ca_key, ca_cert = _certificate_authority()
         node_key, node_cert = _local_certificate(ca_key, ca_cert, NODE_SUBJECT.removeprefix("CN="))
-        _write_private(self.ca_key, _pem_key(ca_key))
+        write_private(self.ca_key, _pem_key(ca_key))
         self.ca_cert.write_bytes(_pem_cert(ca_cert))
-        _write_private(self.node_keystore, _pkcs12(node_key, node_cert, ca_cert, passwords["keystore_password"]))
+        write_private(self.node_keystore, _pkcs12(node_key, node_cert, ca_cert, passwords["keystore_password"]))
         # Written last: its presence says the rest is complete.
-        _write_private(self.secrets_file, json.dumps(passwords).encode())
+        write_private(self.secrets_file, json.dumps(passwords).encode())
 
 
 def local_security(home: Path) -> LocalSecurity:
@@ -139,10 +142,39 @@ def admin_settings(material: LocalSecurity) -> dict[str, str]:
     }
 
 
-def _write_private(path: Path, content: bytes) -> None:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as file:
-        file.write(content)
+def write_private(path: Path, content: bytes) -> None:
+    """``content`` as ``path``, readable by its owner only, whole or not at all: a crash mid-write
+    leaves the old file (a lost principals.json would lock every part out of the clusters)."""
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself survives a crash
+    finally:
+        os.close(folder)
+
+
+@contextmanager
+def owner_only_file(path: Path, content: str) -> Iterator[Path]:
+    """``content`` in an owner-only file for as long as a command needs it, then removed."""
+    write_private(path, content.encode())
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def argument_file(arguments: list[str]) -> str:
+    """A java launcher argument file (``java @file``) that gives ``arguments`` as they are."""
+    return "".join('"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"\n' for a in arguments)
 
 
 def _certificate_authority() -> tuple[EllipticCurvePrivateKey, Certificate]:

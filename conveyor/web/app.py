@@ -3,20 +3,29 @@
 The watcher runs in a thread started with the app and stopped on shutdown (SIGTERM through
 uvicorn). The dashboard page carries the latest state inline, so it shows data on first paint
 (and in a headless screenshot) before its first refresh.
+
+Every request must name one of the service's own hosts (a page on a DNS name rebound to
+127.0.0.1 would otherwise read it from a browser); the page and /api/state also take the token
+of ``ops.token`` when one is set. /metrics and /healthz stay open to scrapers, as every
+component's do.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
 import json
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from conveyor.auth import AccessDenied, TokenBook, Unauthenticated
 from conveyor.ops.metrics import ops_registry
 from conveyor.ops.report import state_json
 from conveyor.ops.watch import Watcher, now_ms
@@ -24,14 +33,45 @@ from conveyor.ops.watch import Watcher, now_ms
 PAGE = (Path(__file__).parent / "dashboard.html").read_text()
 
 
+#: Hosts the service always answers to, whatever ops.hosts adds.
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+#: Paths open without the token: scrapers and health checks.
+OPEN_PATHS = frozenset({"/metrics", "/healthz"})
+
+
 def _inline(data: object) -> str:
-    # "</" inside a string would end the script element early.
-    return json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    # No "<" at all: "</script>" would end the script element, and "<!--<script>" would make the
+    # parser skip past the real end of it (HTML's double-escaped script state).
+    return json.dumps(data, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def create_app(watcher: Watcher) -> FastAPI:
+def host_name(header: str) -> str:
+    """The name of a Host header, without its port: ``[::1]:18070`` is ``::1``."""
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def presented_token(authorization: str | None) -> str:
+    """The token of ``Bearer <token>``, or the password of ``Basic`` (what a browser's prompt sends)."""
+    scheme, _, value = (authorization or "").partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    if scheme.lower() == "basic":
+        try:
+            return base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            pass
+    raise Unauthenticated("the dashboard takes the ops token: Authorization: Bearer <token>, or Basic with the token "
+                          "as the password")
+
+
+def create_app(watcher: Watcher, bind_host: str = "127.0.0.1") -> FastAPI:
     registry = ops_registry(watcher)
     stop = threading.Event()
+    settings = watcher.platform.ops
+    hosts = LOCAL_HOSTS | {bind_host, *settings.hosts}
+    tokens = TokenBook({"ops": settings.token}) if settings.token else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -43,6 +83,26 @@ def create_app(watcher: Watcher) -> FastAPI:
         watcher.close()
 
     app = FastAPI(title="Conveyor ops", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        host = request.headers.get("host", "")
+        if host_name(host) not in hosts:
+            return JSONResponse({"error": "unknown_host", "message": f"this service does not answer to host {host!r}: "
+                                 "add the name to ops.hosts in platform.yaml"}, status_code=400)
+        if tokens is not None and request.url.path not in OPEN_PATHS:
+            try:
+                # Off the event loop: an ops.token_scrypt costs a hash per new token (bounded by TokenBook).
+                token = presented_token(request.headers.get("authorization"))
+                address = request.client.host if request.client else ""
+                found = (tokens.name_of(token, address) if tokens.decided(token)
+                         else await asyncio.to_thread(tokens.name_of, token, address))
+                if found is None:
+                    raise Unauthenticated("unknown ops token")
+            except AccessDenied as err:
+                return JSONResponse(err.body(), status_code=err.status,
+                                    headers={"WWW-Authenticate": 'Basic realm="Conveyor ops", charset="UTF-8"'})
+        return await call_next(request)
 
     @app.get("/", response_class=HTMLResponse)
     def dashboard() -> str:

@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import grpc
 import orjson
 import pytest
 from confluent_kafka import KafkaException
@@ -75,7 +76,8 @@ def system(provisioned: Platform, platform_data, platform_file: Path, postgres_s
     data["topics"][REJECTS] = {"partitions": 1, "retention": "7d", "clusters": ["central"]}
     data["routes"] = {f"{dc}-sys": {"source": dc, "destination": "central", "topics": [TOPIC, "_audit"]}
                       for dc in DCS}
-    data["gateway"] = {**data.get("gateway", {}), "audit_interval": "1s"}
+    # The edges serve TLS with the local CA's certificate, as the demo's do.
+    data["gateway"] = {**data.get("gateway", {}), "audit_interval": "1s", "tls": {}}
     data["pipeline"] = {
         "source": "central",
         "catalog": {"type": "jdbc", "uri": postgres_server.url, "warehouse": str(tmp_path / "warehouse"),
@@ -85,7 +87,7 @@ def system(provisioned: Platform, platform_data, platform_file: Path, postgres_s
         "realtime": {"checkpoint": str(tmp_path / "checkpoints"), "trigger": "5s", "rejects_topic": REJECTS,
                      "views": views_of(TOPIC, "2m", "10m")},
     }
-    data["dispatch"] = {**data.get("dispatch", {}), "port": ports["dispatch"],
+    data["dispatch"] = {**data.get("dispatch", {}), "tls": {}, "port": ports["dispatch"],
                         "metrics_port": ports["dispatch-metrics"], "commit_interval": "200ms"}
     data["ops"] = {**data.get("ops", {}), "components": {
         f"replicate-{dc}-sys": f"http://127.0.0.1:{ports[f'replicate-{dc}']}/metrics" for dc in DCS}}
@@ -95,13 +97,13 @@ def system(provisioned: Platform, platform_data, platform_file: Path, postgres_s
     return platform, path, ports
 
 
-def _processes(path: Path, ports: dict[str, int], logs: Path) -> dict[str, Proc]:
+def _processes(path: Path, ports: dict[str, int], logs: Path, ca: str) -> dict[str, Proc]:
     procs: dict[str, Proc] = {}
     for dc in DCS:
         port = ports[f"gateway-{dc}"]
         procs[f"gateway-{dc}"] = Proc(f"gateway-{dc}", conveyor("gateway", "serve", "--dc", dc, "--port", str(port),
                                                                "--platform", str(path)),
-                                      logs / f"gateway-{dc}.log", http_ready(f"http://127.0.0.1:{port}/healthz"))
+                                      logs / f"gateway-{dc}.log", http_ready(f"https://127.0.0.1:{port}/healthz", ca))
         metrics = ports[f"replicate-{dc}"]
         procs[f"replicate-{dc}"] = Proc(f"replicate-{dc}", conveyor(
             "replicate", "worker", "--route", f"{dc}-sys", "--id", f"{dc}-sys-w0", "--metrics-port", str(metrics),
@@ -181,7 +183,8 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
     seed = dict(request.node.user_properties)["chaos seed"]
     logs = tmp_path / "logs"
     logs.mkdir()
-    procs = _processes(path, ports, logs)
+    ca = str(platform.resolve(platform.tls.ca))  # the local CA that issued the edges' certificate
+    procs = _processes(path, ports, logs, ca)
     ledger = Ledger()
     delivered: Counter[str] = Counter()
     lock = threading.Lock()
@@ -191,9 +194,9 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
             delivered[orjson.loads(message.value)["event_id"]] += 1
 
     subscriber = Subscriber(TOPIC, GROUP, handle, nodes=[f"127.0.0.1:{ports['dispatch']}"], token=MAILER_TOKEN,
-                            relocate_every=1.0)
+                            relocate_every=1.0, credentials=grpc.ssl_channel_credentials(Path(ca).read_bytes()))
     faults = Faults(random.Random(chaos_rng.randrange(1 << 32)), procs, local, postgres_server)
-    urls = {dc: f"http://127.0.0.1:{ports[f'gateway-{dc}']}" for dc in DCS}
+    urls = {dc: f"https://127.0.0.1:{ports[f'gateway-{dc}']}" for dc in DCS}
     limit = event_limit(2**20, BROKER_DEFAULT_MAX)
     #: Seconds each phase took, printed with the figures: where a slow run spent its time.
     phases: dict[str, float] = {}
@@ -208,7 +211,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
             proc.start()
         subscriber.start()
         phase("start")
-        with Generator(urls, TOPIC, "demo-adserver-token", limit, chaos_rng, ledger, RATE) as generator:
+        with Generator(urls, TOPIC, "demo-adserver-token", limit, chaos_rng, ledger, RATE, ca) as generator:
             faults.run(time.monotonic() + MINUTES * 60)
         phase("traffic")
         assert faults.error is None, (faults.log, faults.error)

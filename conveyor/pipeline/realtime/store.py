@@ -161,25 +161,30 @@ def rebuild_command(views: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class RedisTarget:
     """The views' Redis: one server, or the nodes of a Redis Cluster to start from. Plain values:
-    it travels to Spark's workers with the claims and connects there."""
+    it travels to Spark's workers with the claims and connects there. ``ca``: the authority a
+    ``rediss://`` server's certificate is checked against besides the system's (the platform's)."""
 
     urls: tuple[str, ...]
     cluster: bool = False
+    ca: str | None = None
 
 
-def redis_target(platform: Platform) -> RedisTarget:
-    """pipeline.realtime.redis: one server, or a Redis Cluster's nodes."""
-    chosen = platform.pipeline.realtime.redis
-    if isinstance(chosen, list):
-        return RedisTarget(tuple(chosen), cluster=True)
+def redis_target(platform: Platform, reader: bool = False) -> RedisTarget:
+    """pipeline.realtime.redis: one server, or a Redis Cluster's nodes; ``reader``: as the
+    read-only user of ``redis_reader`` sees it, when one is given."""
+    settings = platform.pipeline.realtime
+    chosen = (settings.redis_reader or settings.redis) if reader else settings.redis
     if chosen is None:
         raise NotSetError("pipeline.realtime.redis", "the views need a Redis: give its URL in platform.yaml, or "
                                                      "run `conveyor up` with runtime.redis enabled to start one")
-    return RedisTarget((chosen,))
+    urls = tuple(url.get_secret_value() for url in (chosen if isinstance(chosen, list) else [chosen]))
+    ca = str(platform.resolve(platform.tls.ca)) if platform.tls is not None and platform.tls.ca is not None else None
+    return RedisTarget(urls, cluster=isinstance(chosen, list), ca=ca if urls[0].startswith("rediss:") else None)
 
 
-def connect(platform: Platform) -> Client:
-    return connect_to(redis_target(platform))
+def connect(platform: Platform, reader: bool = False) -> Client:
+    """``reader``: as the read-only user (pipeline.realtime.redis_reader), for parts that only read."""
+    return connect_to(redis_target(platform, reader))
 
 
 def connect_to(target: RedisTarget) -> Client:
@@ -188,6 +193,8 @@ def connect_to(target: RedisTarget) -> Client:
     also follows slots that move (MOVED, ASK)."""
     common: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "decode_responses": True,
                               "retry": Retry(ExponentialBackoff(cap=5, base=0.1), 10)}
+    if target.ca is not None:
+        common["ssl_ca_certs"] = target.ca
     if target.cluster:
         first, *others = target.urls
         nodes = [ClusterNode(urlsplit(u).hostname, urlsplit(u).port or 6379) for u in others]

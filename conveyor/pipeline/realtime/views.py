@@ -67,7 +67,7 @@ def read_view(platform: Platform, view_name: str, key: Sequence[str], windows: S
     if len(key) != len(fields):
         raise RealtimeConfigError(f"view {view_name} is keyed by {', '.join(fields)}: give {len(fields)} value(s)")
     values = dict(zip(fields, key, strict=True))
-    client = client or connect(platform)
+    client = client or connect(platform, reader=True)
     starts = [window_of(platform, view_name, w) for w in windows]
     keys = [plan.key(values, epoch_ms(start)) for start in starts]
     pipe = client.pipeline(transaction=False)

@@ -234,6 +234,28 @@ def test_acl_plan_shows_an_acl_removed_by_hand_and_apply_restores_it(provisioned
     assert _plan(platform_path)[0] == 0
 
 
+def test_acl_apply_resets_the_passwords_of_a_lost_principals_file(provisioned: Platform, platform_path: Path):
+    """principals.json lost: each part gets a new password the cluster does not know, so it is
+    locked out; `acl apply --reset-passwords` sets the cluster's users to the passwords held now."""
+    material = local_security(provisioned.home)
+    old = material.service_password("billing")
+    known = json.loads(material.principals_file.read_text())
+    del known["billing"]
+    material.principals_file.write_text(json.dumps(known))
+    new = material.service_password("billing")
+    assert new != old and material.principals_file.stat().st_mode & 0o077 == 0  # written anew, owner-only
+    with pytest.raises(KafkaException):
+        AdminClient(_scram(provisioned, "billing", new)).list_topics(timeout=5)
+    assert _conveyor(platform_path, "acl", "apply").returncode == 0  # creates missing users only: still out
+    with pytest.raises(KafkaException):
+        AdminClient(_scram(provisioned, "billing", new)).list_topics(timeout=5)
+    reset = _conveyor(platform_path, "acl", "apply", "--reset-passwords")
+    assert reset.returncode == 0, reset.stdout + reset.stderr
+    assert "orders" in AdminClient(_scram(provisioned, "billing", new)).list_topics(timeout=10).topics
+    with pytest.raises(KafkaException):
+        AdminClient(_scram(provisioned, "billing", old)).list_topics(timeout=5)
+
+
 def test_no_log_holds_a_password(provisioned: Platform):
     """After everything above ran: the brokers' logs, their data (the metadata log keeps SCRAM
     credentials salted) and anything else under the runtime home, outside the secrets' own files

@@ -34,6 +34,8 @@ from tests.conftest import ROOT, demo_event, eventually
 pytestmark = pytest.mark.integration
 ARTIFACTS = ROOT / "test-artifacts"
 ADSERVER = {"Authorization": "Bearer demo-adserver-token"}
+OPS_TOKEN = "demo-ops-token"  # the demo platform's ops.token
+OPS = {"Authorization": f"Bearer {OPS_TOKEN}"}
 
 
 def free_port() -> int:
@@ -48,7 +50,8 @@ def ops_url(provisioned: Platform, platform_data, platform_file: Path,
     """`conveyor dashboard` over a platform whose panels read a real gateway's /metrics."""
     gateway = serve_gateway(provisioned, "dc1")
     data = copy.deepcopy(platform_data)
-    data["ops"] = {"interval": "1s", "window": 6, "components": {"gateway-dc1": f"{gateway}/metrics"}}
+    data["ops"] = {"interval": "1s", "window": 6, "components": {"gateway-dc1": f"{gateway}/metrics"},
+                   "token": platform_data["ops"]["token"]}
     path = platform_file.parent / "ops-platform.yaml"  # next to contracts/, which it names
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     platform = load_resolved_platform(path)  # the clients connect to what the session started
@@ -75,6 +78,7 @@ def test_dashboard_shows_clusters_groups_and_panels(ops_url, topic_factory, tmp_
     url, platform, gateway = ops_url
     topic = topic_factory("central", partitions=1)
     group = f"dash-{uuid.uuid4().hex[:6]}"
+    hostile = f"<!--<script>{uuid.uuid4().hex[:4]}"  # a group name that must not break the page
     producer = kafka.producer(platform, "central", "dash-test")
     for _ in range(50):
         producer.produce(topic, b"x" * 100)
@@ -82,23 +86,32 @@ def test_dashboard_shows_clusters_groups_and_panels(ops_url, topic_factory, tmp_
     consumer = kafka.consumer(platform, "central", group, "dash-test")
     consumer.commit(offsets=[TopicPartition(topic, 0, 20)], asynchronous=False)
     consumer.close()
+    consumer = kafka.consumer(platform, "central", hostile, "dash-test")
+    consumer.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
+    consumer.close()
 
     def sampled() -> dict | None:
         """The groups shown, once the group is sampled and the gateway panel has values from two scrapes."""
         httpx.post(f"{gateway}/v1/topics/ad-events/events", json=[demo_event() for _ in range(5)], headers=ADSERVER,
                    timeout=30).raise_for_status()
-        response = httpx.get(f"{url}/api/state", timeout=10)
+        response = httpx.get(f"{url}/api/state", timeout=10, headers=OPS)
         state = response.json() if response.status_code == 200 else None
         groups = {g["group"]: g for c in (state or {}).get("clusters", []) for g in c["groups"]}
         panel = next((p for p in (state or {}).get("panels", []) if p["name"] == "gateway"), None)
         filled = panel is not None and any(s["value"] for s in panel["series"])
-        return groups if group in groups and filled else None
+        return groups if group in groups and hostile in groups and filled else None
 
     groups = eventually(sampled, 90, f"the state to show {group} and a filled gateway panel", interval=1)
     assert groups[group]["total_lag"] == 30
     assert httpx.get(f"{url}/healthz", timeout=10).json()["status"] == "ok"
+    assert httpx.get(f"{url}/api/state", timeout=10).status_code == 401
+    assert httpx.get(f"{url}/", timeout=10).status_code == 401
 
-    dom = chromium("--dump-dom", f"{url}/", profile=tmp_path / "profile").stdout
+    # The browser sends the token as Basic's password, as it would after its prompt.
+    page = url.replace("://", f"://ops:{OPS_TOKEN}@") + "/"
+    dom = chromium("--dump-dom", page, profile=tmp_path / "profile").stdout
+    # The hostile name is shown as text, and the rest of the page still drew after it.
+    assert "&lt;!--&lt;script&gt;" in dom and dom.count("<script") == 1, dom[-2000:]
     for text in ("Conveyor operations", ">dc1 <", ">dc2 <", ">central <", "broker 1", "broker 3", group,
                  "Gateway: events accepted and request time", "conveyor_gateway_events_accepted", "gateway-dc1"):
         assert text in dom, f"{text!r} is not on the page"
@@ -108,7 +121,7 @@ def test_dashboard_shows_clusters_groups_and_panels(ops_url, topic_factory, tmp_
     for name, size in (("dashboard.png", "1400,900"), ("dashboard-full.png", "1400,1800")):
         shot = ARTIFACTS / name
         shot.unlink(missing_ok=True)
-        chromium(f"--screenshot={shot}", f"--window-size={size}", f"{url}/", profile=tmp_path / "profile")
+        chromium(f"--screenshot={shot}", f"--window-size={size}", page, profile=tmp_path / "profile")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
     metrics = {(s.name, s.labels.get("group")): s.value for f in
@@ -116,7 +129,9 @@ def test_dashboard_shows_clusters_groups_and_panels(ops_url, topic_factory, tmp_
     assert metrics[("conveyor_ops_group_lag_records", group)] == 30
 
     runner = CliRunner()
-    lag = runner.invoke(cli, ["lag", "--url", url, "--group", group])
+    refused = runner.invoke(cli, ["lag", "--url", url, "--group", group])
+    assert refused.exit_code == 1 and "CONVEYOR_OPS_TOKEN" in refused.output, refused.output
+    lag = runner.invoke(cli, ["lag", "--url", url, "--group", group, "--token", OPS_TOKEN])
     assert group in lag.output and topic in lag.output, lag.output
-    health = runner.invoke(cli, ["health", "--url", url, "--cluster", "central"])
+    health = runner.invoke(cli, ["health", "--url", url, "--cluster", "central"], env={"CONVEYOR_OPS_TOKEN": OPS_TOKEN})
     assert "central-broker-1" in health.output and "central-broker-3" in health.output, health.output

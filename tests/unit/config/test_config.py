@@ -210,6 +210,24 @@ def test_a_secret_may_come_from_the_environment_and_never_shows_when_printed(mon
     assert "hunter2" not in repr(central) and "hunter2" not in str(central.model_dump())
 
 
+def test_the_catalog_s_options_and_the_alert_hook_are_secrets_too(monkeypatch):
+    monkeypatch.setenv("LAKE_DB_PASSWORD", "hunter2-catalog")
+    monkeypatch.setenv("HOOK_URL", "https://hooks.example/T0/hunter2-hook")
+    data = _with("pipeline.catalog", {"type": "jdbc", "uri": "jdbc:postgresql://db:5432/lake",
+                                      "options": {"jdbc.user": "lake", "jdbc.password": "${LAKE_DB_PASSWORD}"}})
+    data["ops"] = {**data.get("ops", {}), "notify_url": "${HOOK_URL}"}
+    platform = parse_platform(data, root=ROOT)
+    from conveyor.pipeline.catalog import catalog_properties
+
+    assert catalog_properties(platform)["jdbc.password"] == "hunter2-catalog"
+    assert platform.ops.notify_url.get_secret_value().endswith("hunter2-hook")
+    for shown in (repr(platform.pipeline), str(platform.ops), str(platform.model_dump())):
+        assert "hunter2" not in shown
+    data["ops"]["notify_url"] = "ftp://hooks.example/x"
+    with pytest.raises(ConfigError, match="notify_url must start with http:// or https://"):
+        parse_platform(data, root=ROOT)
+
+
 def test_a_secret_from_a_missing_variable_is_one_error_naming_the_field_and_the_variable(monkeypatch):
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "k:9092",

@@ -49,7 +49,7 @@ def test_laid_over_platform_yaml_it_gives_each_started_cluster_its_settings(tmp_
     assert resolved.bootstrap("local") == "127.0.0.1:9092"
     assert local.client["sasl.password"].get_secret_value() == "pw" and set(local.users) == {"shop"}
     assert [p.node for p in local.metrics] == ["local-broker-1"] and local.disks == {1: "/data/1"}
-    assert resolved.pipeline.realtime.redis == "redis://127.0.0.1:9091/0"
+    assert resolved.pipeline.realtime.redis.get_secret_value() == "redis://127.0.0.1:9091/0"
     assert resolved.tls == VIEW.tls
     # What platform.yaml says wins over a view written before it changed; a cluster no longer in
     # the file is left out.
@@ -60,7 +60,7 @@ def test_the_files_own_redis_and_certificate_win(tmp_path):
     _, platform = _platform(tmp_path, pipeline={"realtime": {"redis": "redis://cache:6379/0"}},
                             tls={"cert": "c.pem", "key": "k.pem"})
     resolved = with_resolved_view(platform, VIEW)
-    assert resolved.pipeline.realtime.redis == "redis://cache:6379/0"
+    assert resolved.pipeline.realtime.redis.get_secret_value() == "redis://cache:6379/0"
     assert resolved.tls == Tls(cert="c.pem", key="k.pem")
 
 

@@ -70,8 +70,12 @@ def test_state_json_lists_problem_partitions_or_all_of_one_group():
     json.dumps(data, allow_nan=False)  # strict JSON: the browser's parser takes no NaN
 
 
+OPS = {"Authorization": "Bearer demo-ops-token"}  # the demo platform's ops.token
+
+
 def test_http_api_page_metrics_and_health(watcher: Watcher):
-    client = TestClient(create_app(watcher))  # no lifespan: no watcher thread, no brokers
+    # No lifespan: no watcher thread, no brokers.
+    client = TestClient(create_app(watcher), base_url="http://127.0.0.1:18070", headers=OPS)
     assert client.get("/healthz").status_code == 503
     assert client.get("/api/state").status_code == 503
     assert "const INITIAL = null;" in client.get("/").text
@@ -98,3 +102,43 @@ def test_http_api_page_metrics_and_health(watcher: Watcher):
 
     watcher.state = OpsState("demo", at - 3_600_000, 5.0, (), ())
     assert client.get("/healthz").status_code == 503  # an hour-old round: the watcher is stuck
+
+
+def test_the_page_and_the_api_take_the_ops_token_from_their_own_hosts_only(watcher: Watcher):
+    import base64
+
+    watcher.state = OpsState("demo", now_ms(), 5.0, (cluster_report(now_ms()),), ())
+    client = TestClient(create_app(watcher, "10.1.2.3"), base_url="http://127.0.0.1:18070")
+    for path in ("/", "/api/state"):
+        refused = client.get(path)
+        assert refused.status_code == 401 and refused.json()["error"] == "unauthenticated"
+        assert refused.headers["www-authenticate"].startswith("Basic ")  # a browser prompts for it
+        assert client.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert client.get(path, headers=OPS).status_code == 200
+        basic = base64.b64encode(b"anyone:demo-ops-token").decode()
+        assert client.get(path, headers={"Authorization": f"Basic {basic}"}).status_code == 200
+    assert client.get("/metrics").status_code == 200 and client.get("/healthz").status_code == 200
+    for host in ("localhost:18070", "[::1]:18070", "10.1.2.3:18070"):
+        assert client.get("/api/state", headers={**OPS, "Host": host}).status_code == 200
+    for host in ("attacker.example:18070", "127.0.0.1.attacker.example", ""):
+        rebound = client.get("/api/state", headers={**OPS, "Host": host})
+        assert rebound.status_code == 400 and rebound.json()["error"] == "unknown_host", host
+        assert client.get("/metrics", headers={"Host": host}).status_code == 400
+
+
+def test_names_that_look_like_markup_leave_the_page_whole(watcher: Watcher):
+    import dataclasses
+
+    at = now_ms()
+    hostile = ("<!--<script>", "</script><b>x", "a&b\"'>")
+    report = cluster_report(at)
+    groups = [dataclasses.replace(g, group=name) for g, name in zip(report.groups, hostile)]
+    watcher.state = OpsState("demo", at, 5.0, (dataclasses.replace(report, groups=groups),), ())
+    page = TestClient(create_app(watcher), base_url="http://127.0.0.1", headers=OPS).get("/").text
+
+    inline = re.search(r"const INITIAL = (.*?);\n", page).group(1)
+    assert "<" not in inline and ">" not in inline
+    names = {g["group"] for c in json.loads(inline)["clusters"] for g in c["groups"]}
+    assert set(hostile[:len(report.groups)]) <= names
+    # One script element, whole: "<!--<script>" inline would make a browser read past its end.
+    assert page.count("<script") == 1 and page.count("</script>") == 1 and "render(INITIAL)" in page

@@ -5,6 +5,7 @@ abort, and unassigning a partition that is not assigned raises."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from types import SimpleNamespace
@@ -42,7 +43,10 @@ class FakeProducer:
         self.aborts = 0
 
     def init_transactions(self, _timeout: float) -> None:
-        pass
+        # As librdkafka: once the producer is ready, initializing it again is an invalid state.
+        if getattr(self, "ready", False):
+            raise KafkaException(KafkaError(KafkaError._STATE, "Operation not valid in state Ready"))
+        self.ready = True
 
     def begin_transaction(self) -> None:
         self.open = []
@@ -144,7 +148,7 @@ class Run:
     def __init__(self, monkeypatch, stored: dict[SourcePartition, int], rounds: list[list[Message]],
                  earliest: dict[tuple[str, int], int] | None = None, bounds: dict | None = None,
                  refuse: Callable[[bytes], KafkaError | None] = lambda _value: None,
-                 commit_errors: list[KafkaError] | None = None) -> None:
+                 commit_errors: list[KafkaError] | None = None, read_failures: int = 0) -> None:
         self.metrics = ReplicateMetrics()
         route = Route(source="dc1", destination="central", pattern="t", buckets=1)
         shared = RouteState(None, ROUTE, route, "w", self.metrics, {"t": 2}, {"t": 2})
@@ -163,8 +167,20 @@ class Run:
         monkeypatch.setattr(copier.kafka, "consumer", lambda *args: self.consumer)
         monkeypatch.setattr(copier.kafka, "admin", lambda *args: FakeAdmin(earliest or {}))
         monkeypatch.setattr(copier, "PositionFeed", lambda *args, **kwargs: self.feed)
-        monkeypatch.setattr(copier, "read_bucket", lambda *args: BucketRecords(dict(stored), ()))
-        self.copier.run()
+        failures = [KafkaException(KafkaError(KafkaError._TIMED_OUT))] * read_failures
+
+        def read_bucket(*args):
+            if failures:
+                raise failures.pop()
+            return BucketRecords(dict(stored), ())
+
+        monkeypatch.setattr(copier, "read_bucket", read_bucket)
+        runner = threading.Thread(target=self.copier.run, daemon=True)
+        runner.start()
+        runner.join(20)
+        if runner.is_alive():  # stuck: stop it, and let the test's assertions say where
+            self.copier.stop()
+            runner.join(60)
 
     def metric(self, name: str, **labels: str) -> float | None:
         return self.metrics.registry.get_sample_value(name, {"route": ROUTE, **labels})
@@ -188,6 +204,16 @@ def test_a_new_partition_is_stored_at_its_earliest_offset_then_copied_with_its_o
     assert run.metric("conveyor_replicate_records_total", topic="t", partition="1") == 1
     assert run.metric("conveyor_replicate_buckets_owned", worker="w") == 0
     assert run.consumer.closed
+
+
+def test_offsets_that_cannot_be_read_at_takeover_are_read_again_without_initializing_twice(monkeypatch,
+                                                                                          caplog) -> None:
+    """The destination fences the old owner, then does not answer the bucket's offsets: the fence
+    stands, and the next try reads them (a second init_transactions would fail for good)."""
+    run = Run(monkeypatch, {T0: 5, T1: 7}, [[record(T0, 5)]], read_failures=1)
+    assert "takeover retried" in caplog.text  # the read did fail once
+    assert len(run.producers) == 1 and run.copier.error is None
+    assert run.written() == [("t", b"v", 0), offsets_record(T0, 6)]
 
 
 def test_a_record_too_large_rewinds_the_batch_and_stops_only_its_partition(monkeypatch, caplog) -> None:

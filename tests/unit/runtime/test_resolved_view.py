@@ -1,6 +1,7 @@
 """What `conveyor up` writes of the demo platform: each cluster's bootstrap, metrics pages and
-disks; on the secured central the admin's settings, each part's own SCRAM user and the users to
-make; the Redis and the edges' certificate. No process is started."""
+disks; on the secured clusters the admin's settings, each part's own SCRAM user and the users to
+make; the Redis with its writer's and reader's credentials, and the edges' certificate. No process
+is started."""
 
 from __future__ import annotations
 
@@ -36,8 +37,13 @@ def test_every_started_cluster_has_its_bootstrap_metrics_pages_and_disks(tmp_pat
         assert started.disks == {n.node_id: str(n.data_dir) for n in layout.brokers}
     central = view.clusters["central"].metrics
     assert [(p.broker, p.controller) for p in central] == [(None, True), (1, False), (2, False), (3, False)]
-    assert view.clusters["dc1"].client == {} and view.clusters["dc1"].users == {}
-    assert view.redis == local.redis.url
+    for name in ("dc1", "dc2", "central"):  # the demo's clusters are all secured
+        assert view.clusters[name].client["security.protocol"].get_secret_value() == "SASL_SSL"
+        assert "conveyor-gateway" in view.clusters[name].users
+    writer, reader = view.redis.get_secret_value(), view.redis_reader.get_secret_value()
+    assert writer.startswith("rediss://conveyor-realtime:") and reader.startswith("rediss://conveyor-reader:")
+    assert writer.endswith(f"@127.0.0.1:{local.redis.port}/0") and reader.endswith(f"@127.0.0.1:{local.redis.port}/0")
+    assert "*" not in repr(view.redis).replace("**********", "")  # masked when shown
     assert view.tls is not None and Path(view.tls.cert).is_file() and view.tls.ca == str(local.security.ca_cert)
 
 
@@ -54,7 +60,8 @@ def test_on_the_secured_cluster_the_platform_is_admin_and_each_part_its_own_scra
 
 
 def test_an_existing_redis_is_the_views(tmp_path):
-    assert _local(tmp_path, redis={"url": "redis://cache:6379/0"}).view().redis == "redis://cache:6379/0"
+    view = _local(tmp_path, redis={"url": "redis://cache:6379/0"}).view()
+    assert view.redis.get_secret_value() == view.redis_reader.get_secret_value() == "redis://cache:6379/0"
 
 
 def test_down_takes_the_view_with_it(tmp_path):
@@ -96,4 +103,4 @@ def test_a_service_added_after_up_gets_its_user_from_the_next_apply_and_the_rest
     assert "fraud" in view.clusters["central"].users
     assert view.clusters["central"].users["fraud"] == kept.clusters["central"].users["fraud"]
     assert view.clusters["central"].bootstrap == written.clusters["central"].bootstrap
-    assert view.clusters["dc1"] == written.clusters["dc1"] and view.redis == written.redis
+    assert view.clusters["dc2"].bootstrap == written.clusters["dc2"].bootstrap and view.redis == written.redis

@@ -32,7 +32,7 @@ from conveyor.positions import group_name
 from tests.conftest import read_topic
 from tests.lakekit import lake_folder, lake_spark, produce  # noqa: F401
 from tests.positionkit import end_offsets, monitored
-from tests.realtimekit import (counters_in_redis, event_at, expected_counters, iso, minute_label,  # noqa: F401
+from tests.realtimekit import (cluster_target, counters_in_redis, event_at, expected_counters, iso, minute_label,  # noqa: F401
                                lone_redis, realtime_case, redis_cluster)
 
 pytestmark = pytest.mark.integration
@@ -129,7 +129,7 @@ def test_a_replayed_batch_changes_nothing(lake_spark, realtime_case):
 def views_redis(request, platform) -> RedisTarget:
     """The session's one Redis server, or a Redis Cluster of three masters."""
     if request.param == "cluster":
-        return RedisTarget(tuple(request.getfixturevalue("redis_cluster")), cluster=True)
+        return cluster_target(platform, request.getfixturevalue("redis_cluster"))
     request.getfixturevalue("local_platform")
     return redis_target(platform)
 
