@@ -16,7 +16,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from conveyor import kafka
-from conveyor.auth import token_scrypt
+from conveyor.auth import UNKNOWN_PER_MINUTE, token_scrypt
+from conveyor.gateway.app import VERIFIERS
 from conveyor.config import Platform
 from conveyor.runtime.security import local_security
 from tests.conftest import demo_event, platform_variant
@@ -110,7 +111,7 @@ def test_a_flood_of_unknown_tokens_leaves_a_scrypt_gateway_answering(provisioned
     seconds: list[float] = []
     try:
         with httpx.Client(timeout=10) as client:
-            while len(codes) < 100 and len(seconds) < 600:
+            while len(seconds) < 100:
                 started = time.perf_counter()
                 assert client.get(f"{url}/healthz").status_code == 200
                 seconds.append(time.perf_counter() - started)
@@ -119,9 +120,14 @@ def test_a_flood_of_unknown_tokens_leaves_a_scrypt_gateway_answering(provisioned
         stop.set()
         for thread in threads:
             thread.join(30)
-    assert codes.count(429) > 0 and codes.count(401) > 0, sorted(set(codes))  # hashed, then refused unhashed
+    # Hashed up to the address's rate, then refused unhashed (and at once while four wait for a hash).
+    # (Those already waiting for a hash when the count reached the rate are hashed too.)
+    assert UNKNOWN_PER_MINUTE <= codes.count(401) <= UNKNOWN_PER_MINUTE + VERIFIERS and codes.count(429) > 0, codes
     assert set(codes) <= {401, 429}
     slowest = sorted(seconds)[int(0.95 * len(seconds))]
+    print(f"flood: {len(codes)} requests ({codes.count(401)} x 401, {codes.count(429)} x 429); /healthz over "
+          f"{len(seconds)} probes: median {sorted(seconds)[len(seconds) // 2] * 1000:.1f} ms, p95 {slowest * 1000:.1f} ms, "
+          f"max {max(seconds) * 1000:.1f} ms")
     assert slowest < 0.1, f"/healthz p95 {slowest * 1000:.0f} ms, max {max(seconds) * 1000:.0f} ms over {len(seconds)}"
     # The real token still gets in from the flooding address: its verdict was kept, not flushed.
     answer = httpx.post(f"{url}/v1/topics/ad-events/events", json=demo_event(), headers=real, timeout=30)

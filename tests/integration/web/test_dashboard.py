@@ -130,7 +130,7 @@ def test_dashboard_shows_clusters_groups_and_panels(ops_url, topic_factory, tmp_
 
     runner = CliRunner()
     refused = runner.invoke(cli, ["lag", "--url", url, "--group", group])
-    assert refused.exit_code == 1 and "CONVEYOR_OPS_TOKEN" in refused.output, refused.output
+    assert refused.exit_code == 1 and "CONVEYOR_OPS_TOKEN" in str(refused.exception), refused.exception
     lag = runner.invoke(cli, ["lag", "--url", url, "--group", group, "--token", OPS_TOKEN])
     assert group in lag.output and topic in lag.output, lag.output
     health = runner.invoke(cli, ["health", "--url", url, "--cluster", "central"], env={"CONVEYOR_OPS_TOKEN": OPS_TOKEN})
