@@ -47,3 +47,14 @@ def write_results(name: str, document: Mapping[str, Any], show: bool = False) ->
     if show:
         print(text)
     return path
+
+
+def in_clear(data: dict[str, Any]) -> dict[str, Any]:
+    """platform.yaml's ``data`` with every local cluster in plaintext and every edge without TLS:
+    a bench that sets Conveyor beside a peer runs both over the same plain connections
+    (bench.security_cost measures what securing the demo's way costs)."""
+    for cluster in data["clusters"].values():
+        cluster.pop("security", None)
+    for edge in ("gateway", "dispatch", "ops"):
+        (data.get(edge) or {}).pop("tls", None)
+    return data

@@ -41,7 +41,7 @@ import yaml
 from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
-from bench.common import write_results
+from bench.common import in_clear, write_results
 from conveyor import kafka
 from conveyor.config import Platform, load_platform, load_resolved_platform
 from conveyor.dispatch.client import Message, Subscriber
@@ -58,7 +58,7 @@ _WARM_UP = 200
 
 def _with_topics(source: Path, folder: Path, base_port: int | None, topics: list[str],
                  backend: str = "classic") -> Path:
-    data = yaml.safe_load(source.read_text())
+    data = in_clear(yaml.safe_load(source.read_text()))
     data["dispatch"] = {**(data.get("dispatch") or {}), "backend": backend}
     if base_port is not None:
         data["runtime"].update(home=str(folder / "home"), base_port=base_port)

@@ -2,11 +2,12 @@
 
 Two pairs of one-broker clusters, one pair plaintext (`plain` writable, `plain-central` read), one
 `security: sasl_ssl` (SCRAM-SHA-512 over TLS, Kafka's authorizer on, each part its own principal
-and ACLs from `conveyor acl apply`):
+and ACLs from `conveyor acl apply`), as the demo runs every cluster:
 
 1. Gateway events/s: one `conveyor gateway serve` process per writable cluster, loaded in turn by
    wrk with batches of 500 ~300-byte ad events (after a warm-up of each), ``--runs`` rounds that
-   alternate which goes first; the figures are medians with every round kept.
+   alternate which goes first; the figures are medians with every round kept. The secured one
+   also serves HTTPS with the local CA's certificate, as the demo's do (wrk over TLS, keep-alive).
 2. Replicator records per CPU-second: N preloaded 1 KB records in 12 partitions copied by one
    exactly-once worker per route (`plain` -> `plain-central`, `secured` -> `secured-central`), CPU
    being the worker process's user + system time.
@@ -28,10 +29,11 @@ import yaml
 from bench.common import arguments, host, provision, write_results
 from bench.gateway_throughput import _wrk
 from bench.replicate_vs_mm2 import _copied_ours, _create, _preload, _start_ours, throughput
-from conveyor.config import Platform, parse_platform
+from conveyor.config import Platform, load_resolved_platform, parse_platform
 from conveyor.gateway.generate import AdTraffic
 from conveyor.runtime.local import LocalPlatform
 from conveyor.service import wait_healthy
+from conveyor.tls import trusted
 
 ROOT = Path(__file__).resolve().parents[1]
 #: (writable cluster, its route's read cluster) per security setting.
@@ -39,7 +41,9 @@ PAIRS = {"plaintext": ("plain", "plain-central"), "sasl_ssl": ("secured", "secur
 BATCH = 500
 
 
-def _platform(tmp: Path, base_port: int) -> tuple[Platform, Path]:
+def _platform(tmp: Path, base_port: int) -> tuple[Platform, dict[str, Path]]:
+    """The platform, and per security setting the file its gateway serves with (its edge in clear,
+    or on TLS)."""
     data = yaml.safe_load((ROOT / "platform.yaml").read_text())
     data["runtime"] |= {"home": str(tmp / "home"), "base_port": base_port}
     data["clusters"] = {}
@@ -53,34 +57,41 @@ def _platform(tmp: Path, base_port: int) -> tuple[Platform, Path]:
     data["pipeline"] |= {"source": "plain-central", "realtime": {"views": {}}}
     data["dispatch"] |= {"cluster": "plain-central"}
     data["ops"].pop("components", None)
-    path = tmp / "platform.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return parse_platform(data, root=ROOT), path
+    files = {}
+    for security, tls in (("plaintext", None), ("sasl_ssl", {})):
+        data["gateway"] = {key: value for key, value in data["gateway"].items() if key != "tls"}
+        if tls is not None:
+            data["gateway"]["tls"] = tls
+        files[security] = tmp / f"platform-{security}.yaml"
+        files[security].write_text(yaml.safe_dump(data, sort_keys=False))
+    return parse_platform(data, root=ROOT), files
 
 
-def _gateway(platform_file: Path, cluster: str, port: int, log: Path) -> subprocess.Popen:
+def _gateway(platform_file: Path, cluster: str, url: str, log: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "conveyor", "gateway", "serve", "--dc", cluster, "--port",
-                             str(port), "--platform", str(platform_file)],
+                             url.rsplit(":", 1)[1], "--platform", str(platform_file)],
                             stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
-    if not wait_healthy(f"http://127.0.0.1:{port}/healthz", 60, alive=lambda: proc.poll() is None):
+    verify = trusted(load_resolved_platform(platform_file))
+    if not wait_healthy(f"{url}/healthz", 60, alive=lambda: proc.poll() is None, verify=verify):
         raise SystemExit(f"gateway on {cluster} did not start:\n" + log.read_text())
     return proc
 
 
-def gateways(platform_file: Path, tmp: Path, base_port: int, seconds: int, runs: int, warmup: int) -> dict:
+def gateways(files: dict[str, Path], tmp: Path, base_port: int, seconds: int, runs: int, warmup: int) -> dict:
     body = orjson.dumps([AdTraffic(seed=5).event() for _ in range(BATCH)])
-    ports = {security: base_port + 500 + i for i, security in enumerate(PAIRS)}
-    procs = {s: _gateway(platform_file, PAIRS[s][0], ports[s], tmp / f"gateway-{s}.log") for s in PAIRS}
+    urls = {security: f"{'https' if security == 'sasl_ssl' else 'http'}://127.0.0.1:{base_port + 500 + i}"
+            for i, security in enumerate(PAIRS)}
+    procs = {s: _gateway(files[s], PAIRS[s][0], urls[s], tmp / f"gateway-{s}.log") for s in PAIRS}
     try:
-        for security, port in ports.items():
-            print(f"warming up the {security} gateway for {warmup} s", flush=True)
-            _wrk(f"http://127.0.0.1:{port}", body, warmup, connections=8)
+        for security, url in urls.items():
+            print(f"warming up the {security} gateway ({url}) for {warmup} s", flush=True)
+            _wrk(url, body, warmup, connections=8)
         rounds: list[dict] = []
         for number in range(runs):
             order = list(PAIRS) if number % 2 == 0 else list(reversed(PAIRS))
             measured = {}
             for security in order:
-                figures = _wrk(f"http://127.0.0.1:{ports[security]}", body, seconds, connections=8)
+                figures = _wrk(urls[security], body, seconds, connections=8)
                 measured[security] = {"events_per_s": round(figures["requests_per_s"] * BATCH),
                                       "p99_ms": figures["p99_ms"], "non_2xx": figures["non_2xx"]}
             print(f"round {number + 1}: {measured}", flush=True)
@@ -94,13 +105,13 @@ def gateways(platform_file: Path, tmp: Path, base_port: int, seconds: int, runs:
             "secured_share": round(medians["sasl_ssl"] / medians["plaintext"], 2)}
 
 
-def replicators(platform: Platform, platform_file: Path, tmp: Path, records: int) -> dict:
+def replicators(platform: Platform, files: dict[str, Path], tmp: Path, records: int) -> dict:
     result: dict = {"records": records}
     for security, (writable, _) in PAIRS.items():
         _create(platform, writable, ["rep-tput"], 12)
         _preload(platform, "rep-tput", records, writable)
     for security, (writable, _) in PAIRS.items():
-        worker = _start_ours(platform_file, tmp / f"replicator-{security}.log", route=writable)
+        worker = _start_ours(files[security], tmp / f"replicator-{security}.log", route=writable)
         try:
             result[security] = throughput(f"replicator ({security})", worker,
                                           lambda route=writable: _copied_ours(platform, "rep-tput", 12, route), records)
@@ -116,14 +127,14 @@ def replicators(platform: Platform, platform_file: Path, tmp: Path, records: int
 def run(seconds: int, runs: int, warmup: int, records: int, base_port: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="conveyor-bench-sec-") as tmp_name:
         tmp = Path(tmp_name)
-        platform, platform_file = _platform(tmp, base_port)
+        platform, files = _platform(tmp, base_port)
         local = LocalPlatform(platform)
         local.up()
         platform = local.clients
         try:
             provision(platform)
-            return {"host": host(), "gateway": gateways(platform_file, tmp, base_port, seconds, runs, warmup),
-                    "replicator": replicators(platform, platform_file, tmp, records)}
+            return {"host": host(), "gateway": gateways(files, tmp, base_port, seconds, runs, warmup),
+                    "replicator": replicators(platform, files, tmp, records)}
         finally:
             local.down()
 

@@ -62,6 +62,9 @@ class Dispatch(Model):
     #: The same cap per consumer service (a group's service: ``<service>`` or ``<service>.<name>``),
     #: so that one service's runaway groups leave room for the others.
     max_readers_per_service: int = Field(default=32, ge=1)
+    #: Read streams one consumer service may hold open on a node (of the node's 512), so that one
+    #: service's clients leave streams for the others.
+    max_streams_per_service: int = Field(default=128, ge=1)
     #: Share backend: seconds between two readings of the share group's start offsets, published
     #: to the position feed (``conveyor.dispatch.<group>``). Each reading is one short JVM (Kafka's
     #: ShareGroupCommand), hence not more often.

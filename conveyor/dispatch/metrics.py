@@ -110,6 +110,8 @@ class NodeMetrics:
         self.refused = Counter("conveyor_dispatch_readers_refused", "New (topic, group)s refused at a cap on "
                                "readers (RESOURCE_EXHAUSTED), by service and the setting that refused them",
                                ["service", "limit"], **r)
+        self.streams_refused = Counter("conveyor_dispatch_streams_refused", "Read streams refused at "
+                                       "dispatch.max_streams_per_service (RESOURCE_EXHAUSTED)", ["service"], **r)
         self.reaped = Counter("conveyor_dispatch_readers_reaped", "Readers stopped after dispatch."
                               "reader_idle_timeout without a client", _PAIR, **r)
         self.subscribe_timeouts = Counter("conveyor_dispatch_subscribe_timeouts", "Read streams closed for "

@@ -8,7 +8,8 @@ anything is read from it, and it must subscribe within ``dispatch.subscribe_time
 waiting for its first frame holds one of the node's ``MAX_STREAMS`` slots. A pair without a client
 for ``dispatch.reader_idle_timeout`` has its reader stopped; the next client gets a new one, which
 starts from the group's commit. A new pair is refused (RESOURCE_EXHAUSTED) while the node runs
-``dispatch.max_readers`` readers, or the group's service ``dispatch.max_readers_per_service``.
+``dispatch.max_readers`` readers, or the group's service ``dispatch.max_readers_per_service``; a
+new stream while its service holds ``dispatch.max_streams_per_service``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import grpc
@@ -87,6 +90,8 @@ class DispatchNode:
         self.access = Access(platform, self.cluster)
         self.membership = Membership(kafka.admin(platform, self.cluster))
         self._readers: dict[tuple[str, str], Source] = {}
+        #: Read streams open per service: each holds a gRPC worker thread and one of its own.
+        self._streams: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._grpc: grpc.Server | None = None
         self._http: MetricsServer | None = None
@@ -260,6 +265,26 @@ class DispatchNode:
         except ReaderLimit as exc:
             _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
 
+    @contextmanager
+    def stream_slot(self, context: grpc.ServicerContext, service: str) -> Iterator[None]:
+        """One of ``service``'s ``dispatch.max_streams_per_service`` Read streams, so that one
+        service's clients cannot take every stream the node holds (MAX_STREAMS) from the others."""
+        limit = self.platform.dispatch.max_streams_per_service
+        with self._lock:
+            held = self._streams[service]
+            if held < limit:
+                self._streams[service] += 1
+        if held >= limit:
+            self.metrics.streams_refused.labels(service).inc()
+            _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                   f"service {service} already has {held} Read streams open on this node, its limit "
+                   "(dispatch.max_streams_per_service): close streams no longer read, or raise the limit")
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._streams[service] -= 1
+
     def attach(self, context: grpc.ServicerContext, topic: str, group: str, client: Client) -> Source:
         """Connect ``client`` to the pair's reader, and to a fresh one if that stopped meanwhile."""
         for _ in range(3):
@@ -301,21 +326,22 @@ class ReaderService(pb_grpc.ReaderServicer):
         node = self._node
         settings = node.platform.dispatch
         service = node.authenticate(context)
-        inbound = Inbound(requests, round(settings.max_retry_delay * 1000), "read-in")
-        try:
-            reader, client = self._subscribe(context, inbound, service)
-        except BaseException:
-            inbound.abandon()
-            raise
-        inbound.serve(reader, client)
-        try:
-            while (frame := client.outbox.get()) is not None:
-                yield frame
-        finally:
-            client.open = False
-            reader.disconnect(client)
-        if inbound.problem is not None:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, inbound.problem)
+        with node.stream_slot(context, service):
+            inbound = Inbound(requests, round(settings.max_retry_delay * 1000), "read-in")
+            try:
+                reader, client = self._subscribe(context, inbound, service)
+            except BaseException:
+                inbound.abandon()
+                raise
+            inbound.serve(reader, client)
+            try:
+                while (frame := client.outbox.get()) is not None:
+                    yield frame
+            finally:
+                client.open = False
+                reader.disconnect(client)
+            if inbound.problem is not None:
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, inbound.problem)
 
     def _subscribe(self, context: grpc.ServicerContext, inbound: Inbound, service: str) -> tuple[Source, Client]:
         """The stream's first frame, within the time allowed, and the reader it subscribes to."""

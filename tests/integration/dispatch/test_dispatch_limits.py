@@ -256,3 +256,32 @@ def test_new_groups_past_the_reader_caps_are_refused_until_an_idle_reader_stops(
         held["a"].close()
     finally:
         channel.close()
+
+
+def test_one_service_past_its_streams_is_refused_while_another_still_reads(setup, nodes) -> None:
+    """mailer holds its two streams (dispatch.max_streams_per_service), even idle ones that never
+    subscribed: its third is refused, notifier's first is served."""
+    platform, topic = setup(consumers=("mailer", "notifier"), max_streams_per_service=2)
+    node = start_node(platform)
+    nodes.append(node)
+    produce(platform, topic, 10)
+    channel = grpc.insecure_channel(node.advertise)
+    try:
+        held = [Stream(channel, MAILER_TOKEN, subscribe(topic, "mailer", credit=1)), Stream(channel, MAILER_TOKEN)]
+        held[0].take(1)
+        third = Stream(channel, MAILER_TOKEN, subscribe(topic, "mailer", credit=1), timeout=20)
+        assert third.ended.wait(25)
+        assert third.status is grpc.StatusCode.RESOURCE_EXHAUSTED, (third.status, third.details)
+        assert third.details.startswith("service mailer already has 2 Read streams open on this node, its limit "
+                                        "(dispatch.max_streams_per_service)"), third.details
+        other = Stream(channel, NOTIFIER_TOKEN, subscribe(topic, "notifier", credit=1))
+        assert len(other.take(1)) == 1
+        assert sample(node, "conveyor_dispatch_streams_refused_total", service="mailer") == 1
+        held[1].close()  # a slot given back is a slot to take again
+        eventually(lambda: held[1].ended.is_set(), 30, "the closed stream to end")
+        again = Stream(channel, MAILER_TOKEN, subscribe(topic, "mailer.again", credit=1))
+        assert len(again.take(1)) == 1
+        for stream in (held[0], other, again):
+            stream.close()
+    finally:
+        channel.close()
