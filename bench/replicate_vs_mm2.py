@@ -28,8 +28,7 @@ from confluent_kafka.admin import NewTopic
 from bench.common import arguments, in_clear, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
-from conveyor.replicate.copier import RouteState, read_bucket_offsets
-from conveyor.replicate.metrics import ReplicateMetrics
+from conveyor.replicate.bookkeeping import read_bucket
 from conveyor.replicate import plan
 from conveyor.replicate.plan import SourcePartition
 from conveyor.jars import java_binary
@@ -114,11 +113,10 @@ def _copied_ours(platform: Platform, topic: str, partitions: int, route: str = R
     spec = platform.routes[route]
     if plan.route_topic(route) not in kafka.admin(platform, spec.destination).list_topics(timeout=10).topics:
         return 0
-    state = RouteState(platform, route, spec, "bench", ReplicateMetrics())
     stored: dict[SourcePartition, int] = {}
     try:
         for bucket in range(spec.buckets):
-            stored.update(read_bucket_offsets(state, bucket))
+            stored.update(read_bucket(platform, route, spec.destination, "bench", bucket).offsets)
     except KafkaException:  # the route topic is new and its leaders not elected yet: ask again
         return 0
     return sum(stored.get(SourcePartition(topic, p), 0) for p in range(partitions))
