@@ -56,7 +56,7 @@ demo: setup
 # waiting on brokers and Spark, so two workers on two cores nearly halve it. The files go out in the
 # order given, longest first (the system test, then the chaos and integration tests), and the unit
 # tests fill the gaps at the end: xdist would otherwise send the files with the most tests first,
-# and the one-test system file last. The system test runs the whole platform under faults for CONVEYOR_SOAK_MINUTES (3 here,
+# and the one-test system file last. The system test runs the whole platform under faults for CONVEYOR_SOAK_MINUTES (2 here,
 # 30 for make soak), then one checker of every sink; the seed is printed, replay it with
 # CONVEYOR_CHAOS_SEED.
 test: setup

@@ -10,7 +10,7 @@ each cluster, Redis and PostgreSQL. A process that ends on its own is started ag
 manager would, and listed in the output. Then everything is let to settle and one checker
 (`conveyor verify`) compares every sink with what was accepted, beside this test's own exact reads.
 
-CONVEYOR_SOAK_MINUTES sets how long traffic and faults last (default 3; `make soak` runs 30);
+CONVEYOR_SOAK_MINUTES sets how long traffic and faults last (default 2; `make soak` runs 30);
 CONVEYOR_CHAOS_SEED the seed.
 """
 
@@ -48,7 +48,7 @@ from tests.systemkit import Generator, Ledger, Proc, conveyor, http_ready, pause
 
 pytestmark = pytest.mark.system
 
-MINUTES = float(os.environ.get("CONVEYOR_SOAK_MINUTES", "3"))
+MINUTES = float(os.environ.get("CONVEYOR_SOAK_MINUTES", "2"))
 TOPIC = "sys-events"
 REJECTS = "sys-events-rejects"
 GROUP = "mailer.sys"
