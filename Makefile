@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml
 
 # Debian packages the platform and the tests start, installed only where missing: redis-server
 # (the real-time views), postgresql (the Iceberg JDBC catalog), chromium (the dashboard test drives
-# it headless), prometheus (promtool checks the alert rules). Each is "<probe>:<package>".
-DEBIAN := redis-server:redis-server chromium:chromium /usr/lib/postgresql/*/bin/initdb:postgresql promtool:prometheus
+# it headless), prometheus and prometheus-alertmanager (the demo's monitoring; promtool checks
+# the alert rules). Each is "<probe>:<package>".
+DEBIAN := redis-server:redis-server chromium:chromium /usr/lib/postgresql/*/bin/initdb:postgresql promtool:prometheus prometheus-alertmanager:prometheus-alertmanager
 system-deps:
 	@missing=""; for pair in $(DEBIAN); do probe=$${pair%%:*}; \
 	  command -v $$probe >/dev/null 2>&1 || ls $$probe >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
@@ -49,6 +50,7 @@ demo: setup
 	$(BIN)/conveyor gateway generate --rate 2000 --duration 210 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 180s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; wait
 	$(BIN)/conveyor status
 	$(BIN)/conveyor ops dashboard
+	-$(BIN)/conveyor ops alerts
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
 
 # Two workers, a file to each at a time (module fixtures stay in one process); each worker starts

@@ -26,19 +26,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
 from confluent_kafka.admin import NewTopic
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import arguments, write_results
+from bench.common import arguments, demo_data, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.ops.scrape import Scraper
 from conveyor.ops.watch import ClusterWatch
 from conveyor.runtime.local import LocalPlatform
 
-ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "recovery-bench"
 PARTITIONS = 6
 TIMEOUT = 120.0
@@ -55,7 +53,7 @@ class Recovery:
 
 
 def _platform(folder: Path, base_port: int) -> Platform:
-    demo = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    demo = demo_data()
     data = {
         "name": "recovery-bench",
         "runtime": {**demo["runtime"], "home": str(folder), "base_port": base_port, "redis": {"enabled": False}},

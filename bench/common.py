@@ -10,7 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 RESULTS = Path(__file__).resolve().parent / "results"
+DEMO_PLATFORM = Path(__file__).resolve().parent.parent / "platform.yaml"
 
 
 def arguments(doc: str, base_port: int) -> argparse.ArgumentParser:
@@ -47,6 +50,15 @@ def write_results(name: str, document: Mapping[str, Any], show: bool = False) ->
     if show:
         print(text)
     return path
+
+
+def demo_data() -> dict[str, Any]:
+    """platform.yaml's content without the demo's Prometheus and Alertmanager: a bench runs a
+    platform of its own on ports of its own, and its measurements share the cores with no scraper."""
+    data = yaml.safe_load(DEMO_PLATFORM.read_text())
+    for monitor in ("prometheus", "alertmanager"):
+        data["runtime"].pop(monitor, None)
+    return data
 
 
 def in_clear(data: dict[str, Any]) -> dict[str, Any]:

@@ -60,8 +60,10 @@ def _with_topics(source: Path, folder: Path, base_port: int | None, topics: list
                  backend: str = "classic") -> Path:
     data = in_clear(yaml.safe_load(source.read_text()))
     data["dispatch"] = {**(data.get("dispatch") or {}), "backend": backend}
-    if base_port is not None:
+    if base_port is not None:  # a platform of its own, without the demo's Prometheus and Alertmanager
         data["runtime"].update(home=str(folder / "home"), base_port=base_port)
+        for monitor in ("prometheus", "alertmanager"):
+            data["runtime"].pop(monitor, None)
     for topic in data["topics"].values():  # the file is written elsewhere: keep contracts findable
         if "contract" in topic:
             topic["contract"] = str(source.parent / topic["contract"])

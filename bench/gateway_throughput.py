@@ -30,7 +30,7 @@ from pathlib import Path
 import orjson
 import yaml
 
-from bench.common import arguments, in_clear, provision, write_results
+from bench.common import arguments, demo_data, in_clear, provision, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.gateway.generate import AdTraffic
@@ -43,7 +43,7 @@ TOKEN = "demo-adserver-token"
 
 
 def _platform(home: Path, base_port: int) -> tuple[Platform, Path]:
-    data = in_clear(yaml.safe_load((ROOT / "platform.yaml").read_text()))
+    data = in_clear(demo_data())
     data["runtime"]["home"] = str(home)
     data["runtime"]["base_port"] = base_port
     data["gateway"]["port"] = base_port + 500

@@ -44,12 +44,11 @@ from unittest import mock
 
 import orjson
 import pyarrow as pa
-import yaml
 from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import provision
+from bench.common import demo_data, provision
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
@@ -74,7 +73,7 @@ PARTITIONS = 6
 
 def lake_platform(folder: Path, base_port: int, dedup: str, spark: dict | None = None) -> Platform:
     """The bench's platform; ``spark``: pipeline.spark settings instead of the demo's."""
-    demo = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    demo = demo_data()
     data = {
         "name": "lake-bench",
         "runtime": {**demo["runtime"], "home": str(folder / "home"), "base_port": base_port,

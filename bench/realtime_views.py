@@ -44,13 +44,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
 from bench import realtime_mode
-from bench.common import provision
+from bench.common import demo_data, provision
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
@@ -97,7 +96,7 @@ def realtime_platform(folder: Path, base_port: int, topic: str = TOPICS["realtim
     """The bench's platform, the demo's views over ``topic`` (named after it: another topic, another
     job, its own checkpoint and Redis state); ``spark``: pipeline.spark settings instead of the demo's;
     ``realtime``: pipeline.realtime settings over the demo's."""
-    demo = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    demo = demo_data()
     contract = str(ROOT / "contracts" / "ad-events.schema.json")
     views = {f"{name}-{topic}": {**view, "topic": topic} for name, view in demo["pipeline"]["realtime"]["views"].items()}
     topics = set(TOPICS.values())

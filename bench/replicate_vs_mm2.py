@@ -25,7 +25,7 @@ import yaml
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from bench.common import arguments, in_clear, write_results
+from bench.common import arguments, demo_data, in_clear, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.replicate.bookkeeping import read_bucket
@@ -40,7 +40,7 @@ PAYLOAD = b"x" * 1000
 
 
 def _platform(tmp: Path, base_port: int) -> tuple[Platform, Path]:
-    data = in_clear(yaml.safe_load((ROOT / "platform.yaml").read_text()))  # MirrorMaker 2 is given no credentials
+    data = in_clear(demo_data())  # MirrorMaker 2 is given no credentials
     data["runtime"] |= {"home": str(tmp / "home"), "base_port": base_port}
     data["routes"] = {ROUTE: {"source": "dc1", "destination": "central", "pattern": "ours-.*"}}
     for topic in data["topics"].values():

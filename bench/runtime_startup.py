@@ -14,9 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
 
-from bench.common import arguments, write_results
+from bench.common import arguments, demo_data, write_results
 from conveyor.config import parse_platform
 from conveyor.runtime.local import LocalPlatform
 from conveyor.runtime.smoke import smoke
@@ -25,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _platform(home: Path, base_port: int):
-    data = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    data = demo_data()
     data["runtime"]["home"] = str(home)
     data["runtime"]["base_port"] = base_port
     return parse_platform(data, root=ROOT)

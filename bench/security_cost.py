@@ -26,7 +26,7 @@ from pathlib import Path
 import orjson
 import yaml
 
-from bench.common import arguments, host, provision, write_results
+from bench.common import arguments, demo_data, host, provision, write_results
 from bench.gateway_throughput import _wrk
 from bench.replicate_vs_mm2 import _copied_ours, _create, _preload, _start_ours, throughput
 from conveyor.config import Platform, load_resolved_platform, parse_platform
@@ -44,7 +44,7 @@ BATCH = 500
 def _platform(tmp: Path, base_port: int) -> tuple[Platform, dict[str, Path]]:
     """The platform, and per security setting the file its gateway serves with (its edge in clear,
     or on TLS)."""
-    data = yaml.safe_load((ROOT / "platform.yaml").read_text())
+    data = demo_data()
     data["runtime"] |= {"home": str(tmp / "home"), "base_port": base_port}
     data["clusters"] = {}
     for security, (writable, read) in PAIRS.items():

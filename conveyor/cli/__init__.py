@@ -16,7 +16,7 @@ import typer
 
 from conveyor.cli import acl_cmd, config_cmd, dispatch_cmd, gateway_cmd, ops_cmd, replicate_cmd, runtime_cmd, topics_cmd
 from conveyor.cli import lake_cmd, pipeline_cmd
-from conveyor.cli import advise_cmd, balance_cmd, ops_files_cmd, throttle_cmd
+from conveyor.cli import advise_cmd, alerts_cmd, balance_cmd, ops_files_cmd, throttle_cmd
 from conveyor.cli import verify_cmd, views_cmd
 from conveyor.cli.common import err_console
 from conveyor.cli.extras import missing_extra
@@ -75,6 +75,8 @@ ops_cmd.register(app)
 ops_cmd.app.command()(throttle_cmd.throttle)
 ops_cmd.app.command()(ops_files_cmd.rules)
 ops_cmd.app.command()(ops_files_cmd.dashboards)
+ops_cmd.app.command()(alerts_cmd.alerts)
+ops_cmd.app.command()(alerts_cmd.silence)
 app.add_typer(pipeline_cmd.app, name="pipeline")
 app.add_typer(lake_cmd.app, name="lake")
 app.add_typer(balance_cmd.app, name="balance")

@@ -66,6 +66,8 @@ def _processes(local: LocalPlatform, state: PlatformState) -> list[dict[str, Any
         rows.append(_process("redis", None, state.redis.pid, client_port=state.redis.layout.port))
     if state.postgres is not None:
         rows.append(_process("postgres", None, state.postgres.pid, client_port=state.postgres.layout.port))
+    for monitor, pid in state.monitors:
+        rows.append(_process(monitor.name, None, pid, client_port=monitor.port))
     for daemon in service_daemons(local.platform):
         rows.append(_process(daemon.name, "service", processes.running_pid(daemon)))
     return rows

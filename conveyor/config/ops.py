@@ -102,6 +102,10 @@ class Ops(Model):
     notify_url: Secret | None = None
     #: Posts tried per change before it is dropped (with back-off doubling from 0.5 s).
     notify_attempts: int = Field(default=5, ge=1, le=20)
+    #: An Alertmanager's base URL: the watcher posts its alerts to its /api/v2/alerts, where they are
+    #: grouped, silenced and routed with Prometheus's, instead of to notify_url. With
+    #: ``runtime.alertmanager`` set, the local one, whose route ends at notify_url.
+    alertmanager_url: str | None = Field(default=None, pattern=r"^https?://")
     #: Component name -> its /metrics URL, read for the panels.
     components: dict[Name, str] = Field(default_factory=dict)
     panels: dict[Name, OpsPanel] = Field(default_factory=_default_panels)

@@ -59,6 +59,8 @@ class ResolvedView(Model):
     tls: Tls | None = None
     #: The database of a jdbc catalog that names none (``pipeline.catalog``).
     catalog: ResolvedCatalog | None = None
+    #: The local Alertmanager's base URL (``ops.alertmanager_url``).
+    alertmanager: str | None = None
 
 
 def resolved_view_file(platform: Platform) -> Path:
@@ -94,8 +96,8 @@ def write_resolved_view(platform: Platform, view: ResolvedView) -> Path:
 
 def with_resolved_view(platform: Platform, view: ResolvedView) -> Platform:
     """``platform`` with ``view`` laid over it: each started cluster's settings, and the Redis, the
-    certificate and the catalog's database where platform.yaml names none. The view's values were
-    validated as it was read."""
+    certificate, the catalog's database and the Alertmanager where platform.yaml names none. The
+    view's values were validated as it was read."""
     clusters = dict(platform.clusters)
     for name, started in view.clusters.items():
         cluster = clusters.get(name)
@@ -113,6 +115,8 @@ def with_resolved_view(platform: Platform, view: ResolvedView) -> Platform:
             update={"uri": view.catalog.uri, "options": {**view.catalog.options, **catalog.options}})
     if pipeline:
         update["pipeline"] = platform.pipeline.model_copy(update=pipeline)
+    if platform.ops.alertmanager_url is None and view.alertmanager is not None:
+        update["ops"] = platform.ops.model_copy(update={"alertmanager_url": view.alertmanager})
     return platform.model_copy(update=update)
 
 

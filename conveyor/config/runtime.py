@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from conveyor.config.units import Model, Secret
+from conveyor.config.units import Model, Secret, Seconds
 
 
 class Redis(Model):
@@ -22,6 +22,29 @@ class Postgres(Model):
     database: str = Field(default="conveyor", pattern=r"^[a-z_][a-z0-9_]*$")
 
 
+class Prometheus(Model):
+    """A local Prometheus (Debian's ``prometheus``) that scrapes every component and broker and
+    evaluates the rules of ``conveyor ops rules``, on 127.0.0.1."""
+
+    port: int = Field(default=18060, ge=1024, le=65535)
+    #: Seconds between scrapes, and between rule evaluations.
+    interval: Seconds = Field(default=15.0, ge=1)
+    #: How long its samples are kept (Prometheus's duration syntax).
+    retention: str = Field(default="2d", pattern=r"^\d+[smhdwy]$")
+
+
+class Alertmanager(Model):
+    """A local Alertmanager (Debian's ``prometheus-alertmanager``) that takes Prometheus's alerts
+    and the watcher's, and routes them to ``ops.notify_url``, on 127.0.0.1."""
+
+    port: int = Field(default=18063, ge=1024, le=65535)
+    #: How long a new group of alerts waits for more before its first notification.
+    group_wait: Seconds = Field(default=30.0, ge=0)
+    #: Before a group's changes are notified again, and before a still-firing group is repeated.
+    group_interval: Seconds = Field(default=300.0, gt=0)
+    repeat_interval: Seconds = Field(default=14400.0, gt=0)
+
+
 class Runtime(Model):
     """How ``conveyor up`` runs local clusters on this machine."""
 
@@ -36,3 +59,5 @@ class Runtime(Model):
     redis: Redis = Field(default_factory=Redis)
     #: Started by ``conveyor up`` only when set.
     postgres: Postgres | None = None
+    prometheus: Prometheus | None = None
+    alertmanager: Alertmanager | None = None

@@ -33,7 +33,7 @@ from conveyor.ops.health import (
     leader_moves,
 )
 from conveyor.ops.lag import LagPolicy
-from conveyor.ops.notify import WebhookNotifier
+from conveyor.ops.notify import AlertmanagerNotifier, Notifier, WebhookNotifier
 from conveyor.ops.panels import PanelTracker, PanelView
 from conveyor.ops.rewind import OffsetFinding
 from conveyor.ops.sampler import SamplerProcess
@@ -223,6 +223,19 @@ class RouteGaps:
         return [alert for alert in found if alert is not None]
 
 
+def notifier(platform: Platform) -> Notifier | None:
+    """Where the watcher's alerts go: Alertmanager when there is one (its route ends at notify_url),
+    else straight to notify_url, else nowhere."""
+    ops = platform.ops
+    shown_at = f"{base_url(ops.tls, ops.port)}/"
+    if ops.alertmanager_url is not None:
+        return AlertmanagerNotifier(ops.alertmanager_url, platform.name, shown_at, attempts=ops.notify_attempts,
+                                    verify=trusted(platform))
+    if ops.notify_url is not None:
+        return WebhookNotifier(ops.notify_url.get_secret_value(), platform.name, shown_at, attempts=ops.notify_attempts)
+    return None
+
+
 class Watcher:
     """Every cluster of the platform and the components of its panels."""
 
@@ -241,9 +254,7 @@ class Watcher:
         self.state: OpsState | None = None
         self.cycles = 0
         self.cycle_errors = 0
-        ops = platform.ops
-        self.notifier = (WebhookNotifier(ops.notify_url.get_secret_value(), platform.name, f"{base_url(ops.tls, ops.port)}/",
-                                         attempts=ops.notify_attempts) if ops.notify_url else None)
+        self.notifier = notifier(platform)
         self._pool = ThreadPoolExecutor(max_workers=len(self.clusters), thread_name_prefix="ops-cluster")
 
     def cycle(self) -> OpsState:

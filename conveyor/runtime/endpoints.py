@@ -29,7 +29,8 @@ def resolved_view(platform: Platform, layouts: list[ClusterLayout], redis: Redis
     return ResolvedView(
         clusters={layout.name: _cluster(platform, layout, material) for layout in layouts},
         redis=writer, redis_reader=reader,
-        tls=Tls(cert=str(cert), key=str(key), ca=str(material.ca_cert)), catalog=catalog)
+        tls=Tls(cert=str(cert), key=str(key), ca=str(material.ca_cert)), catalog=catalog,
+        alertmanager=f"http://127.0.0.1:{manager.port}" if (manager := platform.runtime.alertmanager) else None)
 
 
 def _cluster(platform: Platform, layout: ClusterLayout, material: LocalSecurity) -> ResolvedCluster:

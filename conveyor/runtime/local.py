@@ -1,5 +1,5 @@
 """The local platform: every cluster platform.yaml gives no bootstrap as real KRaft brokers, plus
-Redis, and PostgreSQL when ``runtime.postgres`` asks for it.
+Redis, and PostgreSQL, Prometheus and Alertmanager when ``runtime`` asks for them.
 
 ``LocalPlatform`` is what ``conveyor up``, ``down`` and ``status`` drive, and what the test
 fixtures and chaos tests use to kill and restart single brokers. It takes platform.yaml as written;
@@ -27,10 +27,11 @@ from conveyor.acls.provisioner import apply_secured
 from conveyor.config import Platform, Security
 from conveyor.config.resolved import ResolvedView, resolved_view_file, with_resolved_view, write_resolved_view
 from conveyor.jars import Jars, java_binary, resolve_jars
-from conveyor.runtime import postgres, processes
+from conveyor.runtime import monitoring, postgres, processes
 from conveyor.runtime.endpoints import resolved_view
 from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
 from conveyor.runtime.layout import ClusterLayout, Node, RedisLayout, plan_layout, redis_layout
+from conveyor.runtime.monitoring import Monitor
 from conveyor.runtime.postgres import PostgresLayout, postgres_layout
 from conveyor.runtime.processes import Daemon
 from conveyor.runtime.properties import render, server_properties
@@ -90,12 +91,14 @@ class PlatformState:
     #: Names of the processes this call started (empty when everything already ran).
     started: tuple[str, ...] = ()
     postgres: PostgresState | None = None
+    #: Prometheus and Alertmanager, when platform.yaml asks for them, with their pids.
+    monitors: tuple[tuple[Monitor, int | None], ...] = ()
 
     @property
     def all_running(self) -> bool:
         return all(s.running for c in self.clusters for s in c.nodes) and all(
             s.pid is not None for s in (self.redis, self.postgres) if s is not None
-        )
+        ) and all(pid is not None for _, pid in self.monitors)
 
 
 class LocalPlatform:
@@ -217,7 +220,8 @@ class LocalPlatform:
         postgres_state = None
         if self.postgres is not None:
             postgres_state = PostgresState(self.postgres, processes.running_pid(self.postgres.daemon))
-        return PlatformState(clusters, redis_state, started, postgres_state)
+        found = tuple((m, processes.running_pid(m.daemon)) for m in monitoring.monitors(self.platform))
+        return PlatformState(clusters, redis_state, started, postgres_state, found)
 
     # -- up ------------------------------------------------------------------------------------
 
@@ -253,6 +257,9 @@ class LocalPlatform:
         self.wait_ready(progress)
         if self.secured:
             apply_secured(self.clients, self.secured)
+        # After the brokers: their pages and the certificate's authority go into Prometheus's scrapes.
+        started += monitoring.start(self.clients)
+        monitoring.wait_ready(self.platform, time.monotonic() + self.platform.runtime.start_timeout)
         return self.state(tuple(started))
 
     def _format(self, nodes: list[Node], progress: Progress) -> None:
@@ -362,11 +369,12 @@ class LocalPlatform:
     def down(self, timeout: float = 30.0) -> list[str]:
         """Stop exactly the processes this platform started: Conveyor's services first (they drain
         into Kafka), then brokers (a controlled shutdown needs the controller), then controllers,
-        then Redis and PostgreSQL."""
+        then Prometheus and Alertmanager, Redis and PostgreSQL."""
         nodes = self._all_node_daemons()
         stopped = processes.stop(service_daemons(self.platform), timeout)
         stopped += processes.stop([d for n, d in nodes if n.is_broker], timeout)
         stopped += processes.stop([d for n, d in nodes if not n.is_broker], timeout)
+        stopped += monitoring.stop(self.platform, timeout)
         redis_daemon = self.redis_daemon()
         if redis_daemon is not None:
             stopped += processes.stop([redis_daemon], timeout)

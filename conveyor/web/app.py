@@ -6,8 +6,8 @@ uvicorn). The dashboard page carries the latest state inline, so it shows data o
 
 Every request must name one of the service's own hosts (a page on a DNS name rebound to
 127.0.0.1 would otherwise read it from a browser); the page and /api/state also take the token
-of ``ops.token`` when one is set. /metrics and /healthz stay open to scrapers, as every
-component's do.
+of ``ops.token`` when one is set. /metrics, /healthz and the batch components' pages stay open to
+scrapers, as every component's own /metrics do.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from conveyor.auth import AccessDenied, TokenBook, Unauthenticated
 from conveyor.ops.metrics import ops_registry
 from conveyor.ops.report import state_json
+from conveyor.ops.scrape import FILE
 from conveyor.ops.watch import Watcher, now_ms
 
 PAGE = (Path(__file__).parent / "dashboard.html").read_text()
@@ -37,6 +38,9 @@ PAGE = (Path(__file__).parent / "dashboard.html").read_text()
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 #: Paths open without the token: scrapers and health checks.
 OPEN_PATHS = frozenset({"/metrics", "/healthz"})
+#: A batch component's last figures (its ``file:`` page), served for Prometheus to scrape, as
+#: node_exporter's textfile collector would.
+COMPONENT_PAGES = "/components/"
 
 
 def _inline(data: object) -> str:
@@ -90,7 +94,8 @@ def create_app(watcher: Watcher, bind_host: str = "127.0.0.1") -> FastAPI:
         if host_name(host) not in hosts:
             return JSONResponse({"error": "unknown_host", "message": f"this service does not answer to host {host!r}: "
                                  "add the name to ops.hosts in platform.yaml"}, status_code=400)
-        if tokens is not None and request.url.path not in OPEN_PATHS:
+        path = request.url.path
+        if tokens is not None and path not in OPEN_PATHS and not path.startswith(COMPONENT_PAGES):
             try:
                 # Off the event loop: an ops.token_scrypt costs a hash per new token (bounded by TokenBook).
                 token = presented_token(request.headers.get("authorization"))
@@ -120,6 +125,18 @@ def create_app(watcher: Watcher, bind_host: str = "127.0.0.1") -> FastAPI:
     @app.get("/metrics")
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get(COMPONENT_PAGES + "{name}/metrics")
+    def component_page(name: str) -> Response:
+        url = watcher.components.get(name, "")
+        if not url.startswith(FILE):
+            return JSONResponse({"error": "unknown_component", "message": f"ops.components has no file: page named "
+                                 f"{name!r}"}, status_code=404)
+        try:
+            return Response(Path(url.removeprefix(FILE)).read_bytes(), media_type=CONTENT_TYPE_LATEST)
+        except OSError as err:
+            return JSONResponse({"error": "not_written", "message": f"{name} has not written its figures yet "
+                                 f"({type(err).__name__})"}, status_code=404)
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:

@@ -1,21 +1,37 @@
 """Broker health against a real failure: a central broker SIGKILLed shows under-replicated
-partitions (and the broker down) within 30 s; restarted, the alerts clear."""
+partitions (and the broker down) within 30 s; restarted, the alerts clear.
+
+Around it run a real Prometheus and Alertmanager (Debian's), as `conveyor up` starts them, and the
+watch service: the watcher's own alert reaches Alertmanager at once, Prometheus's KafkaBrokerDown
+after its minute, Alertmanager routes it to ops.notify_url, and `conveyor ops silence` silences it."""
 
 from __future__ import annotations
 
+import copy
+import subprocess
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conveyor.config import Platform
+from conveyor.ops.alertmanager import AlertmanagerClient, ManagedAlert
 from conveyor.ops.scrape import Scraper
 from conveyor.ops.watch import ClusterReport, ClusterWatch
-from conveyor.runtime import processes
+from conveyor.runtime import monitoring, processes
 from conveyor.runtime.errors import NodeFailedError
 from conveyor.runtime.local import LocalPlatform
+from tests.conftest import eventually, platform_variant
+from tests.opskit import WebhookReceiver
+from tests.systemkit import Proc, conveyor, http_ready
 
 pytestmark = pytest.mark.chaos
 KILLED = 2
+#: Prometheus, Alertmanager and the watch service on base_port + these (above the session's ports,
+#: beside the system test's).
+PROMETHEUS, ALERTMANAGER, WATCHER = 640, 641, 642
 
 
 def restart(local: LocalPlatform, cluster: str, broker_id: int, timeout: float = 180.0) -> None:
@@ -45,6 +61,46 @@ def restart(local: LocalPlatform, cluster: str, broker_id: int, timeout: float =
         time.sleep(5)
 
 
+@pytest.fixture
+def monitored(platform_data: dict[str, Any], platform_file: Path, local: LocalPlatform,
+              tmp_path: Path) -> Iterator[tuple[Path, AlertmanagerClient, WebhookReceiver]]:
+    """Prometheus, Alertmanager and the watch service of a variant of the session's platform, every
+    second (the demo's: 15 s and 5 s); Alertmanager's route ends at a webhook receiver."""
+    hook = WebhookReceiver()
+    base = platform_data["runtime"]["base_port"]
+    data = copy.deepcopy(platform_data)
+    for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
+        if spec.get("contract"):
+            spec["contract"] = str(platform_file.parent / spec["contract"])
+    data["runtime"]["prometheus"] = {"port": base + PROMETHEUS, "interval": "1s"}
+    data["runtime"]["alertmanager"] = {"port": base + ALERTMANAGER, "group_wait": "1s", "group_interval": "2s"}
+    data["ops"] |= {"port": base + WATCHER, "interval": "1s", "components": {}, "notify_url": hook.url,
+                    "alertmanager_url": f"http://127.0.0.1:{base + ALERTMANAGER}"}
+    path = tmp_path / "platform.yaml"
+    variant = platform_variant(data, path)
+    watcher = Proc("watcher", conveyor("ops", "watch", "--platform", str(path)), tmp_path / "watcher.log",
+                   http_ready(f"http://127.0.0.1:{base + WATCHER}/healthz"))
+    client = AlertmanagerClient(variant.ops.alertmanager_url)
+    try:
+        assert sorted(monitoring.start(variant)) == ["alertmanager", "prometheus"]
+        monitoring.wait_ready(variant, time.monotonic() + 60)
+        watcher.start()
+        yield path, client, hook
+    finally:
+        if watcher.process is not None:
+            watcher.process.terminate()
+            watcher.process.wait(30)
+        client.close()
+        monitoring.stop(variant)
+        hook.close()
+
+
+def in_alertmanager(client: AlertmanagerClient, name: str, node: str, state: str = "active") -> ManagedAlert | None:
+    """The alert ``name`` about ``node`` in Alertmanager, when it is in ``state``."""
+    return next((a for a in client.alerts() if a.name == name and node in (a.labels.get("node"), a.labels.get("subject"))
+                 and a.state == state), None)
+
+
 def rounds_until(watch: ClusterWatch, done, timeout: float) -> tuple[ClusterReport, float]:
     """Watcher rounds, about a second apart, until ``done(report)``; the report and seconds taken."""
     started = time.monotonic()
@@ -57,7 +113,9 @@ def rounds_until(watch: ClusterWatch, done, timeout: float) -> tuple[ClusterRepo
 
 
 def test_killed_central_broker_shows_under_replicated_partitions(local: LocalPlatform, platform: Platform,
-                                                                 topic_factory):
+                                                                 topic_factory, monitored):
+    path, alertmanager, hook = monitored
+    node = f"central-broker-{KILLED}"
     topic_factory("central", partitions=6)  # RF 3 on 3 brokers: every partition has a replica on each
     scraper = Scraper()
     watch = ClusterWatch(platform, "central", scraper)
@@ -76,6 +134,24 @@ def test_killed_central_broker_shows_under_replicated_partitions(local: LocalPla
             assert ("broker_down", f"central-broker-{KILLED}") in alerts
             down = next(b for b in report.health.brokers if b.node == f"central-broker-{KILLED}")
             assert not down.reading.up
+
+            # Through Alertmanager: the watcher's alert as it judges it, then Prometheus's rule once
+            # it has held for its minute, routed to the receiver; silenced, it stays but is suppressed.
+            eventually(lambda: in_alertmanager(alertmanager, "broker_down", node), 30,
+                       "the watcher's broker_down in Alertmanager")
+            eventually(lambda: in_alertmanager(alertmanager, "KafkaBrokerDown", node), 150,
+                       "Prometheus's KafkaBrokerDown in Alertmanager", interval=2)
+            eventually(lambda: any(a["labels"]["alertname"] == "KafkaBrokerDown" and a["status"] == "firing"
+                                   for body in hook.bodies for a in body["alerts"]), 30,
+                       "KafkaBrokerDown at the notify_url receiver")
+            silenced = subprocess.run(conveyor("ops", "silence", "KafkaBrokerDown", "-m", f"node={node}",
+                                               "--hours", "1", "--platform", str(path)),
+                                      capture_output=True, text=True, timeout=60)
+            assert silenced.returncode == 0, silenced.stdout + silenced.stderr
+            muted = eventually(lambda: in_alertmanager(alertmanager, "KafkaBrokerDown", node, "suppressed"), 30,
+                               "KafkaBrokerDown suppressed by the silence")
+            assert muted.silenced_by and muted.silenced_by[0] in silenced.stdout
+            assert in_alertmanager(alertmanager, "broker_down", node), "the silence reached past its matchers"
         finally:
             restart(local, "central", KILLED)
         healed, _ = rounds_until(watch, lambda r: r.health.under_replicated == 0 and not any(

@@ -1,57 +1,26 @@
-"""The watcher's alerts to a webhook: one post per change of state, Alertmanager's shape, retried
-with back-off against a real HTTP receiver that fails the first attempts."""
+"""The watcher's alerts to a webhook (one post per change of state, Alertmanager's shape, retried
+with back-off against a real HTTP receiver that fails the first attempts) and to Alertmanager's API."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from conveyor.ops.alerts import Alert
 from conveyor.ops.health import Severity
-from conveyor.ops.notify import WebhookNotifier, changes, payload
+from conveyor.ops.notify import AlertmanagerNotifier, WebhookNotifier, changes, payload
 from tests.conftest import eventually
+from tests.opskit import WebhookReceiver
 
 
 def _alert(rule: str, subject: str, severity: Severity = Severity.CRITICAL) -> Alert:
     return Alert(severity, rule, "central", subject, f"{rule} on {subject}", "look here", since_ms=1_000)
 
 
-class Receiver:
-    """A webhook receiver that answers 500 to its first ``failures`` posts."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-        self.bodies: list[dict] = []
-        self.attempts = 0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                receiver.attempts += 1
-                if receiver.attempts <= receiver.failures:
-                    self.send_response(500)
-                else:
-                    receiver.bodies.append(body)
-                    self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: object) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-
 @pytest.fixture
-def receiver(request: pytest.FixtureRequest) -> Iterator[Receiver]:
-    r = Receiver(getattr(request, "param", 0))
+def receiver(request: pytest.FixtureRequest) -> Iterator[WebhookReceiver]:
+    r = WebhookReceiver(getattr(request, "param", 0))
     yield r
     r.server.shutdown()
 
@@ -83,7 +52,7 @@ def test_the_payload_has_alertmanagers_shape() -> None:
 
 
 @pytest.mark.parametrize("receiver", [2], indirect=True)
-def test_posts_are_retried_and_arrive_once_each_in_order(receiver: Receiver) -> None:
+def test_posts_are_retried_and_arrive_once_each_in_order(receiver: WebhookReceiver) -> None:
     notifier = WebhookNotifier(receiver.url, "demo", attempts=5, backoff=0.05)
     stop = _alert("lag_stop", "mailer")
     notifier.update([stop], 5_000)
@@ -98,9 +67,30 @@ def test_posts_are_retried_and_arrive_once_each_in_order(receiver: Receiver) -> 
 
 
 @pytest.mark.parametrize("receiver", [100], indirect=True)
-def test_a_receiver_that_never_answers_costs_a_dropped_change_not_the_watcher(receiver: Receiver) -> None:
+def test_a_receiver_that_never_answers_costs_a_dropped_change_not_the_watcher(receiver: WebhookReceiver) -> None:
     notifier = WebhookNotifier(receiver.url, "demo", attempts=3, backoff=0.01)
     notifier.update([_alert("lag_stop", "mailer")], 1_000)
     eventually(lambda: notifier.dropped == 1, 10, "the change given up after 3 attempts")
     notifier.close()
     assert (receiver.attempts, notifier.sent) == (3, 0)
+
+
+def test_alertmanager_gets_every_firing_alert_again_each_minute_and_the_resolved_once(receiver: WebhookReceiver) -> None:
+    notifier = AlertmanagerNotifier(receiver.url.removesuffix("/hook"), "demo", resend_ms=60_000)
+    stop, slow = _alert("lag_stop", "mailer"), _alert("request_slow", "broker-1", Severity.WARNING)
+    notifier.update([stop], 100_000)             # fired: posted
+    notifier.update([stop], 130_000)             # no change, renewed less than a minute ago: nothing
+    notifier.update([stop, slow], 140_000)       # fired: posted, with stop again
+    notifier.update([slow], 150_000)             # stop resolved: posted
+    notifier.update([slow], 211_000)             # a minute on: renewed
+    notifier.update([], 220_000)                 # slow resolved
+    notifier.update([], 400_000)                 # nothing fires: nothing to renew
+    notifier.close()
+    assert [sorted((a["labels"]["alertname"], a["endsAt"]) for a in body) for body in receiver.bodies] == [
+        [("lag_stop", "1970-01-01T00:06:40Z")],
+        [("lag_stop", "1970-01-01T00:07:20Z"), ("request_slow", "1970-01-01T00:07:20Z")],
+        [("lag_stop", "1970-01-01T00:02:30Z"), ("request_slow", "1970-01-01T00:07:30Z")],
+        [("request_slow", "1970-01-01T00:08:31Z")],
+        [("request_slow", "1970-01-01T00:03:40Z")],
+    ]
+    assert set(receiver.bodies[0][0]) == {"labels", "annotations", "startsAt", "endsAt", "generatorURL"}

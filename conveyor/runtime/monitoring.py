@@ -1,0 +1,193 @@
+"""A local Prometheus and Alertmanager (Debian's packages) when ``runtime.prometheus`` and
+``runtime.alertmanager`` ask for them, as a platform team runs its own.
+
+Prometheus scrapes the watcher (the broker health, lag and offset figures the rules read), every
+component of ``ops.components`` (a batch job's ``file:`` page through the watcher, which serves it
+as node_exporter's textfile collector would) and every broker's own metrics page, and evaluates
+the rules of ``conveyor ops rules``. Alertmanager takes Prometheus's alerts and the watcher's (its
+window rules), groups them and routes them to ``ops.notify_url``; silences hold for both. Both
+listen on 127.0.0.1 only, keep their data under the runtime home, and get their configuration
+written anew by every ``conveyor up`` (a running one is told to reload it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import yaml
+
+from conveyor.config import Platform
+from conveyor.ops.rules import rules_document
+from conveyor.ops.scrape import FILE
+from conveyor.runtime import processes
+from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
+from conveyor.runtime.processes import Daemon
+from conveyor.runtime.security import write_private
+from conveyor.tls import base_url, trusted_pem
+
+PROMETHEUS = "prometheus"
+ALERTMANAGER = "prometheus-alertmanager"
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """One of the two servers: where it listens and keeps its files."""
+
+    name: str
+    binary: str
+    port: int
+    dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def config_file(self) -> Path:
+        return self.dir / ("prometheus.yml" if self.name == "prometheus" else "alertmanager.yml")
+
+    @property
+    def daemon(self) -> Daemon:
+        return Daemon(self.name, self.dir / "pid", self.dir / f"{self.name}.log", f"--config.file={self.config_file}")
+
+    def argv(self, binary: str) -> list[str]:
+        listen = f"--web.listen-address=127.0.0.1:{self.port}"
+        if self.name == "prometheus":
+            return [binary, f"--config.file={self.config_file}", listen, f"--storage.tsdb.path={self.dir / 'data'}",
+                    "--log.level=warn"]
+        # An empty cluster address turns off the gossip between replicas, which listens on all addresses.
+        return [binary, f"--config.file={self.config_file}", listen, f"--storage.path={self.dir / 'data'}",
+                "--cluster.listen-address=", "--log.level=warn"]
+
+
+def monitors(platform: Platform) -> list[Monitor]:
+    """The servers platform.yaml asks ``conveyor up`` for (none, one or both)."""
+    runtime, home = platform.runtime, platform.home / "monitoring"
+    found = []
+    if runtime.prometheus is not None:
+        found.append(Monitor("prometheus", PROMETHEUS, runtime.prometheus.port, home / "prometheus"))
+    if runtime.alertmanager is not None:
+        found.append(Monitor("alertmanager", ALERTMANAGER, runtime.alertmanager.port, home / "alertmanager"))
+    return found
+
+
+def duration(seconds: float) -> str:
+    """Seconds as Prometheus's duration syntax, which takes no fractions ("1500ms", not "1.5s")."""
+    ms = round(seconds * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def _target(url: str, job: str, labels: dict[str, str], ca_file: Path | None) -> dict[str, Any]:
+    parts = urlsplit(url)
+    config: dict[str, Any] = {"job_name": job, "scheme": parts.scheme, "metrics_path": parts.path or "/metrics",
+                              "static_configs": [{"targets": [parts.netloc], "labels": labels}]}
+    if parts.scheme == "https" and ca_file is not None:
+        config["tls_config"] = {"ca_file": str(ca_file)}
+    return config
+
+
+def prometheus_config(platform: Platform, rules_file: Path, ca_file: Path | None) -> dict[str, Any]:
+    """Prometheus's configuration: its scrape jobs, the rules and where alerts go. Pure."""
+    settings = platform.runtime.prometheus
+    assert settings is not None
+    ops = platform.ops
+    watcher = base_url(ops.tls, ops.port)
+    jobs = [_target(f"{watcher}/metrics", "conveyor-ops", {"instance": "watcher"}, ca_file)]
+    for name, url in ops.components.items():
+        page = f"{watcher}/components/{name}/metrics" if url.startswith(FILE) else url
+        # The component's name is its instance: the rules and their summaries name it.
+        jobs.append(_target(page, f"component-{name}", {"instance": name}, ca_file))
+    for cluster_name, cluster in platform.clusters.items():
+        for page in cluster.metrics:
+            node = page.node or urlsplit(page.url).netloc
+            jobs.append(_target(page.url, f"kafka-{cluster_name}-{node}",
+                                {"instance": node, "cluster": cluster_name, "node": node}, ca_file))
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": duration(settings.interval), "evaluation_interval": duration(settings.interval),
+                   "external_labels": {"platform": platform.name}},
+        "rule_files": [str(rules_file)],
+        "scrape_configs": jobs,
+    }
+    if platform.runtime.alertmanager is not None:
+        config["alerting"] = {"alertmanagers": [
+            {"static_configs": [{"targets": [f"127.0.0.1:{platform.runtime.alertmanager.port}"]}]}]}
+    return config
+
+
+def alertmanager_config(platform: Platform) -> dict[str, Any]:
+    """Alertmanager's configuration: every alert to ``ops.notify_url`` (resolved ones too), grouped
+    per rule and cluster; with no notify_url, to a receiver that sends nothing (alerts still show
+    and can be silenced). Pure."""
+    settings = platform.runtime.alertmanager
+    assert settings is not None
+    receiver: dict[str, Any] = {"name": "conveyor"}
+    if platform.ops.notify_url is not None:
+        receiver["webhook_configs"] = [{"url": platform.ops.notify_url.get_secret_value(), "send_resolved": True}]
+    return {
+        "route": {"receiver": "conveyor", "group_by": ["alertname", "cluster"],
+                  "group_wait": duration(settings.group_wait), "group_interval": duration(settings.group_interval),
+                  "repeat_interval": duration(settings.repeat_interval)},
+        "receivers": [receiver],
+    }
+
+
+def write_configs(platform: Platform, found: list[Monitor]) -> None:
+    """Each server's configuration, owner-only (the receiver's URL may hold a secret)."""
+    for monitor in found:
+        monitor.dir.mkdir(parents=True, exist_ok=True)
+        if monitor.name == "prometheus":
+            rules_file = monitor.dir / "rules.yml"
+            rules_file.write_text(yaml.safe_dump(rules_document(platform.ops), sort_keys=False, width=120))
+            pem = trusted_pem(platform)
+            ca_file = monitor.dir / "ca.pem" if pem else None
+            if ca_file is not None and pem is not None:
+                ca_file.write_bytes(pem)
+            document = prometheus_config(platform, rules_file, ca_file)
+        else:
+            document = alertmanager_config(platform)
+        write_private(monitor.config_file, yaml.safe_dump(document, sort_keys=False).encode())
+
+
+def start(platform: Platform) -> list[str]:
+    """Write the configurations, start what does not run and have what runs reload; the names
+    started. ``platform`` is the resolved one (the brokers' pages, the certificate's authority)."""
+    found = monitors(platform)
+    write_configs(platform, found)
+    started = []
+    for monitor in found:
+        if processes.signal_daemon(monitor.daemon, signal.SIGHUP) is not None:
+            continue  # it runs, and reloads its configuration on SIGHUP
+        binary = shutil.which(monitor.binary)
+        if binary is None:
+            raise RuntimeSetupError(f"{monitor.binary} is not installed: run `apt-get install -y {monitor.binary}` "
+                                    "(make setup does it)")
+        processes.start(monitor.daemon, monitor.argv(binary))
+        started.append(monitor.name)
+    return started
+
+
+def wait_ready(platform: Platform, deadline: float) -> None:
+    """Wait until each server answers /-/ready."""
+    for monitor in monitors(platform):
+        while True:
+            try:
+                if httpx.get(f"{monitor.url}/-/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if processes.running_pid(monitor.daemon) is None:
+                raise NodeFailedError(f"{monitor.name} exited while starting:\n{processes.log_tail(monitor.daemon)}")
+            if time.monotonic() > deadline:
+                raise StartTimeoutError(f"{monitor.name} did not answer on {monitor.url}; see {monitor.daemon.console_log}")
+            time.sleep(0.2)
+
+
+def stop(platform: Platform, timeout: float = 30.0) -> list[str]:
+    return processes.stop([m.daemon for m in monitors(platform)], timeout)
