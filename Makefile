@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml sdk/pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: setup system-deps demo test test-unit soak bench down clean
 
@@ -12,10 +12,10 @@ setup: $(STAMP) system-deps
 	@$(BIN)/python -c "from conveyor.jars import resolve_jars; resolve_jars()"
 	@$(BIN)/python -c "from conveyor.pipeline.spark import pipeline_jars; pipeline_jars()"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sdk/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[all,dev]'
+	$(BIN)/pip install -q -e ./sdk -e '.[all,dev]'
 	@touch $@
 
 # Debian packages the platform and the tests start, installed only where missing: redis-server
@@ -50,7 +50,7 @@ demo: setup
 	$(BIN)/conveyor gateway generate --rate 2000 --duration 210 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 180s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; wait
 	$(BIN)/conveyor status
 	$(BIN)/conveyor ops dashboard
-	-$(BIN)/conveyor ops alerts
+	$(BIN)/conveyor ops alerts || true   # exits 1 while a critical alert is active
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
 
 # Two workers, a file to each at a time (module fixtures stay in one process); each worker starts

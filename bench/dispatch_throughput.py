@@ -44,9 +44,9 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from bench.common import in_clear, write_results
 from conveyor import kafka
 from conveyor.config import Platform, load_platform, load_resolved_platform
-from conveyor.dispatch.client import Message, Subscriber
-from conveyor.dispatch.protos import dispatch_pb2 as pb
-from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
+from conveyor_sdk.subscriber import Message, Subscriber
+from conveyor_sdk.protos import dispatch_pb2 as pb
+from conveyor_sdk.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.runtime.local import LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,5 @@
-"""The root of every error Conveyor raises on purpose.
+"""The platform's errors: the root every error Conveyor raises on purpose comes from the SDK (an
+error of a client and one of a service are caught alike), and the refusals of the services.
 
 Callers branch on the class and its fields, never on the message text. Each package adds its
 own leaves next to its code (``conveyor.runtime.errors`` and so on).
@@ -8,12 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from conveyor_sdk.errors import ConveyorError
 
-class ConveyorError(Exception):
-    """Something the operator can act on; the message says what went wrong and what to do."""
-
-    #: Exit status the CLI uses when this error reaches it.
-    exit_code: int = 1
+__all__ = ["ConveyorError", "Refusal"]
 
 
 class Refusal(ConveyorError):

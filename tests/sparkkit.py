@@ -1,15 +1,13 @@
 """A Spark standalone cluster for the tests: a master and one worker, each its own JVM from the
 installed PySpark, on 127.0.0.1; the worker starts the executor, and the executor its Python workers.
 
-Those Python workers must not reach this checkout, so that the jobs prove they ship ``conveyor``:
+Those Python workers must not reach this checkout or its environment, so that the jobs prove they
+ship ``conveyor`` and what it imports (conveyor.pipeline.shipping):
 
 - Their interpreter is a virtual environment made here (``python -m venv --without-pip``, about a
-  second) whose site-packages holds symbolic links to exactly the distributions of
-  ``EXECUTOR_REQUIREMENTS`` and what those require, taken from the test's own environment. The
-  test environment has ``conveyor`` installed editable, through a finder that only its own
-  site-packages' ``.pth`` files start; none of that is linked. PySpark is not linked either: the
-  worker puts the Spark installation's ``pyspark.zip`` on its Python workers' path, as on a real
-  cluster. The fixture checks that this interpreter cannot import ``conveyor``.
+  second) with nothing but the standard library: no ``conveyor``, no orjson, no pyarrow, which the
+  fixture checks. PySpark is not there either: the worker puts the Spark installation's
+  ``pyspark.zip`` on its Python workers' path, as on a real cluster.
 - The worker runs in a folder of the test's temporary directory, without PYTHONPATH.
 
 The daemons are conveyor.runtime.spark_standalone's (the cluster benchmark starts the same).
@@ -20,21 +18,17 @@ Ports: base_port + 470 (master), + 471 (its UI), + 472 (worker), + 473 (its UI);
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from packaging.requirements import Requirement
 
 from conveyor.config import Platform
-from conveyor.pipeline.shipping import EXECUTOR_REQUIREMENTS
 from conveyor.runtime.spark_standalone import StandaloneCluster, StandaloneSettings
 from tests.conftest import platform_variant
 
@@ -45,38 +39,14 @@ SPARK_OFFSET = 470
 _RUNNING: dict[int, SparkCluster] = {}
 
 
-def _closure(names: tuple[str, ...]) -> list[metadata.Distribution]:
-    """The distributions ``names`` need, with their requirements (extras' left out), recursively."""
-    found: dict[str, metadata.Distribution] = {}
-    todo = list(names)
-    while todo:
-        dist = metadata.distribution(todo.pop())
-        key = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
-        if key in found:
-            continue
-        found[key] = dist
-        for line in dist.requires or []:
-            requirement = Requirement(line)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                todo.append(requirement.name)
-    return list(found.values())
-
-
 def executor_python(folder: Path) -> Path:
-    """A Python with EXECUTOR_REQUIREMENTS and nothing else installed (see the module's doc)."""
+    """A Python with nothing but the standard library (see the module's doc)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    site = folder / "lib" / version / "site-packages"
-    for dist in _closure(EXECUTOR_REQUIREMENTS):
-        tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
-        for top in tops - {"__pycache__"}:
-            source = Path(str(dist.locate_file(top)))
-            if source.exists() and not (site / top).exists():
-                (site / top).symlink_to(source)
     python = folder / "bin" / "python"
-    alone = subprocess.run([str(python), "-c", "import conveyor"], capture_output=True, text=True,
-                           cwd=folder, env=_without_pythonpath())
-    assert "No module named 'conveyor'" in alone.stderr, "the executors' Python must not find conveyor by itself"
+    for module in ("conveyor", "orjson", "pyarrow"):
+        alone = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True, text=True,
+                               cwd=folder, env=_without_pythonpath())
+        assert f"No module named '{module}'" in alone.stderr, f"the executors' Python must not find {module} by itself"
     return python
 
 

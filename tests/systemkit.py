@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import orjson
 
-from conveyor.gateway.client import Publisher, PublishError
+from conveyor_sdk.publisher import Publisher, PublishError
 from tests.conftest import eventually, padded_to
 
 #: Event times reach from this far back to the gateway's future tolerance (5 minutes), less a margin.

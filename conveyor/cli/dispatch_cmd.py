@@ -47,7 +47,7 @@ def locate(
     token: TokenOption,
 ) -> None:
     """Print the dispatcher nodes that serve TOPIC for GROUP (asking one of --node)."""
-    from conveyor.dispatch.client import locate as locate_nodes
+    from conveyor_sdk.subscriber import locate as locate_nodes
 
     for address in locate_nodes(nodes, topic, group, token):
         console.print(address)
@@ -70,7 +70,7 @@ def demo(
 
     import grpc
 
-    from conveyor.dispatch.client import Message, Subscriber
+    from conveyor_sdk.subscriber import Message, Subscriber
     from conveyor.dispatch.demo import produce_notifications
     from conveyor.tls import trusted_pem
     from conveyor.dispatch.server import DispatchNode

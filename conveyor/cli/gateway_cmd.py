@@ -88,7 +88,7 @@ def generate(
     """Publish realistic ad events (page views, impressions, clicks from many sites, keyed by user)
     through the gateways at a steady rate, and print what was accepted and how fast. Each run sends
     new event ids unless `--seed` repeats a run: the lake keeps one event per id."""
-    from conveyor.gateway.client import Publisher
+    from conveyor_sdk.publisher import Publisher
     from conveyor.gateway.generate import AdTraffic, run, shortfall
 
     if not token:

@@ -6,9 +6,16 @@ import re
 from typing import Annotated
 from typing import Literal
 
-from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, SecretStr, Tag, model_validator
+from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, SecretStr, Tag, field_validator, model_validator
 
 from conveyor.config.units import TOPIC_NAME, Model, Name, Secret, Seconds, resolve_secret
+
+
+#: Spark settings that pipeline.spark gives keys of their own.
+_SPARK_KEYS = {"spark.master": "master", "spark.driver.memory": "driver_memory",
+               "spark.sql.shuffle.partitions": "shuffle_partitions", "spark.driver.host": "driver_host",
+               "spark.driver.bindAddress": "driver_bind_address", "spark.jars": "jars",
+               "spark.jars.packages": "packages"}
 
 
 class Spark(Model):
@@ -24,10 +31,37 @@ class Spark(Model):
     driver_bind_address: str | None = None
     #: How long a cluster master may take to answer before a pipeline gives up with its URL.
     master_timeout: Seconds = Field(default=30.0, gt=0)
-    #: On a cluster, the Python executors start their workers with (PYSPARK_PYTHON): the driver's
-    #: minor version, with conveyor.pipeline.shipping.EXECUTOR_REQUIREMENTS; conveyor itself is
-    #: shipped. Default: PYSPARK_PYTHON as set, else python3. local[N] uses the driver's interpreter.
+    #: On a cluster, the Python executors start their workers with (PYSPARK_PYTHON): any Python of
+    #: the driver's minor version; conveyor and what its executor side imports are shipped
+    #: (conveyor.pipeline.shipping). Default: PYSPARK_PYTHON as set, else python3. local[N] uses
+    #: the driver's interpreter.
     executor_python: str | None = None
+    #: Any other Spark setting (executor memory and instances, a Kubernetes image, ...), applied
+    #: over the pipelines' own; the settings above and the jars have their own keys. A value may be
+    #: ``${ENV_VAR}`` or ``file:PATH`` (an access key) and is masked when shown.
+    conf: dict[str, Secret] = Field(default_factory=dict)
+    #: Jars added to the pipelines' own (paths or URLs), and Maven coordinates Spark resolves
+    #: (spark.jars.packages: group:artifact:version), such as an object store's file system.
+    jars: list[str] = Field(default_factory=list)
+    packages: list[str] = Field(default_factory=list)
+
+    @field_validator("conf")
+    @classmethod
+    def _own_keys(cls, conf: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for key in conf:
+            if not key.startswith("spark."):
+                raise ValueError(f"conf: {key!r} is not a Spark setting (they start with spark.)")
+            if key in _SPARK_KEYS:
+                raise ValueError(f"conf: give {key} as pipeline.spark.{_SPARK_KEYS[key]}")
+        return conf
+
+    @field_validator("packages")
+    @classmethod
+    def _coordinates(cls, packages: list[str]) -> list[str]:
+        for package in packages:
+            if not re.fullmatch(r"[\w.\-]+:[\w.\-]+:[\w.\-]+", package):
+                raise ValueError(f"packages: {package!r} is not a Maven coordinate group:artifact:version")
+        return packages
 
 
 class Lake(Model):

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from conveyor.errors import ConveyorError
-
-
-class DispatchError(ConveyorError):
-    """Serving a partition to dispatcher clients went wrong."""
+from conveyor_sdk.errors import DispatchError  # the root, the SDK's: a client's errors are among them
 
 
 class AckMetadataError(DispatchError):

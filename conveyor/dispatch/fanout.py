@@ -19,7 +19,7 @@ from typing import Protocol
 from conveyor.dispatch.acktracker import AckOutcome
 from conveyor.dispatch.metrics import ReaderMetrics
 from conveyor.dispatch.partition import DeadLetter, Handout
-from conveyor.dispatch.protos import dispatch_pb2 as pb
+from conveyor_sdk.protos import dispatch_pb2 as pb
 
 #: Most bytes of records in one frame to a client: under gRPC's default 4 MiB message limit,
 #: with room for the frame's own fields.

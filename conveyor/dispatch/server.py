@@ -44,8 +44,8 @@ from conveyor.dispatch.errors import (
 )
 from conveyor.dispatch.fanout import Client
 from conveyor.dispatch.metrics import NodeMetrics
-from conveyor.dispatch.protos import dispatch_pb2 as pb
-from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
+from conveyor_sdk.protos import dispatch_pb2 as pb
+from conveyor_sdk.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.dispatch.reader import GroupReader
 from conveyor.dispatch.share_reader import ShareReader
 from conveyor.dispatch.source import Source

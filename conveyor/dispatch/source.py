@@ -31,7 +31,7 @@ from conveyor.dispatch.errors import ReaderStopped
 from conveyor.dispatch.fanout import Client, Fanout
 from conveyor.dispatch.metrics import ReaderMetrics
 from conveyor.dispatch.partition import DeadLetter, Record
-from conveyor.dispatch.protos import dispatch_pb2 as pb
+from conveyor_sdk.protos import dispatch_pb2 as pb
 from conveyor.limits import PRODUCER_MESSAGE_MAX, record_size
 
 log = logging.getLogger(__name__)

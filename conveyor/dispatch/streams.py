@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import grpc
 
 from conveyor.dispatch.fanout import Client
-from conveyor.dispatch.protos import dispatch_pb2 as pb
+from conveyor_sdk.protos import dispatch_pb2 as pb
 from conveyor.dispatch.source import Source
 
 

@@ -1,6 +1,6 @@
 """Realistic ad traffic for the demo and benchmarks: page views, impressions and clicks from many
 sites, keyed by user, with banners and interest categories. Event synthesis is pure and seeded;
-``run`` paces it through the gateway with :class:`~conveyor.gateway.client.Publisher`.
+``run`` paces it through the gateway with :class:`~conveyor_sdk.publisher.Publisher`.
 
 Each run takes a new seed unless given one: the seed decides the event ids, and the lake keeps one
 event per id, so a second run with the same seed would be dropped as retries of the first."""
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from conveyor.gateway.client import PublishError, Publisher
+from conveyor_sdk.publisher import PublishError, Publisher
 
 CATEGORIES = ("sports", "travel", "autos", "finance", "fashion", "games", "food", "tech")
 # Of every 100 events: a page view leads to impressions, a few of which are clicked (CTR ~2-5 %).

@@ -23,7 +23,7 @@ from conveyor.config import Platform
 from conveyor.jars import maven_classpath
 from conveyor.pipeline.catalog import catalog_conf, require_catalog
 from conveyor.pipeline.errors import SparkSetupError
-from conveyor.pipeline.shipping import ship_package
+from conveyor.pipeline.shipping import executor_env, ship
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,7 +61,7 @@ def session_conf(platform: Platform, app_name: str, jars: list[str]) -> dict[str
         "spark.master": spark.master,
         "spark.app.name": app_name,
         "spark.driver.memory": spark.driver_memory,
-        "spark.jars": ",".join(jars),
+        "spark.jars": ",".join([*jars, *spark.jars]),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         **catalog_conf(platform),
         "spark.sql.session.timeZone": "UTC",
@@ -76,6 +76,8 @@ def session_conf(platform: Platform, app_name: str, jars: list[str]) -> dict[str
         # No console progress bar over our own.
         "spark.ui.showConsoleProgress": "false",
         **(_local_conf() if is_local_master(spark.master) else _cluster_conf(platform)),
+        **({"spark.jars.packages": ",".join(spark.packages)} if spark.packages else {}),
+        **{key: value.get_secret_value() for key, value in spark.conf.items()},
     }
 
 
@@ -92,8 +94,9 @@ def _cluster_conf(platform: Platform) -> dict[str, str]:
     # Executors on other hosts connect back to the driver: it listens where the settings say (Spark's
     # default, the host's name, when they say nothing), and its UI stays on for the cluster's operators.
     spark = platform.pipeline.spark
-    return {key: value for key, value in (("spark.driver.host", spark.driver_host),
-                                          ("spark.driver.bindAddress", spark.driver_bind_address)) if value}
+    return {**executor_env(), **{key: value for key, value in (("spark.driver.host", spark.driver_host),
+                                                             ("spark.driver.bindAddress", spark.driver_bind_address))
+                                 if value}}
 
 
 def require_reachable_master(master: str, timeout: float) -> None:
@@ -135,10 +138,11 @@ def _console_to(path: Path) -> Iterator[None]:
 
 
 def _shipped(session: SparkSession, platform: Platform) -> SparkSession:
-    """The session, with the ``conveyor`` package shipped to its executors when they may run on
-    other hosts (under ``local[N]`` they are this process's JVM and start this interpreter)."""
+    """The session, with ``conveyor`` and its executor side's dependencies shipped to its executors
+    when they may run on other hosts (under ``local[N]`` they are this process's JVM and start this
+    interpreter)."""
     if not is_local_master(session.sparkContext.master):
-        ship_package(session, platform.home / "spark")
+        ship(session, platform.home / "spark")
     return session
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from conveyor.config import Platform
 from conveyor.config.tls import Tls
-from conveyor.gateway.client import Publisher
+from conveyor_sdk.publisher import Publisher
 from conveyor.tls import trusted
 
 from tests.conftest import demo_event, eventually
@@ -35,7 +35,7 @@ def test_a_dispatcher_over_tls_serves_a_client_that_trusts_its_ca_and_no_other(
         setup, nodes, platform_file, platform_data):
     import grpc
 
-    from conveyor.dispatch.client import NodesUnreachable, Subscriber, SubscriberError, locate
+    from conveyor_sdk.subscriber import NodesUnreachable, Subscriber, SubscriberError, locate
     from conveyor.tls import trusted_pem
     from tests.dispatchkit import MAILER_TOKEN, produce, start_node
 

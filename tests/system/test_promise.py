@@ -34,7 +34,7 @@ from confluent_kafka import KafkaException
 from pyiceberg.exceptions import NoSuchTableError
 
 from conveyor.config import Platform
-from conveyor.dispatch.client import Subscriber
+from conveyor_sdk.subscriber import Subscriber
 from conveyor.errors import ConveyorError
 from conveyor.limits import BROKER_DEFAULT_MAX, event_limit
 from conveyor.runtime import processes

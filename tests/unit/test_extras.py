@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ONLY_IN = {
     "gateway": {"fastapi", "uvicorn"},
     "ops": {"fastapi", "uvicorn"},
-    "dispatch": {"grpc", "grpc_health", "grpc_reflection", "google.protobuf"},
+    "dispatch": {"grpc_health", "grpc_reflection"},
     "pipeline": {"pyspark", "pyarrow", "pandas"},
 }
 #: What each install must import; "core" is the CLI and the parts every host runs.
@@ -24,7 +24,7 @@ ENTRY = {
     "core": ["conveyor.cli", "conveyor.replicate.worker", "conveyor.topics.provisioner", "conveyor.runtime.local"],
     "gateway": ["conveyor.gateway.app"],
     "ops": ["conveyor.web.app", "conveyor.ops.watch"],
-    "dispatch": ["conveyor.dispatch.server", "conveyor.dispatch.client"],
+    "dispatch": ["conveyor.dispatch.server", "conveyor_sdk.subscriber"],
     "pipeline": ["conveyor.pipeline.lake", "conveyor.pipeline.realtime.job"],
 }
 
@@ -58,8 +58,8 @@ def test_an_install_with_one_extra_imports_its_service(extra: str) -> None:
 
 def test_the_extras_declare_those_libraries() -> None:
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    distributions = {"fastapi": "fastapi", "uvicorn": "uvicorn", "grpc": "grpcio", "grpc_health": "grpcio-health-checking",
-                     "grpc_reflection": "grpcio-reflection", "google.protobuf": "protobuf", "pyspark": "pyspark",
+    distributions = {"fastapi": "fastapi", "uvicorn": "uvicorn", "grpc_health": "grpcio-health-checking",
+                     "grpc_reflection": "grpcio-reflection", "pyspark": "pyspark",
                      "pyarrow": "pyspark[sql]", "pandas": "pyspark[sql]"}
     for extra, modules in ONLY_IN.items():
         for module in modules:

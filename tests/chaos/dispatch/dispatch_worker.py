@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 
-from conveyor.dispatch.client import Message, Subscriber
+from conveyor_sdk.subscriber import Message, Subscriber
 
 
 def main() -> None:

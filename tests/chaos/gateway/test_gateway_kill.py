@@ -25,7 +25,7 @@ import orjson
 import pytest
 
 from conveyor.config import Platform
-from conveyor.gateway.client import Publisher
+from conveyor_sdk.publisher import Publisher
 from conveyor.pipeline.lake import run_once
 from tests.conftest import demo_event, eventually, read_topic
 from tests.lakekit import GatewayLakeCase, drop_topics, gateway_lake_case, lake_folder, lake_spark, rows_of  # noqa: F401

@@ -15,9 +15,9 @@ import pytest
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.dispatch.ackcodec import decode
-from conveyor.dispatch.client import Message, Retry, Subscriber, SubscriberError, locate
-from conveyor.dispatch.protos import dispatch_pb2 as pb
-from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
+from conveyor_sdk.subscriber import Message, Retry, Subscriber, SubscriberError, locate
+from conveyor_sdk.protos import dispatch_pb2 as pb
+from conveyor_sdk.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.dispatch.server import DispatchNode
 from tests.conftest import eventually, read_topic
 from tests.dispatchkit import (
@@ -347,7 +347,7 @@ def test_the_standard_grpc_health_and_reflection_services_answer(setup, nodes) -
 def test_the_asyncio_subscriber_acks_on_return_and_nacks_on_raise(setup, nodes) -> None:
     import asyncio
 
-    from conveyor.dispatch.client_aio import AsyncSubscriber
+    from conveyor_sdk.subscriber_aio import AsyncSubscriber
 
     platform, topic = setup()
     node = start_node(platform)

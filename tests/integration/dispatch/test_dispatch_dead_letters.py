@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
-from conveyor.dispatch.client import Message
-from conveyor.dispatch.protos import dispatch_pb2 as pb
+from conveyor_sdk.subscriber import Message
+from conveyor_sdk.protos import dispatch_pb2 as pb
 from conveyor.limits import BROKER_DEFAULT_MAX, PRODUCER_MESSAGE_MAX, event_limit
 from conveyor.replicate.plan import ORIGIN_HEADER
 from tests.conftest import eventually, read_topic

@@ -17,9 +17,9 @@ import pytest
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.dispatch import server
-from conveyor.dispatch.client import Message, Subscriber
-from conveyor.dispatch.protos import dispatch_pb2 as pb
-from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
+from conveyor_sdk.subscriber import Message, Subscriber
+from conveyor_sdk.protos import dispatch_pb2 as pb
+from conveyor_sdk.protos import dispatch_pb2_grpc as pb_grpc
 from conveyor.dispatch.server import DispatchNode
 from tests.conftest import eventually
 from tests.dispatchkit import (

@@ -12,7 +12,7 @@ import pytest
 
 from conveyor import kafka
 from conveyor.config import Platform
-from conveyor.dispatch.client import Message, Retry, Subscriber, locate
+from conveyor_sdk.subscriber import Message, Retry, Subscriber, locate
 from conveyor.dispatch.server import DispatchNode
 from tests.conftest import eventually, read_topic
 from tests.dispatchkit import (
@@ -101,7 +101,7 @@ def test_a_group_id_taken_by_a_consumer_group_is_refused_with_a_clear_status(set
     import grpc
     from confluent_kafka import TopicPartition
 
-    from conveyor.dispatch.client import SubscriberError
+    from conveyor_sdk.subscriber import SubscriberError
 
     platform, topic = setup()
     node = start_node(platform)

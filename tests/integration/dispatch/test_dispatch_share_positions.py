@@ -14,7 +14,7 @@ import pytest
 
 from conveyor import kafka
 from conveyor.config import Platform
-from conveyor.dispatch.client import Subscriber
+from conveyor_sdk.subscriber import Subscriber
 from conveyor.dispatch.share_positions import STORE
 from conveyor.dispatch.source import CLIENT_ID_PREFIX
 from conveyor.ops.kafka_tools import KafkaTools

@@ -170,7 +170,7 @@ def test_audit_counts_equal_accepted_events(gw_platform, serve_gateway):
 
 
 def test_publisher_and_generator_through_a_real_gateway(url, gw_platform):
-    from conveyor.gateway.client import Publisher
+    from conveyor_sdk.publisher import Publisher
     from conveyor.gateway.generate import AdTraffic, run
 
     with Publisher(url, "demo-adserver-token", batch_size=100) as publisher:

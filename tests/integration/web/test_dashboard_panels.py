@@ -24,8 +24,8 @@ from typer.testing import CliRunner
 
 from conveyor.cli import app as cli
 from conveyor.config import load_platform
-from conveyor.dispatch.client import Subscriber
-from conveyor.gateway.client import Publisher
+from conveyor_sdk.subscriber import Subscriber
+from conveyor_sdk.publisher import Publisher
 from conveyor.gateway.generate import AdTraffic, run as generate, shortfall
 from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.metrics import LakeMetrics

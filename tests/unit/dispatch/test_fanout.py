@@ -12,13 +12,13 @@ from confluent_kafka.admin import MemberAssignment, MemberDescription
 
 from conveyor.config import parse_platform
 from conveyor.dispatch.access import Access
-from conveyor.dispatch.client import Message, Outgoing
+from conveyor_sdk.subscriber import Message, Outgoing
 from conveyor.dispatch.discovery import ServingNode, serving_nodes
 from conveyor.dispatch.errors import ForeignGroup, UnknownGroup, UnknownTopic
 from conveyor.dispatch.fanout import NOT_OWNED, Client, Fanout
 from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.dispatch.partition import Limits, PartitionQueue, Record
-from conveyor.dispatch.protos import dispatch_pb2 as pb
+from conveyor_sdk.protos import dispatch_pb2 as pb
 from conveyor.dispatch.reader import CLIENT_ID_PREFIX
 from conveyor.auth import Forbidden, Unauthenticated
 
@@ -176,12 +176,12 @@ def test_the_client_coalesces_acks_and_nacks_into_one_frame_with_their_credit() 
 
 
 def test_the_generated_grpc_code_matches_the_proto(tmp_path: Path) -> None:
-    from conveyor.dispatch.protos import generate
+    from conveyor_sdk.protos import generate
 
     for path in generate.generate(tmp_path):
         committed = generate.HERE / path.name
         assert filecmp.cmp(path, committed, shallow=False), f"{path.name} is stale: run " \
-            "python -m conveyor.dispatch.protos.generate"
+            "python -m conveyor_sdk.protos.generate"
 
 
 def test_records_go_out_in_frames_a_grpc_client_takes():

@@ -15,7 +15,7 @@ from conveyor.config import ConfigError, Dispatch, load_platform, parse_platform
 from conveyor.dispatch.errors import ReaderStopped
 from conveyor.dispatch.fanout import Client
 from conveyor.dispatch.metrics import NodeMetrics
-from conveyor.dispatch.protos import dispatch_pb2 as pb
+from conveyor_sdk.protos import dispatch_pb2 as pb
 from conveyor.dispatch.source import Source
 from conveyor.dispatch.streams import FirstFrameTimeout, Inbound, invalid
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conveyor.cli import app
-from conveyor.gateway import client
-from conveyor.gateway.client import Published
+from conveyor_sdk import publisher
+from conveyor_sdk.publisher import Published
 from conveyor.gateway.generate import AdTraffic, run
 
 
@@ -53,7 +53,7 @@ def test_two_runs_with_the_same_seed_send_the_same_event_ids():
 @pytest.fixture
 def generate(monkeypatch: pytest.MonkeyPatch):
     """``conveyor generate`` with ``args`` through a Recorder: its output and the ids it sent."""
-    monkeypatch.setattr(client, "Publisher", Recorder)
+    monkeypatch.setattr(publisher, "Publisher", Recorder)
 
     def invoke(*args: str) -> tuple[str, list[str]]:
         Recorder.sent = []

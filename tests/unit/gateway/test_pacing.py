@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conveyor.gateway.client import Published, PublishError
+from conveyor_sdk.publisher import Published, PublishError
 from conveyor.gateway.generate import AdTraffic, GenerateResult, Pacing, run, shortfall
 
 

@@ -6,7 +6,7 @@ import httpx
 import orjson
 import pytest
 
-from conveyor.gateway.client import Publisher, PublishError
+from conveyor_sdk.publisher import Publisher, PublishError
 
 
 def scripted(*answers: httpx.Response):

@@ -129,6 +129,33 @@ def test_loopback_and_no_ui_only_for_a_local_master():
     assert cluster["spark.master"] == "spark://spark-master:7077"
     assert cluster["spark.driver.host"] == "10.1.2.3"
     assert "spark.driver.bindAddress" not in cluster and "spark.ui.enabled" not in cluster
+    # On a cluster the executors put the dependencies the session ships first on their Python path.
+    assert cluster["spark.executorEnv.PYTHONPATH"] == "conveyor-deps"
+    assert "spark.executorEnv.PYTHONPATH" not in local
+
+
+def test_any_other_spark_setting_jars_and_packages_pass_through(monkeypatch):
+    monkeypatch.setenv("S3_SECRET", "s3cr3t")
+    platform = demo(spark={"master": "k8s://https://k:6443", "jars": ["/opt/jars/extra.jar"],
+                           "packages": ["org.apache.hadoop:hadoop-aws:3.4.1"],
+                           "conf": {"spark.executor.memory": "4g", "spark.hadoop.fs.s3a.secret.key": "${S3_SECRET}"}})
+    conf = session_conf(platform, "x", ["/jars/a.jar"])
+    assert conf["spark.jars"] == "/jars/a.jar,/opt/jars/extra.jar"
+    assert conf["spark.jars.packages"] == "org.apache.hadoop:hadoop-aws:3.4.1"
+    assert (conf["spark.executor.memory"], conf["spark.hadoop.fs.s3a.secret.key"]) == ("4g", "s3cr3t")
+    assert "s3cr3t" not in repr(platform.pipeline.spark)
+
+
+@pytest.mark.parametrize(("spark", "problem"), [
+    ({"conf": {"executor.memory": "4g"}}, "is not a Spark setting"),
+    ({"conf": {"spark.master": "yarn"}}, "give spark.master as pipeline.spark.master"),
+    ({"conf": {"spark.jars": "/a.jar"}}, "give spark.jars as pipeline.spark.jars"),
+    ({"packages": ["hadoop-aws"]}, "is not a Maven coordinate"),
+])
+def test_settings_with_keys_of_their_own_are_refused_in_conf(spark, problem):
+    with pytest.raises(ConfigError) as raised:
+        demo(spark=spark)
+    assert any(problem in str(p) for p in raised.value.problems), raised.value.problems
 
 
 @pytest.mark.parametrize("master", ["local", "local[*]", "local[4]", "spark://h:7077", "yarn", "k8s://https://k:6443"])

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import orjson
 
-from conveyor.errors import ConveyorError
+from conveyor_sdk.errors import ConveyorError
 
 
 class PublishError(ConveyorError):

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from conveyor.dispatch.protos import dispatch_pb2 as conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2
+from conveyor_sdk.protos import dispatch_pb2 as conveyor__sdk_dot_protos_dot_dispatch__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in conveyor/dispatch/protos/dispatch_pb2_grpc.py depends on'
+        + ' but the generated code in conveyor_sdk/protos/dispatch_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class DiscoveryStub:
         """
         self.Locate = channel.unary_unary(
                 '/conveyor.dispatch.v1.Discovery/Locate',
-                request_serializer=conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.LocateRequest.SerializeToString,
-                response_deserializer=conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.LocateResponse.FromString,
+                request_serializer=conveyor__sdk_dot_protos_dot_dispatch__pb2.LocateRequest.SerializeToString,
+                response_deserializer=conveyor__sdk_dot_protos_dot_dispatch__pb2.LocateResponse.FromString,
                 _registered_method=True)
 
 
@@ -57,8 +57,8 @@ def add_DiscoveryServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Locate': grpc.unary_unary_rpc_method_handler(
                     servicer.Locate,
-                    request_deserializer=conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.LocateRequest.FromString,
-                    response_serializer=conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.LocateResponse.SerializeToString,
+                    request_deserializer=conveyor__sdk_dot_protos_dot_dispatch__pb2.LocateRequest.FromString,
+                    response_serializer=conveyor__sdk_dot_protos_dot_dispatch__pb2.LocateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,8 +86,8 @@ class Discovery:
             request,
             target,
             '/conveyor.dispatch.v1.Discovery/Locate',
-            conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.LocateRequest.SerializeToString,
-            conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.LocateResponse.FromString,
+            conveyor__sdk_dot_protos_dot_dispatch__pb2.LocateRequest.SerializeToString,
+            conveyor__sdk_dot_protos_dot_dispatch__pb2.LocateResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -110,8 +110,8 @@ class ReaderStub:
         """
         self.Read = channel.stream_stream(
                 '/conveyor.dispatch.v1.Reader/Read',
-                request_serializer=conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.ReadRequest.SerializeToString,
-                response_deserializer=conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.ReadResponse.FromString,
+                request_serializer=conveyor__sdk_dot_protos_dot_dispatch__pb2.ReadRequest.SerializeToString,
+                response_deserializer=conveyor__sdk_dot_protos_dot_dispatch__pb2.ReadResponse.FromString,
                 _registered_method=True)
 
 
@@ -129,8 +129,8 @@ def add_ReaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Read': grpc.stream_stream_rpc_method_handler(
                     servicer.Read,
-                    request_deserializer=conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.ReadRequest.FromString,
-                    response_serializer=conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.ReadResponse.SerializeToString,
+                    request_deserializer=conveyor__sdk_dot_protos_dot_dispatch__pb2.ReadRequest.FromString,
+                    response_serializer=conveyor__sdk_dot_protos_dot_dispatch__pb2.ReadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -158,8 +158,8 @@ class Reader:
             request_iterator,
             target,
             '/conveyor.dispatch.v1.Reader/Read',
-            conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.ReadRequest.SerializeToString,
-            conveyor_dot_dispatch_dot_protos_dot_dispatch__pb2.ReadResponse.FromString,
+            conveyor__sdk_dot_protos_dot_dispatch__pb2.ReadRequest.SerializeToString,
+            conveyor__sdk_dot_protos_dot_dispatch__pb2.ReadResponse.FromString,
             options,
             channel_credentials,
             insecure,

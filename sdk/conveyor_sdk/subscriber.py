@@ -6,7 +6,7 @@ raise nacks it (``Retry(delay)`` asks for a later redelivery). Streams that brea
 and the nodes are located again every ``relocate_every`` seconds, so a restarted or added node is
 picked up. ``on_committed`` hears which acks a Kafka commit now carries: those messages are never
 delivered again. Delivery is at least once, in no particular order. The asyncio flavour is
-``conveyor.dispatch.client_aio.AsyncSubscriber``.
+``conveyor_sdk.subscriber_aio.AsyncSubscriber``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 import grpc
 
-from conveyor.dispatch.errors import DispatchError
-from conveyor.dispatch.protos import dispatch_pb2 as pb
-from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
+from conveyor_sdk.errors import DispatchError
+from conveyor_sdk.protos import dispatch_pb2 as pb
+from conveyor_sdk.protos import dispatch_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 

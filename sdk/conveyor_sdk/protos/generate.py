@@ -1,8 +1,8 @@
 """Regenerate the Python code of ``dispatch.proto`` with grpcio-tools (a dev dependency).
 
-Run ``python -m conveyor.dispatch.protos.generate`` after editing the proto. The proto is compiled
-from the repository root so that the generated modules import each other as
-``conveyor.dispatch.protos.dispatch_pb2``.
+Run ``python -m conveyor_sdk.protos.generate`` after editing the proto. The proto is compiled
+from the SDK's folder (sdk/) so that the generated modules import each other as
+``conveyor_sdk.protos.dispatch_pb2``.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
+ROOT = HERE.parents[1]
 PROTO = HERE / "dispatch.proto"
 OUTPUTS = ("dispatch_pb2.py", "dispatch_pb2.pyi", "dispatch_pb2_grpc.py")
 
 
 def generate(out_root: Path = ROOT) -> list[Path]:
-    """Write the generated modules under ``out_root`` (the repository root by default)."""
+    """Write the generated modules under ``out_root`` (the SDK's folder by default)."""
     from grpc_tools import protoc
 
     relative = PROTO.relative_to(ROOT)

@@ -1,5 +1,5 @@
 """The asyncio flavour of the subscriber: ``AsyncSubscriber(topic, group, handler, concurrency)``
-with an ``async def`` handler, on grpc.aio. Same behaviour as ``conveyor.dispatch.client.Subscriber``:
+with an ``async def`` handler, on grpc.aio. Same behaviour as ``conveyor_sdk.subscriber.Subscriber``:
 a return acks, a raise nacks (``Retry(delay)`` for a later redelivery), streams reopen, nodes are
 located again every ``relocate_every`` seconds."""
 
@@ -13,9 +13,9 @@ from typing import Any
 
 from grpc import aio
 
-from conveyor.dispatch.client import (Backoff, Message, NodesUnreachable, StreamBase, SubscriberBase, SubscriberError,
+from conveyor_sdk.subscriber import (Backoff, Message, NodesUnreachable, StreamBase, SubscriberBase, SubscriberError,
                                       auth_metadata, locate, subscribe_frame)
-from conveyor.dispatch.protos import dispatch_pb2_grpc as pb_grpc
+from conveyor_sdk.protos import dispatch_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
