@@ -86,6 +86,9 @@ class LakeCase:
     platform: Platform
     path: Path
     topic: str
+    #: Every data file of the case's tables, referenced or not, for a warehouse that is no local
+    #: folder (an object store's keys); None: found on disk.
+    stored_files: Callable[[], set[str]] | None = None
 
 
 @pytest.fixture
@@ -252,9 +255,11 @@ def _table_folders(case: LakeCase) -> dict[str, Path]:
             quarantine_table(case.topic): warehouse / "quarantine" / case.topic / "data"}
 
 
-def data_files(case: LakeCase) -> set[Path]:
-    """Every data file on disk of the case's tables, referenced or not."""
-    return {p for folder in _table_folders(case).values() for p in folder.rglob("*.parquet")}
+def data_files(case: LakeCase) -> set[str]:
+    """Every data file of the case's tables, referenced or not."""
+    if case.stored_files is not None:
+        return case.stored_files()
+    return {str(p) for folder in _table_folders(case).values() for p in folder.rglob("*.parquet")}
 
 
 def wrote_a_file(case: LakeCase, process: subprocess.Popen) -> bool:
@@ -370,14 +375,21 @@ def postgres_server(platform_data: dict[str, Any]) -> Iterator[PostgresLayout]:
 
 
 
-def read_back(server: PostgresLayout, warehouse: Path, topic: str) -> tuple[list[str], int, list[str]]:
-    """The table as another client sees it (pyiceberg's SQL catalog on the same database): its
-    event_ids, how many commits were written but lost to the other run (snapshots outside main's
-    ancestry), and main's lineage, newest first, for a failure's report."""
+def sql_catalog(server: PostgresLayout, warehouse: str, properties: dict[str, str] | None = None) -> Any:
+    """pyiceberg's SQL catalog on the lake's JDBC catalog database: another client of the same
+    tables (``properties`` for its file system)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    catalog = SqlCatalog("lake", uri=f"postgresql+psycopg2://{server.user}@127.0.0.1:{server.port}/{server.database}",
-                         warehouse=str(warehouse))
+    return SqlCatalog("lake", uri=f"postgresql+psycopg2://{server.user}@127.0.0.1:{server.port}/{server.database}",
+                      warehouse=warehouse, **(properties or {}))
+
+
+def read_back(server: PostgresLayout, warehouse: str, topic: str,
+              properties: dict[str, str] | None = None) -> tuple[list[str], int, list[str]]:
+    """The table as another client sees it (:func:`sql_catalog`): its event_ids, how many commits
+    were written but lost to the other run (snapshots outside main's ancestry), and main's lineage,
+    newest first, for a failure's report."""
+    catalog = sql_catalog(server, warehouse, properties)
     try:
         table = catalog.load_table(("events", topic))
         rows = table.scan(selected_fields=("event_id",)).to_arrow()

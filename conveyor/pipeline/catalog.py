@@ -39,6 +39,17 @@ def local_warehouse(platform: Platform) -> Path | None:
     return Path(warehouse_uri(platform).removeprefix("file://"))
 
 
+#: Iceberg's FileIO for S3 (in iceberg-aws-bundle).
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+
+
+def on_s3(platform: Platform) -> bool:
+    """Whether the warehouse is on S3 (or an S3 API): its URI's scheme, or S3FileIO named."""
+    catalog = platform.pipeline.catalog
+    io = catalog.options.get("io-impl")
+    return catalog.warehouse.startswith(("s3://", "s3a://")) or (io is not None and io.get_secret_value() == S3_FILE_IO)
+
+
 def catalog_properties(platform: Platform) -> dict[str, str]:
     """The Iceberg catalog properties of ``pipeline.catalog`` (without Spark's prefix)."""
     catalog = platform.pipeline.catalog

@@ -193,5 +193,9 @@ def clean_up(spark: SparkSession, table: str, orphan_age: float) -> int:
     action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).deleteOrphanFiles(
         iceberg_table(spark, table)
     )
+    # Hadoop lists a local or HDFS table's folder; an object store's (s3://, which Hadoop has no file
+    # system for without hadoop-aws) is listed by the table's own FileIO (S3FileIO lists by prefix).
+    if not str(iceberg.location()).startswith(("file:", "/", "hdfs:")):
+        action = action.usePrefixListing(True)
     result = action.olderThan(cutoff).execute()
     return sum(1 for _ in result.orphanFileLocations())

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from conveyor.config import Platform
 from conveyor.jars import maven_classpath
-from conveyor.pipeline.catalog import catalog_conf, require_catalog
+from conveyor.pipeline.catalog import catalog_conf, on_s3, require_catalog
 from conveyor.pipeline.errors import SparkSetupError
 from conveyor.pipeline.shipping import executor_env, ship
 
@@ -52,6 +52,16 @@ def pipeline_jars() -> list[str]:
     # A Maven repository keeps a jar at <group path>/<artifact>/<version>/<file>.
     return [jar for jar in maven_classpath(POM, "Spark's Kafka connector and Iceberg runtime")
             if Path(jar).parents[1].name not in shipped]
+
+
+#: Iceberg's S3FileIO with the AWS SDK: a session takes it only for a warehouse on S3 (a jar of
+#: tens of megabytes that every executor would fetch).
+AWS_BUNDLE = "iceberg-aws-bundle"
+
+
+def session_jars(platform: Platform) -> list[str]:
+    """The pipelines' jars a session of ``platform`` needs."""
+    return [jar for jar in pipeline_jars() if on_s3(platform) or Path(jar).parents[1].name != AWS_BUNDLE]
 
 
 def session_conf(platform: Platform, app_name: str, jars: list[str]) -> dict[str, str]:
@@ -163,7 +173,7 @@ def spark_session(platform: Platform, app_name: str = "conveyor") -> SparkSessio
         )
     # Under spark-submit the JVM runs already: its --master, --driver-memory and --jars decide.
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
-    conf = session_conf(platform, app_name, [] if submitted else pipeline_jars())
+    conf = session_conf(platform, app_name, [] if submitted else session_jars(platform))
     if submitted:
         conf = {k: v for k, v in conf.items() if k not in _LAUNCH_SETTINGS and not k.startswith("spark.jars")}
     active = SparkSession.getActiveSession()

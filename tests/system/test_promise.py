@@ -223,7 +223,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
         # Settle: every process up and running again, and kept so until the sinks are read.
         faults.supervise()
         accepted = set(ledger.events)
-        warehouse = tmp_path / "warehouse"
+        warehouse = str(tmp_path / "warehouse")
 
         def on_central() -> bool:
             faults.supervise()
