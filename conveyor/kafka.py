@@ -18,6 +18,9 @@ from conveyor.config import Platform
 from conveyor.errors import ConveyorError
 from conveyor.kafka_logs import LIBRDKAFKA
 
+#: Kafka's internal topic of consumer group commits.
+OFFSETS_TOPIC = "__consumer_offsets"
+
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "acks": "all",
     "enable.idempotence": True,

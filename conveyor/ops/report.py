@@ -9,6 +9,7 @@ and the metrics carry it.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ from conveyor.ops.alerts import Alert
 from conveyor.ops.health import BrokerHealth, ClusterHealth
 from conveyor.ops.lag import PartitionStatus, Status
 from conveyor.ops.panels import PanelView
+from conveyor.ops.commit_log import CommitLog
 from conveyor.ops.tracker import GroupReport, RewindEvidence
 from conveyor.ops.watch import ClusterReport, OpsState
 
@@ -48,7 +50,14 @@ def evidence_json(e: RewindEvidence) -> dict[str, Any]:
     return {"group": e.group, "kind": f.kind.name, "topic": f.topic, "partition": f.partition,
             "from_offset": f.from_offset, "to_offset": f.to_offset, "records": f.records,
             "before_ms": e.before_ms, "after_ms": e.after_ms,
-            "before": _offsets_json(e.before), "after": _offsets_json(e.after)}
+            "before": _offsets_json(e.before), "after": _offsets_json(e.after),
+            "commit_log": _commit_log_json(e.commit_log) if e.commit_log else None,
+            "commit_log_error": e.commit_log_error}
+
+
+def _commit_log_json(found: CommitLog) -> dict[str, Any]:
+    return {"offsets_partition": found.partition, "coordinator": found.coordinator, "truncated": found.truncated,
+            "commits": [asdict(c) for c in found.commits]}
 
 
 def group_json(report: GroupReport, all_partitions: bool = False) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from conveyor.config.policies import RewindPolicy
 from conveyor.ops.lag import NO_OFFSET, DEFAULT_POLICY, GroupStatus, LagPolicy, PartitionWindow, evaluate_group
+from conveyor.ops.commit_log import CommitLog
 from conveyor.ops.rewind import (
     DEFAULT_REWIND_POLICY,
     MOVED_BACK,
@@ -88,6 +89,10 @@ class RewindEvidence:
     after_ms: int
     before: Mapping[TopicPartition, int | None]
     after: Mapping[TopicPartition, int | None]
+    #: The group's commit records around the move, read from __consumer_offsets when the watcher
+    #: first saw it (None: not read, or ``commit_log_error`` says why not).
+    commit_log: CommitLog | None = None
+    commit_log_error: str | None = None
 
 
 def _committed_at(windows: Sequence[PartitionWindow], at_ms: int) -> dict[TopicPartition, int | None]:

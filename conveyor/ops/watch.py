@@ -16,14 +16,16 @@ import time
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from confluent_kafka import KafkaException
 
 from conveyor.config import Part, Platform
 from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
+from conveyor.kafka import OFFSETS_TOPIC
 from conveyor.ops.alerts import Alert, group_alerts, health_alert, replication_gap_alert, sampling_alert, sort_alerts
-from conveyor.ops.errors import SampleError
+from conveyor.ops.commit_log import read_commits
+from conveyor.ops.errors import OpsError, SampleError
 from conveyor.ops.health import (
     BrokerReading,
     ClusterHealth,
@@ -48,6 +50,8 @@ from conveyor.tls import base_url, trusted
 log = logging.getLogger(__name__)
 #: Rewind evidence kept per cluster for the state and the dashboard, newest last.
 _REWINDS_KEPT = 50
+#: How far before the sample preceding a move the commit log is read from.
+COMMIT_LOG_LEAD_MS = 60_000
 
 
 def now_ms() -> int:
@@ -98,6 +102,7 @@ class ClusterWatch:
 
     def __init__(self, platform: Platform, cluster: str, scraper: Scraper) -> None:
         ops = platform.ops
+        self.platform = platform
         self.cluster = cluster
         # A dead leader holds a round for the whole request timeout: keep it near the interval.
         self.sampler = SamplerProcess(platform, cluster, timeout=max(5.0, ops.interval))
@@ -195,8 +200,20 @@ class ClusterWatch:
         current = {f for g in groups for f in g.findings.offsets}
         for finding in current - self._findings:
             self.findings_total[(finding.group, finding.kind.name.lower())] += 1
-        self.rewinds.extend(e for g in groups for e in g.evidence if e.finding not in self._findings)
+        self.rewinds.extend(self._with_commit_log(e) for g in groups for e in g.evidence
+                            if e.finding not in self._findings)
         self._findings = current
+
+    def _with_commit_log(self, evidence: RewindEvidence) -> RewindEvidence:
+        """The evidence with the group's commits from __consumer_offsets since shortly before the
+        move, read now: the log cleaner may compact the earlier ones away at any time."""
+        try:
+            log_ = read_commits(self.platform, self.cluster, evidence.group, evidence.before_ms - COMMIT_LOG_LEAD_MS)
+        except (KafkaException, OpsError) as err:
+            log.warning("%s: the commits of %s could not be read from %s: %s", self.cluster, evidence.group,
+                        OFFSETS_TOPIC, err)
+            return replace(evidence, commit_log_error=f"{type(err).__name__}: {err}")
+        return replace(evidence, commit_log=log_)
 
 
 class RouteGaps:

@@ -1,5 +1,6 @@
 """Lag evaluation against real brokers: a stopped consumer goes STOP, a slow one WARN, and a group
-whose offsets are reset backwards raises REWIND with rewind and reset findings.
+whose offsets are reset backwards raises REWIND with rewind and reset findings, whose evidence
+keeps the group's commit records read from __consumer_offsets.
 
 Each test drives one cluster's watcher round by round (``ClusterWatch.cycle``), producing and
 committing between rounds, so what each window holds is decided by the test, not by timing.
@@ -17,7 +18,8 @@ from typer.testing import CliRunner
 
 from conveyor import kafka
 from conveyor.cli import app
-from conveyor.config import Platform
+from conveyor.config import Part, Platform
+from conveyor.ops.commit_log import read_commits
 from conveyor.ops.health import Severity
 from conveyor.ops.lag import Status
 from conveyor.ops.rewind import FindingKind
@@ -149,3 +151,18 @@ def test_resetting_offsets_backwards_raises_rewind(ops_platform, watch, topic_fa
 
     watch.cycle()  # still in the window: reported again, counted once
     assert watch.findings_total[(group, "rewind")] == 1
+
+    # The evidence keeps the group's commit records as __consumer_offsets held them when the move
+    # was seen: each partition's commits in order, the reset's last, with the coordinator that wrote them.
+    (evidence,) = [e for e in watch.rewinds if e.group == group and e.finding.partition == 0]
+    assert evidence.commit_log_error is None
+    log = evidence.commit_log
+    assert [(c.topic, c.partition, c.offset) for c in log.commits if c.partition == 0] == [
+        (topic, 0, 50), (topic, 0, 80), (topic, 0, 20)]
+    assert [c.offset for c in log.commits if c.partition == 1] == [50, 80, 0]
+    assert all(c.coordinator_epoch is not None and c.commit_ms and c.written_ms for c in log.commits)
+    offsets_topic = admin.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+    assert log.coordinator == offsets_topic.partitions[log.partition].leader
+    # The ops principal may read it (its grants on a secured cluster), and finds the same records.
+    as_ops = read_commits(ops_platform.acting_as(Part.ops), "central", group, evidence.before_ms - 60_000)
+    assert as_ops.commits == log.commits
