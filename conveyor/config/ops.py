@@ -71,6 +71,9 @@ class Ops(Model):
     #: default).
     request_p99_warn: Seconds = Field(default=_HEALTH.p99_warn_ms / 1000, gt=0)
     request_p99_alarm: Seconds = Field(default=_HEALTH.p99_alarm_ms / 1000, gt=0)
+    #: How long a broker must not answer before the rules file's KafkaBrokerDown pages (Prometheus's
+    #: ``for``); the watcher's own broker_down alert fires at once.
+    broker_down_hold: Seconds = Field(default=60.0, ge=0)
     #: Load skew across brokers (max over mean) above this is a warning.
     skew_warn: float = Field(default=_HEALTH.skew_warn, gt=1)
     #: Byte rates below this per broker (mean) are too small for skew to matter.

@@ -36,10 +36,17 @@ class AlertRule:
         return rule
 
 
+def duration(seconds: float) -> str:
+    """Seconds as Prometheus's duration syntax, which takes no fractions ("1500ms", not "1.5s")."""
+    ms = round(seconds * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
 def broker_rules(ops: Ops) -> list[AlertRule]:
     return [
         AlertRule("KafkaBrokerDown", "conveyor_ops_broker_up == 0", "critical",
-                  "{{ $labels.node }} on {{ $labels.cluster }} does not answer its metrics endpoint", "1m",
+                  "{{ $labels.node }} on {{ $labels.cluster }} does not answer its metrics endpoint",
+                  duration(ops.broker_down_hold),
                   "whether the process is alive and its server.log; its partitions run on fewer replicas"),
         AlertRule("KafkaUnderReplicatedPartitions", "conveyor_ops_cluster_under_replicated_partitions > 0", "warning",
                   "{{ $value }} partition(s) on {{ $labels.cluster }} have fewer in-sync replicas than replicas",

@@ -24,7 +24,7 @@ import httpx
 import yaml
 
 from conveyor.config import Platform
-from conveyor.ops.rules import rules_document
+from conveyor.ops.rules import duration, rules_document
 from conveyor.ops.scrape import FILE
 from conveyor.runtime import processes
 from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
@@ -76,12 +76,6 @@ def monitors(platform: Platform) -> list[Monitor]:
     if runtime.alertmanager is not None:
         found.append(Monitor("alertmanager", ALERTMANAGER, runtime.alertmanager.port, home / "alertmanager"))
     return found
-
-
-def duration(seconds: float) -> str:
-    """Seconds as Prometheus's duration syntax, which takes no fractions ("1500ms", not "1.5s")."""
-    ms = round(seconds * 1000)
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 def _target(url: str, job: str, labels: dict[str, str], ca_file: Path | None) -> dict[str, Any]:

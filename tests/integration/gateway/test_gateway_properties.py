@@ -7,7 +7,7 @@
   a view's group-by field); an event it refuses gets a 4xx naming the field and the rule.
 
 Hypothesis draws from a seed printed with every failure (CONVEYOR_TEST_SEED reproduces a run);
-CONVEYOR_PROPERTY_EVENTS sets the events per contract (default 600; 2,000 for the full count).
+CONVEYOR_PROPERTY_EVENTS sets the events per contract (default 300; 2,000 for the full count).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from tests.realtimekit import counters_in_redis, minute_label, views_of
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
-EVENTS = int(os.environ.get("CONVEYOR_PROPERTY_EVENTS", "600"))
+EVENTS = int(os.environ.get("CONVEYOR_PROPERTY_EVENTS", "300"))
 SEED = int(os.environ.get("CONVEYOR_TEST_SEED", random.randrange(1 << 32)))
 TOKENS = {"ad-events": "demo-adserver-token", "notifications": "demo-notifier-token"}
 OK_STATUSES = {200, 400, 401, 403, 404, 413, 415, 422}

@@ -15,7 +15,8 @@ import yaml
 
 from conveyor.config import parse_platform
 from conveyor.runtime.local import LocalPlatform
-from conveyor.runtime.monitoring import duration, monitors, write_configs
+from conveyor.ops.rules import duration
+from conveyor.runtime.monitoring import monitors, write_configs
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None or shutil.which("amtool") is None,
