@@ -1,4 +1,4 @@
-"""An S3 API for the lake tests: moto's server (from PyPI) started by the session on 127.0.0.1,
+"""An S3 API for the lake tests: moto's server (from PyPI) started per test module on 127.0.0.1,
 with one bucket, and the catalog settings that put a warehouse there as a deployment would on
 S3: Iceberg's S3FileIO, the credentials from ``${VAR}`` and ``file:``, path-style addressing.
 
@@ -55,9 +55,9 @@ class S3Server:
         return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
 
-@pytest.fixture(scope="session")
-def s3_server(platform_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory,
-              ) -> Iterator[S3Server]:
+@pytest.fixture(scope="module")
+def s3_server(platform_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """The server for one test module (moto's server keeps a core busy while it runs)."""
     port = platform_data["runtime"]["base_port"] - 3
     folder = tmp_path_factory.mktemp("s3")
     secret_file = folder / "secret-key"
