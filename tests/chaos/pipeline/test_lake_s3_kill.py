@@ -33,12 +33,9 @@ from tests.lakekit import (  # noqa: F401
     read_back,
     sql_catalog,
 )
-from tests.s3kit import BUCKET, S3Server, s3_server  # noqa: F401
+from tests.s3kit import BUCKET, S3_OPEN_BUG, S3Server, s3_server  # noqa: F401
 
-pytestmark = [pytest.mark.chaos, pytest.mark.skipif(
-    not os.environ.get("CONVEYOR_S3_KILL_TEST"),
-    reason="open bug: on a loaded machine the runs after the kill fail with 'lost 5 commits in a row to concurrent "
-           "runs' although one run writes at a time (passes alone); run with CONVEYOR_S3_KILL_TEST=1")]
+pytestmark = [pytest.mark.chaos, S3_OPEN_BUG]
 
 RUNS = int(os.environ.get("CONVEYOR_LAKE_CHAOS_RUNS", "1"))
 
