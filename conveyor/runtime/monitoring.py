@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import yaml
 
 from conveyor.config import Platform
@@ -30,6 +29,7 @@ from conveyor.runtime import processes
 from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
 from conveyor.runtime.processes import Daemon
 from conveyor.runtime.security import write_private
+from conveyor.service import wait_healthy
 from conveyor.tls import base_url, trusted_pem
 
 PROMETHEUS = "prometheus"
@@ -170,17 +170,12 @@ def start(platform: Platform) -> list[str]:
 def wait_ready(platform: Platform, deadline: float) -> None:
     """Wait until each server answers /-/ready."""
     for monitor in monitors(platform):
-        while True:
-            try:
-                if httpx.get(f"{monitor.url}/-/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if processes.running_pid(monitor.daemon) is None:
-                raise NodeFailedError(f"{monitor.name} exited while starting:\n{processes.log_tail(monitor.daemon)}")
-            if time.monotonic() > deadline:
-                raise StartTimeoutError(f"{monitor.name} did not answer on {monitor.url}; see {monitor.daemon.console_log}")
-            time.sleep(0.2)
+        alive = lambda m=monitor: processes.running_pid(m.daemon) is not None  # noqa: E731
+        if wait_healthy(f"{monitor.url}/-/ready", max(0.0, deadline - time.monotonic()), alive):
+            continue
+        if not alive():
+            raise NodeFailedError(f"{monitor.name} exited while starting:\n{processes.log_tail(monitor.daemon)}")
+        raise StartTimeoutError(f"{monitor.name} did not answer on {monitor.url}; see {monitor.daemon.console_log}")
 
 
 def stop(platform: Platform, timeout: float = 30.0) -> list[str]:
