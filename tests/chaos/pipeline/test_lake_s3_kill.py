@@ -59,7 +59,7 @@ def _unreferenced(s3: S3Server, server, warehouse: str, topic: str) -> list[str]
     return sorted(stored - referenced)
 
 
-def test_killed_runs_on_object_storage_land_every_event_exactly_once_and_leave_no_file(
+def test_killed_runs_on_object_storage_land_every_event_once_by_their_offsets_alone_with_dedup_off(
         platform_data, platform_file, postgres_server, s3_server, topic_factory, provisioned, chaos_rng, tmp_path):
     topic = topic_factory("central", 3)
     warehouse = s3_server.warehouse(topic)
