@@ -38,8 +38,13 @@ def java_hash(text: str) -> int:
 
 
 def coordinator_partition(group: str, partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of ``group`` (Kafka's ``Utils.abs(hash) % count``)."""
-    return (java_hash(group) & 0x7FFFFFFF) % partitions
+    """The ``__consumer_offsets`` partition of ``group`` (Kafka's ``Utils.abs(hash) % count``).
+
+    Kafka's ``abs`` negates a negative hash (and maps ``Integer.MIN_VALUE`` to 0); masking the sign
+    bit instead would pick another partition for every group whose hash is negative.
+    """
+    value = java_hash(group)
+    return (0 if value == -(1 << 31) else abs(value)) % partitions
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,11 @@ def test_java_hash_matches_string_hash_code(text, expected):
 
 
 def test_a_group_goes_to_the_partition_kafka_picks():
-    # Utils.abs(Integer.MIN_VALUE) is 0 in Kafka (n & 0x7fffffff), not an overflow.
+    # Kafka's Utils.abs: Integer.MIN_VALUE is 0, not an overflow; a negative hash is negated, not masked.
     assert coordinator_partition("polygenelubricants", 50) == 0
     assert coordinator_partition("hello", 50) == 99162322 % 50
+    assert java_hash("mailer") == -1081573212
+    assert coordinator_partition("mailer", 50) == 1081573212 % 50 == 12
 
 
 def test_an_offset_commit_key_names_group_topic_and_partition_and_other_records_are_skipped():
