@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +17,11 @@ from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
 from conveyor.ops.scrape import Scraper
 from conveyor.ops.watch import ClusterWatch
+from conveyor.runtime import monitoring
+
+#: Prometheus, Alertmanager and the watch service of a monitored test on base_port + these (above
+#: the session's ports, beside the system test's).
+PROMETHEUS, ALERTMANAGER, WATCHER = 640, 641, 642
 
 
 def ops_platform_with(platform_data: dict[str, Any], platform_file: Path, **ops: Any) -> Platform:
@@ -67,3 +73,38 @@ class WebhookReceiver:
 
     def close(self) -> None:
         self.server.shutdown()
+
+
+@contextmanager
+def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, alertmanager: bool = True,
+              **ops: Any) -> Iterator[tuple[Path, Platform]]:
+    """A real Prometheus (and Alertmanager), as `conveyor up` starts them, and the watch service
+    (`conveyor ops watch`) of a variant of the session's platform with these ``ops:`` settings,
+    every second (the demo's: 15 s and 5 s): the variant's file and platform."""
+    from tests.conftest import platform_variant
+    from tests.systemkit import Proc, conveyor, http_ready
+
+    base = platform_data["runtime"]["base_port"]
+    data = copy.deepcopy(platform_data)
+    for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
+        if spec.get("contract"):
+            spec["contract"] = str(platform_file.parent / spec["contract"])
+    data["runtime"]["prometheus"] = {"port": base + PROMETHEUS, "interval": "1s"}
+    if alertmanager:
+        data["runtime"]["alertmanager"] = {"port": base + ALERTMANAGER, "group_wait": "1s", "group_interval": "2s"}
+        ops.setdefault("alertmanager_url", f"http://127.0.0.1:{base + ALERTMANAGER}")
+    data["ops"] |= {"port": base + WATCHER, "interval": "1s", "components": {}, **ops}
+    path = folder / "platform.yaml"
+    variant = platform_variant(data, path)
+    watcher = Proc("watcher", conveyor("ops", "watch", "--platform", str(path)), folder / "watcher.log",
+                   http_ready(f"http://127.0.0.1:{base + WATCHER}/healthz"))
+    try:
+        assert sorted(monitoring.start(variant)) == ["alertmanager", "prometheus"][not alertmanager:]
+        monitoring.wait_ready(variant, time.monotonic() + 60)
+        watcher.start()
+        yield path, variant
+    finally:
+        if watcher.process is not None:
+            watcher.process.terminate()
+            watcher.process.wait(30)
+        monitoring.stop(variant)

@@ -6,6 +6,7 @@ import re
 
 from pydantic import Field, model_validator
 
+from conveyor.config.machines import Machines
 from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
 from conveyor.config.tls import Tls
 from conveyor.config.tokens import TokenHash
@@ -39,6 +40,9 @@ def _default_panels() -> dict[str, OpsPanel]:
           "conveyor_lake_*complete*", "conveyor_audit_*"]),
         ("dispatch", "Dispatcher backlog", ["conveyor_dispatch_*backlog*"]),
         ("realtime", "Real-time view latency", ["conveyor_realtime_*latency*"]),
+        ("hosts", "Broker hosts: network, disks, filesystems",
+         ["node_network_receive_bytes", "node_network_transmit_bytes", "node_disk_io_time_seconds",
+          "node_filesystem_avail_bytes"], ["device", "mountpoint"]),
         ("throttle", "Throttled consumers and busy brokers",
          ["conveyor_throttle_quota_bytes", "conveyor_throttle_broker_busy", "conveyor_throttle_decisions_total"]),
     )}
@@ -109,8 +113,11 @@ class Ops(Model):
     #: grouped, silenced and routed with Prometheus's, instead of to notify_url. With
     #: ``runtime.alertmanager`` set, the local one, whose route ends at notify_url.
     alertmanager_url: str | None = Field(default=None, pattern=r"^https?://")
-    #: Component name -> its /metrics URL, read for the panels.
+    #: Component name -> its /metrics URL, read for the panels and scraped by the local Prometheus:
+    #: ``http(s)://`` (a service, a node_exporter), ``file:PATH`` (a batch job's last figures) or
+    #: ``host:`` (this machine's figures from /proc in node_exporter's names, for the local brokers).
     components: dict[Name, str] = Field(default_factory=dict)
+    machines: Machines = Field(default_factory=Machines)
     panels: dict[Name, OpsPanel] = Field(default_factory=_default_panels)
 
     @model_validator(mode="after")

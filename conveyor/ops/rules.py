@@ -249,10 +249,52 @@ def traffic_rules() -> list[AlertRule]:
     ]
 
 
+def host_rules(ops: Ops) -> list[AlertRule]:
+    """The broker hosts, on node_exporter's metric names (a remote node_exporter or the watcher's
+    ``host:`` page): the reports' outages came from saturated uplinks, RAID rebuilds, full and
+    half-dead disks. Rates over ``ops.machines.window``; each holds for ``ops.machines.hold``."""
+    machines = ops.machines
+    window, hold = duration(machines.window), duration(machines.hold)
+
+    def rate(series: str) -> str:
+        return f"rate({series}[{window}])"
+
+    used = "1 - node_filesystem_avail_bytes / node_filesystem_size_bytes"
+    link = "on (instance, device) node_network_speed_bytes"
+    io_seconds = f"{rate('node_disk_read_time_seconds_total')} + {rate('node_disk_write_time_seconds_total')}"
+    ios = f"{rate('node_disk_reads_completed_total')} + {rate('node_disk_writes_completed_total')}"
+    stolen = rate('node_cpu_seconds_total{mode="steal"}')
+    steal = f"avg by (instance) ({stolen})"
+    return [
+        AlertRule("HostNetworkSaturated",
+                  # Each direction on its own: `or` keeps the second only where the first is quiet.
+                  f"{rate('node_network_receive_bytes_total')} / {link} > {machines.network_ratio:g} or "
+                  f"{rate('node_network_transmit_bytes_total')} / {link} > {machines.network_ratio:g}", "warning",
+                  "{{ $labels.device }} on {{ $labels.instance }} carries {{ $value | humanizePercentage }} of its link's speed", hold,
+                  "who sends or fetches that much: replication catching up, a consumer reading from the start"),
+        AlertRule("HostDiskBusy", f"{rate('node_disk_io_time_seconds_total')} > {machines.disk_busy_ratio:g}",
+                  "warning", "disk {{ $labels.device }} on {{ $labels.instance }} is busy {{ $value | humanizePercentage }} of the time",
+                  hold, "a RAID rebuild, a compaction or a broker recovering its logs on that disk"),
+        AlertRule("HostDiskSlow", f"({io_seconds}) / ({ios}) > {machines.disk_await:g}", "warning",
+                  "disk {{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per I/O", hold,
+                  "the disk's health (SMART, the RAID controller's log): a disk going bad slows every write"),
+        AlertRule("HostFilesystemFilling", f"{used} > {machines.filesystem_warn:g}", "warning",
+                  "{{ $labels.mountpoint }} on {{ $labels.instance }} is {{ $value | humanizePercentage }} full", hold,
+                  "the topics' retention.bytes and retention.ms against the disk"),
+        AlertRule("HostFilesystemFull", f"{used} > {machines.filesystem_alarm:g}", "critical",
+                  "{{ $labels.mountpoint }} on {{ $labels.instance }} is {{ $value | humanizePercentage }} full: a broker stops when "
+                  "its log disk is", hold, "free space now: shorten retention, move partitions off the broker"),
+        AlertRule("HostCpuSteal", f"{steal} > {machines.cpu_steal_ratio:g}", "warning",
+                  "the hypervisor takes {{ $value | humanizePercentage }} of {{ $labels.instance }}'s CPU time for others", hold,
+                  "the host's neighbours; move the broker to a dedicated host"),
+    ]
+
+
 def rules_document(ops: Ops) -> dict[str, object]:
     groups = (("conveyor-brokers", broker_rules(ops)), ("conveyor-offset-manager", offset_manager_rules(ops)),
               ("conveyor-traffic", traffic_rules()), ("conveyor-lag", lag_rules(ops)),
               ("conveyor-replication", replication_rules()), ("conveyor-lake", lake_rules(ops)),
               ("conveyor-gateway", gateway_rules(ops)), ("conveyor-dispatch", dispatch_rules(ops)),
-              ("conveyor-realtime", realtime_rules(ops)), ("conveyor-components", presence_rules()))
+              ("conveyor-realtime", realtime_rules(ops)), ("conveyor-components", presence_rules()),
+              ("conveyor-hosts", host_rules(ops)))
     return {"groups": [{"name": name, "rules": [r.document() for r in rules]} for name, rules in groups]}

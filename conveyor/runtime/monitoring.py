@@ -24,7 +24,7 @@ import yaml
 
 from conveyor.config import Platform
 from conveyor.ops.rules import duration, rules_document
-from conveyor.ops.scrape import FILE
+from conveyor.ops.scrape import served_by_watcher
 from conveyor.runtime import processes
 from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
 from conveyor.runtime.processes import Daemon
@@ -95,7 +95,7 @@ def prometheus_config(platform: Platform, rules_file: Path, ca_file: Path | None
     watcher = base_url(ops.tls, ops.port)
     jobs = [_target(f"{watcher}/metrics", "conveyor-ops", {"instance": "watcher"}, ca_file)]
     for name, url in ops.components.items():
-        page = f"{watcher}/components/{name}/metrics" if url.startswith(FILE) else url
+        page = f"{watcher}/components/{name}/metrics" if served_by_watcher(url) else url
         # The component's name is its instance: the rules and their summaries name it.
         jobs.append(_target(page, f"component-{name}", {"instance": name}, ca_file))
     for cluster_name, cluster in platform.clusters.items():

@@ -7,7 +7,6 @@ once it has held (ops.broker_down_hold), Alertmanager routes it to ops.notify_ur
 
 from __future__ import annotations
 
-import copy
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,18 +19,15 @@ from conveyor.config import Platform
 from conveyor.ops.alertmanager import AlertmanagerClient, ManagedAlert
 from conveyor.ops.scrape import Scraper
 from conveyor.ops.watch import ClusterReport, ClusterWatch
-from conveyor.runtime import monitoring, processes
+from conveyor.runtime import processes
 from conveyor.runtime.errors import NodeFailedError
 from conveyor.runtime.local import LocalPlatform
-from tests.conftest import eventually, platform_variant
-from tests.opskit import WebhookReceiver
-from tests.systemkit import Proc, conveyor, http_ready
+from tests.conftest import eventually
+from tests.opskit import WebhookReceiver, monitored
+from tests.systemkit import conveyor
 
 pytestmark = pytest.mark.chaos
 KILLED = 2
-#: Prometheus, Alertmanager and the watch service on base_port + these (above the session's ports,
-#: beside the system test's).
-PROMETHEUS, ALERTMANAGER, WATCHER = 640, 641, 642
 
 
 def restart(local: LocalPlatform, cluster: str, broker_id: int, timeout: float = 180.0) -> None:
@@ -62,38 +58,19 @@ def restart(local: LocalPlatform, cluster: str, broker_id: int, timeout: float =
 
 
 @pytest.fixture
-def monitored(platform_data: dict[str, Any], platform_file: Path, local: LocalPlatform,
-              tmp_path: Path) -> Iterator[tuple[Path, AlertmanagerClient, WebhookReceiver]]:
-    """Prometheus, Alertmanager and the watch service of a variant of the session's platform, every
-    second (the demo's: 15 s and 5 s); Alertmanager's route ends at a webhook receiver."""
+def stack(platform_data: dict[str, Any], platform_file: Path,
+          tmp_path: Path) -> Iterator[tuple[Path, AlertmanagerClient, WebhookReceiver]]:
+    """Prometheus, Alertmanager and the watch service; Alertmanager's route ends at a webhook
+    receiver, and KafkaBrokerDown pages after 5 s of silence here (the platform's default: a minute)."""
     hook = WebhookReceiver()
-    base = platform_data["runtime"]["base_port"]
-    data = copy.deepcopy(platform_data)
-    for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
-        if spec.get("contract"):
-            spec["contract"] = str(platform_file.parent / spec["contract"])
-    data["runtime"]["prometheus"] = {"port": base + PROMETHEUS, "interval": "1s"}
-    data["runtime"]["alertmanager"] = {"port": base + ALERTMANAGER, "group_wait": "1s", "group_interval": "2s"}
-    # KafkaBrokerDown pages after 5 s of silence here (the platform's default: a minute).
-    data["ops"] |= {"port": base + WATCHER, "interval": "1s", "components": {}, "notify_url": hook.url,
-                    "broker_down_hold": "5s",
-                    "alertmanager_url": f"http://127.0.0.1:{base + ALERTMANAGER}"}
-    path = tmp_path / "platform.yaml"
-    variant = platform_variant(data, path)
-    watcher = Proc("watcher", conveyor("ops", "watch", "--platform", str(path)), tmp_path / "watcher.log",
-                   http_ready(f"http://127.0.0.1:{base + WATCHER}/healthz"))
-    client = AlertmanagerClient(variant.ops.alertmanager_url)
     try:
-        assert sorted(monitoring.start(variant)) == ["alertmanager", "prometheus"]
-        monitoring.wait_ready(variant, time.monotonic() + 60)
-        watcher.start()
-        yield path, client, hook
+        with monitored(platform_data, platform_file, tmp_path, notify_url=hook.url, broker_down_hold="5s") as (path, variant):
+            client = AlertmanagerClient(variant.ops.alertmanager_url)
+            try:
+                yield path, client, hook
+            finally:
+                client.close()
     finally:
-        if watcher.process is not None:
-            watcher.process.terminate()
-            watcher.process.wait(30)
-        client.close()
-        monitoring.stop(variant)
         hook.close()
 
 
@@ -115,8 +92,8 @@ def rounds_until(watch: ClusterWatch, done, timeout: float) -> tuple[ClusterRepo
 
 
 def test_killed_central_broker_shows_under_replicated_partitions(local: LocalPlatform, platform: Platform,
-                                                                 topic_factory, monitored):
-    path, alertmanager, hook = monitored
+                                                                 topic_factory, stack):
+    path, alertmanager, hook = stack
     node = f"central-broker-{KILLED}"
     topic_factory("central", partitions=6)  # RF 3 on 3 brokers: every partition has a replica on each
     scraper = Scraper()

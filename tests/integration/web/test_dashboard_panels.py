@@ -41,7 +41,7 @@ from tests.lakekit import lake_case, lake_folder, lake_spark, produce  # noqa: F
 from tests.realtimekit import event_at, realtime_case  # noqa: F401
 
 pytestmark = pytest.mark.integration
-PANELS = ("gateway", "replication", "lake", "dispatch", "realtime")
+PANELS = ("gateway", "replication", "lake", "dispatch", "realtime", "hosts")
 
 
 def test_every_panel_of_the_demo_has_data(provisioned, platform_data, platform_file, serve_gateway, setup, nodes,
@@ -87,7 +87,8 @@ def test_every_panel_of_the_demo_has_data(provisioned, platform_data, platform_f
                 "gateway-dc1": f"{gateway}/metrics",
                 "replicate-dc1-central": f"http://127.0.0.1:{replicate_port}/metrics",
                 "dispatch": f"http://127.0.0.1:{node.metrics_port}/metrics",
-                "lake": f"file:{files / 'lake.prom'}", "realtime": f"file:{files / 'realtime.prom'}"}}
+                "lake": f"file:{files / 'lake.prom'}", "realtime": f"file:{files / 'realtime.prom'}",
+                "host": "host:"}}
             path = platform_file.parent / "ops-panels-platform.yaml"
             path.write_text(yaml.safe_dump(data, sort_keys=False))
             ops = load_platform(path)

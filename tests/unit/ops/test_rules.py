@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from conveyor.config import Ops
+from conveyor.ops.host import Disk, Filesystem, Interface, Mount, families, render
 from conveyor.ops.rules import PRESENCE, rules_document
+from conveyor.ops.scrape import parse_page
 from tests.metricskit import exported_metric_names
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with `make setup`")
@@ -32,7 +34,8 @@ def _write_rules(folder: Path) -> Path:
 def _annotations(alert: str, labels: dict[str, str], value: str) -> dict[str, str]:
     """The rule's annotations as Prometheus renders them for one series."""
     rule = next(r for g in _rules()["groups"] for r in g["rules"] if r["alert"] == alert)
-    render = {key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text).replace("{{ $value }}", value)
+    render = {key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)],
+                         re.sub(r"\{\{ \$value( \| \w+)? \}\}", value, text))
               for key, text in rule["annotations"].items()}
     return render
 
@@ -122,11 +125,14 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
-def test_every_expression_names_an_exported_metric() -> None:
-    exported = exported_metric_names()
+def test_every_expression_names_an_exported_metric(tmp_path: Path) -> None:
+    # The host rules read node_exporter's names, which the watcher's host: page exports too.
+    host_page = parse_page(render(families([Interface("lo", 0, 0)], {"lo": 1.0}, [Disk("vda", 0, 0, 0, 0, 0)],
+                                           [Filesystem(Mount("tmpfs", "/", "tmpfs"), 1, 1, 1)], {"0": {"steal": 0}})))
+    exported = exported_metric_names() | {name for family in host_page for name, _, _ in family.samples}
     for group in _rules()["groups"]:
         for rule in group["rules"]:
-            named = set(re.findall(r"\bconveyor_[a-z0-9_]+", rule["expr"]))
+            named = set(re.findall(r"\b(?:conveyor|node)_[a-z0-9_]+", rule["expr"]))
             assert named and named <= exported, (rule["alert"], named - exported)
 
 
@@ -226,5 +232,52 @@ def test_an_absent_component_alerts_and_a_present_one_does_not(tmp_path: Path) -
             _expect("ConveyorComponentAbsentThrottle", "10m", [({}, "")]),
             *(_expect(f"ConveyorComponentAbsent{''.join(w.title() for w in c.split())}", "10m", [])
               for c in running),
+        ],
+    }])
+
+
+def test_the_host_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> None:
+    """broker-1's uplink sends at 118 MB/s of 125 MB/s, its disk is busy 95 % of the time at 0.2 s
+    per I/O, its log filesystem is 97 % full and the hypervisor steals half its CPU; broker-2 is
+    fine on every count, and lo has no speed (no ratio to judge)."""
+    b1, b2 = {"instance": "broker-1"}, {"instance": "broker-2"}
+    fs1 = {**b1, "device": "/dev/vdb", "mountpoint": "/var/lib/kafka", "fstype": "ext4"}
+    fs2 = {**b2, "device": "/dev/vdb", "mountpoint": "/var/lib/kafka", "fstype": "ext4"}
+    minute = 60
+    _run_promtool(tmp_path, [{
+        "interval": "1m",
+        "input_series": [
+            _series("node_network_transmit_bytes_total", {**b1, "device": "eth0"}, f"0+{118_000_000 * minute}x30"),
+            _series("node_network_receive_bytes_total", {**b1, "device": "eth0"}, f"0+{1_000_000 * minute}x30"),
+            _series("node_network_speed_bytes", {**b1, "device": "eth0"}, "125000000+0x30"),
+            _series("node_network_transmit_bytes_total", {**b1, "device": "lo"}, f"0+{900_000_000 * minute}x30"),
+            _series("node_network_transmit_bytes_total", {**b2, "device": "eth0"}, f"0+{10_000_000 * minute}x30"),
+            _series("node_network_receive_bytes_total", {**b2, "device": "eth0"}, f"0+{10_000_000 * minute}x30"),
+            _series("node_network_speed_bytes", {**b2, "device": "eth0"}, "125000000+0x30"),
+            _series("node_disk_io_time_seconds_total", {**b1, "device": "vdb"}, f"0+{0.95 * minute:g}x30"),
+            _series("node_disk_read_time_seconds_total", {**b1, "device": "vdb"}, f"0+{20 * minute}x30"),
+            _series("node_disk_write_time_seconds_total", {**b1, "device": "vdb"}, "0+0x30"),
+            _series("node_disk_reads_completed_total", {**b1, "device": "vdb"}, f"0+{100 * minute}x30"),
+            _series("node_disk_writes_completed_total", {**b1, "device": "vdb"}, "0+0x30"),
+            _series("node_disk_io_time_seconds_total", {**b2, "device": "vdb"}, f"0+{0.2 * minute:g}x30"),
+            _series("node_disk_read_time_seconds_total", {**b2, "device": "vdb"}, f"0+{1 * minute}x30"),
+            _series("node_disk_write_time_seconds_total", {**b2, "device": "vdb"}, "0+0x30"),
+            _series("node_disk_reads_completed_total", {**b2, "device": "vdb"}, f"0+{1000 * minute}x30"),
+            _series("node_disk_writes_completed_total", {**b2, "device": "vdb"}, "0+0x30"),
+            _series("node_filesystem_avail_bytes", fs1, "30+0x30"),
+            _series("node_filesystem_size_bytes", fs1, "1000+0x30"),
+            _series("node_filesystem_avail_bytes", fs2, "500+0x30"),
+            _series("node_filesystem_size_bytes", fs2, "1000+0x30"),
+            _series("node_cpu_seconds_total", {**b1, "cpu": "0", "mode": "steal"}, f"0+{0.5 * minute:g}x30"),
+            _series("node_cpu_seconds_total", {**b2, "cpu": "0", "mode": "steal"}, "0+0x30"),
+        ],
+        "alert_rule_test": [
+            _expect("HostNetworkSaturated", "4m", []),  # not yet held for 5 minutes
+            _expect("HostNetworkSaturated", "15m", [({**b1, "device": "eth0"}, "94.4%")]),
+            _expect("HostDiskBusy", "15m", [({**b1, "device": "vdb"}, "95%")]),
+            _expect("HostDiskSlow", "15m", [({**b1, "device": "vdb"}, "200ms")]),
+            _expect("HostFilesystemFilling", "15m", [(fs1, "97%")]),
+            _expect("HostFilesystemFull", "15m", [(fs1, "97%")]),
+            _expect("HostCpuSteal", "15m", [(b1, "50%")]),
         ],
     }])
