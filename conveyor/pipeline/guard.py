@@ -51,14 +51,31 @@ def state_dir(platform: Platform) -> Path:
     return folder
 
 
+def _java_origin(err: BaseException) -> Any:
+    """The Java exception behind a Py4J or PySpark error, or None."""
+    return getattr(err, "java_exception", None) or getattr(err, "_origin", None)
+
+
 def java_classes(err: BaseException) -> list[str]:
     """The Java exception classes behind ``err`` (a Py4J or PySpark error), causes included."""
-    origin: Any = getattr(err, "java_exception", None) or getattr(err, "_origin", None)
+    origin = _java_origin(err)
     names = []
     while origin is not None and len(names) < 20:
         names.append(origin.getClass().getName())
         origin = origin.getCause()
     return names
+
+
+def _first_line(err: BaseException) -> str:
+    """What Iceberg said: the Java exception's class and message (a Py4J error's own first line only
+    names the call), cut to one line."""
+    origin = _java_origin(err)
+    try:
+        text = str(origin.toString()) if origin is not None else str(err)
+    except Exception:  # noqa: BLE001 (a gateway gone: the Python side's text will do)
+        text = str(err)
+    lines = text.strip().splitlines()
+    return lines[0][:500] if lines else type(err).__name__
 
 
 @contextmanager
@@ -71,7 +88,7 @@ def conflicts(table: str) -> Iterator[None]:
         yield
     except (PySparkException, Py4JError) as err:
         if any(name in _CONFLICTS for name in java_classes(err)):
-            raise LakeConflictError(f"{table}: another run committed first") from err
+            raise LakeConflictError(f"{table}: another run committed first ({_first_line(err)})") from err
         raise
 
 
@@ -89,7 +106,7 @@ def _ref_commit(spark: SparkSession, table: str, change: Any) -> None:
         except (PySparkException, Py4JError) as err:  # PySpark converts some Java exceptions itself
             names = java_classes(err)
             if "java.lang.IllegalArgumentException" in names[:1]:
-                raise LakeConflictError(f"{table}: {str(err).strip().splitlines()[0]}") from err
+                raise LakeConflictError(f"{table}: {_first_line(err)}") from err
             if names[:1] != [_CONFLICTS[0]] or attempt == _REF_ATTEMPTS - 1:
                 raise
             time.sleep(0.05 * (attempt + 1))

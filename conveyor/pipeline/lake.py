@@ -196,9 +196,9 @@ class _TopicLanding:
                 except LakeConflictError as conflict:
                     if attempt == attempts:
                         raise LakeConflictError(
-                            f"{self.topic}: lost {attempts} commits in a row to concurrent runs"
+                            f"{self.topic}: lost {attempts} commits in a row to concurrent runs (the last: {conflict})"
                         ) from conflict
-                    self.step(f"another run committed first; again from the new positions ({attempt}/{attempts})")
+                    self.step(f"{conflict}; again from the new positions ({attempt}/{attempts})")
                     time.sleep(random.uniform(0.2, 1.0) * attempt)  # runs that collided do not meet again
                     continue
             guard.clear_running(self.platform, self.topic)

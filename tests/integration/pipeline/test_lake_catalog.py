@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -166,9 +167,10 @@ def test_a_run_whose_commit_another_run_wins_lands_only_what_is_still_missing(la
     copies = 0 if dedup_window else 1
     produce(case.platform, case.topic, first + first[:copies])
     later = [demo_event() for _ in range(7)]
-    raced = []
+    raced, steps = [], []
 
     def race(topic: str, step: str) -> None:
+        steps.append(step)
         if step.startswith("reading") and not raced:  # positions read, nothing committed yet
             raced.append(run_once(lake_spark, case.platform))
             produce(case.platform, case.topic, later)
@@ -177,6 +179,9 @@ def test_a_run_whose_commit_another_run_wins_lands_only_what_is_still_missing(la
     (winner,) = raced
     assert (winner.topics[0].landed, winner.topics[0].duplicates_dropped) == (30, copies)
     assert (summary.topics[0].landed, summary.topics[0].duplicates_dropped) == (7, 0)
+    # The loser says why its commit was refused, in Iceberg's words (the Java exception and its message).
+    (refused,) = [s for s in steps if "again from the new positions" in s]
+    assert re.search(r"\b(java\.lang|org\.apache\.iceberg\.exceptions)\.\w+Exception: \w", refused), refused
     landed = [r.event_id for r in rows_of(lake_spark, case.topic)]
     assert sorted(landed) == sorted(e["event_id"] for e in first + later)
     # The loser's refused commits are off main: written, never visible.
