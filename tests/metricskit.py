@@ -9,7 +9,9 @@ from prometheus_client import CollectorRegistry
 
 from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.gateway.metrics import GatewayMetrics
+from conveyor.ops.host import Disk, Filesystem, Interface, Mount, families, render
 from conveyor.ops.metrics import state_families
+from conveyor.ops.scrape import parse_page
 from conveyor.ops.throttle.controller import ThrottleMetrics
 from conveyor.pipeline.metrics import LakeMetrics
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
@@ -46,4 +48,15 @@ def exported_label_names() -> dict[str, set[str]]:
             labels[name] = set(getattr(collector, "_labelnames", ())) | extra
     for family in state_families().values():
         labels[family.name] = set(family._labelnames)  # noqa: SLF001
+    return labels
+
+
+def host_label_names() -> dict[str, set[str]]:
+    """Per metric name of the host: page (node_exporter's names), the label names its series carry."""
+    page = parse_page(render(families([Interface("lo", 0, 0)], {"lo": 1.0}, [Disk("vda", 0, 0, 0, 0, 0)],
+                                      [Filesystem(Mount("tmpfs", "/", "tmpfs"), 1, 1, 1)], {"0": {"steal": 0}})))
+    labels: dict[str, set[str]] = {}
+    for family in page:
+        for name, series, _ in family.samples:
+            labels.setdefault(name, set()).update(series)
     return labels

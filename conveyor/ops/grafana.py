@@ -110,6 +110,25 @@ DASHBOARDS = (
         Panel("Delivery latency p99", (("histogram_quantile(0.99, sum by (le) "
                                         "(rate(conveyor_dispatch_delivery_latency_seconds_bucket[1m])))", "p99"),), "s"),
     )),
+    # node_exporter's names: a broker host's node_exporter, or the watcher's host: page.
+    Dashboard("conveyor-hosts", "Conveyor: broker hosts", (
+        Panel("Network bytes over link speed", (
+            ("rate(node_network_receive_bytes_total[1m]) / on (instance, device) node_network_speed_bytes",
+             "{{instance}} {{device}} in"),
+            ("rate(node_network_transmit_bytes_total[1m]) / on (instance, device) node_network_speed_bytes",
+             "{{instance}} {{device}} out")), "percentunit",
+            description="A link near 1 is saturated: replication and consumers wait on it (HostNetworkSaturated)."),
+        Panel("Disk busy", (("rate(node_disk_io_time_seconds_total[1m])", "{{instance}} {{device}}"),),
+              "percentunit", description="Near 1 for long: a RAID rebuild or a saturated disk (HostDiskBusy)."),
+        Panel("Disk time per I/O", ((
+            "(rate(node_disk_read_time_seconds_total[1m]) + rate(node_disk_write_time_seconds_total[1m])) / "
+            "(rate(node_disk_reads_completed_total[1m]) + rate(node_disk_writes_completed_total[1m]))",
+            "{{instance}} {{device}}"),), "s", description="Rising alone: a disk going bad (HostDiskSlow)."),
+        Panel("Filesystem used", (("1 - node_filesystem_avail_bytes / node_filesystem_size_bytes",
+                                   "{{instance}} {{mountpoint}}"),), "percentunit"),
+        Panel("CPU steal", (('avg by (instance) (rate(node_cpu_seconds_total{mode="steal"}[1m]))', "{{instance}}"),),
+              "percentunit"),
+    )),
 )
 
 
