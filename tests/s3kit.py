@@ -6,7 +6,6 @@ Port: runtime.base_port - 3 (the session's PostgreSQL takes - 2, Redis - 1)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -18,12 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-#: The S3 lake tests pass on an idle machine, but on a loaded one every run fails with "lost 5
-#: commits in a row to concurrent runs", with one writer as with two: a bug not found yet.
-S3_OPEN_BUG = pytest.mark.skipif(
-    not os.environ.get("CONVEYOR_S3_TESTS"),
-    reason="open bug: on a loaded machine the lake's runs on S3 fail with 'lost 5 commits in a row to concurrent "
-           "runs' even with one writer (they pass alone); run with CONVEYOR_S3_TESTS=1")
 BUCKET = "conveyor-lake"
 REGION = "us-east-1"
 #: moto takes any credentials; the tests give these through the variable and the file below.

@@ -33,9 +33,9 @@ from tests.lakekit import (  # noqa: F401
     read_back,
     sql_catalog,
 )
-from tests.s3kit import BUCKET, S3_OPEN_BUG, S3Server, s3_server  # noqa: F401
+from tests.s3kit import BUCKET, S3Server, s3_server  # noqa: F401
 
-pytestmark = [pytest.mark.chaos, S3_OPEN_BUG]
+pytestmark = pytest.mark.chaos
 
 RUNS = int(os.environ.get("CONVEYOR_LAKE_CHAOS_RUNS", "1"))
 

@@ -1,8 +1,9 @@
 """The lake on a shared catalog: Iceberg's JDBC catalog on a real PostgreSQL (Debian's package,
 started by the runtime's own code), written by lake runs that race each other from separate local
 folders, read back by a second client (pyiceberg's SQL catalog), with the status and the audit
-read through the same catalog. The warehouse is a local folder, or on object storage (an S3 API,
-moto's server, through Iceberg's S3FileIO; tests.s3kit.S3_OPEN_BUG says why not by default).
+read through the same catalog. The racing runs write to object storage (an S3 API, moto's server,
+through Iceberg's S3FileIO); two runs racing on a local-folder warehouse are the system test's
+(tests/system/test_promise.py), under faults.
 
 CONVEYOR_LAKE_RACE_RUNS sets how many times two runs race (default 1; the issue's full count is 10);
 CONVEYOR_TEST_POSTGRES_PORT the server's port (default: runtime.base_port - 2).
@@ -27,7 +28,7 @@ from conveyor.config import load_resolved_platform
 from conveyor.config.resolved import RESOLVED_VIEW_FILE
 from conveyor.runtime.postgres import PostgresLayout
 from tests.conftest import demo_event, platform_variant
-from tests.s3kit import S3_OPEN_BUG, s3_server  # noqa: F401
+from tests.s3kit import s3_server  # noqa: F401
 from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.tables import current_commit, data_table
 from tests.lakekit import (  # noqa: F401
@@ -106,16 +107,12 @@ def _lake_run(path: Path, barrier: Path, racers: int, log: Path) -> subprocess.P
                                 stdout=out, stderr=out)
 
 
-@pytest.mark.parametrize("store", ["local-folder", pytest.param("s3", marks=S3_OPEN_BUG)])
-def test_racing_runs_on_the_jdbc_catalog_land_each_event_once_for_any_reader(
-    platform_data, platform_file, postgres_server, topic_factory, provisioned, tmp_path, request, store
+def test_racing_runs_on_the_jdbc_catalog_and_object_storage_land_each_event_once_for_any_reader(
+    platform_data, platform_file, postgres_server, s3_server, topic_factory, provisioned, tmp_path
 ):
     topic = topic_factory("central", 3)
-    if store == "s3":
-        s3 = request.getfixturevalue("s3_server")
-        warehouse, options, reader = s3.warehouse(topic), s3.catalog_options(), s3.reader_properties()
-    else:
-        warehouse, options, reader = str(tmp_path / "warehouse"), {}, {}
+    s3 = s3_server
+    warehouse, options, reader = s3.warehouse(topic), s3.catalog_options(), s3.reader_properties()
     paths = _platform_files(platform_data, platform_file, tmp_path, topic, postgres_server, warehouse, options)
     platform = load_resolved_platform(paths[0])
     seed = int(os.environ.get("CONVEYOR_CHAOS_SEED", time.time_ns() % 1_000_000))
@@ -138,9 +135,9 @@ def test_racing_runs_on_the_jdbc_catalog_land_each_event_once_for_any_reader(
         assert len(landed) == len(sent), (context, lineage, log.read_text()[-6000:])
         assert sorted(landed) == sorted(sent), context
     print(f"seed {seed}: {RACES} race(s), {lost} commit(s) of the rows lost to the other run and redone")
-    if store == "s3":  # the tables are in the bucket, and nothing of them on a local disk
-        assert any(key.endswith(".parquet") for key in s3.keys(f"{topic}/"))
-        assert not list(tmp_path.rglob("*.parquet"))
+    # The tables are in the bucket, and nothing of them on a local disk.
+    assert any(key.endswith(".parquet") for key in s3.keys(f"{topic}/"))
+    assert not list(tmp_path.rglob("*.parquet"))
 
     done = subprocess.run([sys.executable, "-c", _STATUS_AND_AUDIT, str(paths[1])], capture_output=True, text=True,
                           timeout=600)
