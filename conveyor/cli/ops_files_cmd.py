@@ -18,8 +18,8 @@ def rules(
     = None,
 ) -> None:
     """Write a Prometheus alerting rules file for the metrics Conveyor exports: broker health, lag,
-    replication gaps and the lake's completeness, with the thresholds of platform.yaml's ops
-    section. Check it with `promtool check rules FILE`; load it with Prometheus's rule_files."""
+    replication gaps, the lake's completeness, the services, and the broker hosts (node_exporter's
+    names), with the thresholds of platform.yaml's ops section. Check it with `promtool check rules FILE`; load it with Prometheus's rule_files."""
     from conveyor.ops.rules import rules_document
 
     text = "# Written by `conveyor ops rules` from platform.yaml; rules of docs/ops.md.\n" + yaml.safe_dump(
@@ -35,8 +35,8 @@ def rules(
 def dashboards(
     out: Annotated[Path, typer.Option("--out", help="Folder for the dashboard files.")] = Path("dashboards"),
 ) -> None:
-    """Write Grafana dashboards (brokers, replication, lake, real-time views, dispatcher) as JSON
-    files over the metrics Conveyor exports; import them in Grafana with a Prometheus data source."""
+    """Write Grafana dashboards (brokers, gateway, replication, lake, real-time views, dispatcher,
+    broker hosts) as JSON files over the metrics Conveyor exports; import them in Grafana with a Prometheus data source."""
     from conveyor.ops.grafana import DASHBOARDS, dashboard_document
 
     out.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import yaml
@@ -40,8 +40,8 @@ ALERTMANAGER = "prometheus-alertmanager"
 class Monitor:
     """One of the two servers: where it listens and keeps its files."""
 
-    name: str
-    binary: str
+    name: ClassVar[str]
+    binary: ClassVar[str]
     port: int
     dir: Path
 
@@ -51,20 +51,49 @@ class Monitor:
 
     @property
     def config_file(self) -> Path:
-        return self.dir / ("prometheus.yml" if self.name == "prometheus" else "alertmanager.yml")
+        return self.dir / f"{self.name}.yml"
 
     @property
     def daemon(self) -> Daemon:
         return Daemon(self.name, self.dir / "pid", self.dir / f"{self.name}.log", f"--config.file={self.config_file}")
 
     def argv(self, binary: str) -> list[str]:
-        listen = f"--web.listen-address=127.0.0.1:{self.port}"
-        if self.name == "prometheus":
-            return [binary, f"--config.file={self.config_file}", listen, f"--storage.tsdb.path={self.dir / 'data'}",
-                    "--log.level=warn"]
+        return [binary, f"--config.file={self.config_file}", f"--web.listen-address=127.0.0.1:{self.port}",
+                *self.options(), "--log.level=warn"]
+
+    def options(self) -> list[str]:
+        raise NotImplementedError
+
+    def document(self, platform: Platform) -> dict[str, Any]:
+        """The configuration, with the files it names written beside it."""
+        raise NotImplementedError
+
+
+class Prometheus(Monitor):
+    name, binary = "prometheus", PROMETHEUS
+
+    def options(self) -> list[str]:
+        return [f"--storage.tsdb.path={self.dir / 'data'}"]
+
+    def document(self, platform: Platform) -> dict[str, Any]:
+        rules_file = self.dir / "rules.yml"
+        rules_file.write_text(yaml.safe_dump(rules_document(platform.ops), sort_keys=False, width=120))
+        pem = trusted_pem(platform)
+        ca_file = self.dir / "ca.pem" if pem else None
+        if ca_file is not None and pem is not None:
+            ca_file.write_bytes(pem)
+        return prometheus_config(platform, rules_file, ca_file)
+
+
+class Alertmanager(Monitor):
+    name, binary = "alertmanager", ALERTMANAGER
+
+    def options(self) -> list[str]:
         # An empty cluster address turns off the gossip between replicas, which listens on all addresses.
-        return [binary, f"--config.file={self.config_file}", listen, f"--storage.path={self.dir / 'data'}",
-                "--cluster.listen-address=", "--log.level=warn"]
+        return [f"--storage.path={self.dir / 'data'}", "--cluster.listen-address="]
+
+    def document(self, platform: Platform) -> dict[str, Any]:
+        return alertmanager_config(platform)
 
 
 def monitors(platform: Platform) -> list[Monitor]:
@@ -72,9 +101,9 @@ def monitors(platform: Platform) -> list[Monitor]:
     runtime, home = platform.runtime, platform.home / "monitoring"
     found = []
     if runtime.prometheus is not None:
-        found.append(Monitor("prometheus", PROMETHEUS, runtime.prometheus.port, home / "prometheus"))
+        found.append(Prometheus(runtime.prometheus.port, home / "prometheus"))
     if runtime.alertmanager is not None:
-        found.append(Monitor("alertmanager", ALERTMANAGER, runtime.alertmanager.port, home / "alertmanager"))
+        found.append(Alertmanager(runtime.alertmanager.port, home / "alertmanager"))
     return found
 
 
@@ -136,17 +165,7 @@ def write_configs(platform: Platform, found: list[Monitor]) -> None:
     """Each server's configuration, owner-only (the receiver's URL may hold a secret)."""
     for monitor in found:
         monitor.dir.mkdir(parents=True, exist_ok=True)
-        if monitor.name == "prometheus":
-            rules_file = monitor.dir / "rules.yml"
-            rules_file.write_text(yaml.safe_dump(rules_document(platform.ops), sort_keys=False, width=120))
-            pem = trusted_pem(platform)
-            ca_file = monitor.dir / "ca.pem" if pem else None
-            if ca_file is not None and pem is not None:
-                ca_file.write_bytes(pem)
-            document = prometheus_config(platform, rules_file, ca_file)
-        else:
-            document = alertmanager_config(platform)
-        write_private(monitor.config_file, yaml.safe_dump(document, sort_keys=False).encode())
+        write_private(monitor.config_file, yaml.safe_dump(monitor.document(platform), sort_keys=False).encode())
 
 
 def start(platform: Platform) -> list[str]:
