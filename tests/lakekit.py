@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -373,6 +373,25 @@ def postgres_server(platform_data: dict[str, Any]) -> Iterator[PostgresLayout]:
         postgres.stop(layout)
         shutil.rmtree(folder)
 
+
+
+@pytest.fixture
+def lake_database(postgres_server: PostgresLayout) -> PostgresLayout:
+    """A database of its own on the session's server, for one test's JDBC catalog: the tests share
+    the server, never a catalog (the lake's tables, ``ops.gaps`` among them, are named alike in every
+    test, and a table another test left in another warehouse cannot be read through this one's)."""
+    import psycopg2
+
+    name = f"lake_{uuid.uuid4().hex[:12]}"
+    connection = psycopg2.connect(host="127.0.0.1", port=postgres_server.port, user=postgres_server.user,
+                                  dbname=postgres_server.database)
+    try:
+        connection.autocommit = True  # CREATE DATABASE cannot run inside a transaction
+        with connection.cursor() as cursor:
+            cursor.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        connection.close()
+    return replace(postgres_server, database=name)
 
 
 def sql_catalog(server: PostgresLayout, warehouse: str, properties: dict[str, str] | None = None) -> Any:

@@ -155,6 +155,14 @@ def _serve_stdio() -> None:
         answers.flush()
 
 
+class _Died(Exception):
+    """The sampler's child process ended mid-round."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 class SamplerProcess:
     """:class:`OffsetSampler` in a child process, started on first use and again after it died.
 
@@ -177,6 +185,21 @@ class SamplerProcess:
         return process
 
     def sample(self, tracked_topics: Collection[str] = ()) -> OffsetSnapshot:
+        """One round. A child that dies mid-round (librdkafka aborts the process when a broker
+        restarts during an admin call) is replaced and the round asked of the new one, once: a
+        one-shot command then answers, and a second death is the round's error."""
+        try:
+            return self._ask(tracked_topics)
+        except _Died:
+            pass
+        try:
+            return self._ask(tracked_topics)
+        except _Died as died:
+            raise SampleError(self.cluster, f"the sampler process died twice in a row (exit code {died.code}); "
+                                            "librdkafka aborts like this when a broker restarts during an admin "
+                                            "call, the next round starts a new one") from None
+
+    def _ask(self, tracked_topics: Collection[str]) -> OffsetSnapshot:
         process = self._process if self._process is not None and self._process.poll() is None else self._start()
         assert process.stdin is not None and process.stdout is not None
         # A round waits on at most a few request timeouts; a first round also imports and connects.
@@ -191,13 +214,17 @@ class SamplerProcess:
         except (EOFError, OSError, pickle.UnpicklingError):
             code = process.wait(10)
             self.close()
-            raise SampleError(self.cluster, f"the sampler process died (exit code {code}); librdkafka aborts "
-                                            "like this when a broker restarts during an admin call, the next "
-                                            "round starts a new one") from None
+            raise _Died(code) from None
         if kind == "error":
             raise SampleError(self.cluster, str(result).removeprefix(f"sampling cluster {self.cluster} failed: "))
         snapshot: OffsetSnapshot = result
         return snapshot
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while it runs."""
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
 
     def close(self) -> None:
         process, self._process = self._process, None

@@ -20,6 +20,7 @@ disk space, never a row. The age keeps the files of runs still in progress (on a
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,9 +37,13 @@ if TYPE_CHECKING:
 
 #: Branches of lake runs (:func:`branch_name`).
 BRANCH_PREFIX = "conveyor_run_"
-#: Iceberg's exceptions that say another commit came first.
-_CONFLICTS = ("org.apache.iceberg.exceptions.CommitFailedException",
-              "org.apache.iceberg.exceptions.ValidationException")
+#: Iceberg's exception for a commit whose base is no longer the table's.
+COMMIT_FAILED = "org.apache.iceberg.exceptions.CommitFailedException"
+#: A ValidationException is a conflict only when it says the commits made since the base clash
+#: with this one (Iceberg's MergingSnapshotProducer checks); it says much else too (an S3 URI it
+#: cannot parse, a schema it cannot apply), which no retry mends.
+_VALIDATION = "org.apache.iceberg.exceptions.ValidationException"
+_CONCURRENT = re.compile(r"conflicting|concurrent|found new|missing required files|cannot determine history", re.I)
 #: Commits of branch references retried when another commit (of any reference) came between.
 _REF_ATTEMPTS = 20
 
@@ -56,14 +61,20 @@ def _java_origin(err: BaseException) -> Any:
     return getattr(err, "java_exception", None) or getattr(err, "_origin", None)
 
 
-def java_classes(err: BaseException) -> list[str]:
-    """The Java exception classes behind ``err`` (a Py4J or PySpark error), causes included."""
+def java_chain(err: BaseException) -> list[tuple[str, str]]:
+    """(class, message) of each Java exception behind ``err`` (a Py4J or PySpark error), causes included."""
     origin = _java_origin(err)
-    names = []
-    while origin is not None and len(names) < 20:
-        names.append(origin.getClass().getName())
+    chain = []
+    while origin is not None and len(chain) < 20:
+        chain.append((str(origin.getClass().getName()), str(origin.getMessage() or "")))
         origin = origin.getCause()
-    return names
+    return chain
+
+
+def is_conflict(chain: list[tuple[str, str]]) -> bool:
+    """Whether the exceptions say that another commit came first. Pure."""
+    return any(name == COMMIT_FAILED or (name == _VALIDATION and _CONCURRENT.search(message) is not None)
+               for name, message in chain)
 
 
 def _first_line(err: BaseException) -> str:
@@ -87,7 +98,7 @@ def conflicts(table: str) -> Iterator[None]:
     try:
         yield
     except (PySparkException, Py4JError) as err:
-        if any(name in _CONFLICTS for name in java_classes(err)):
+        if is_conflict(java_chain(err)):
             raise LakeConflictError(f"{table}: another run committed first ({_first_line(err)})") from err
         raise
 
@@ -104,10 +115,10 @@ def _ref_commit(spark: SparkSession, table: str, change: Any) -> None:
             change(iceberg_table(spark, table).manageSnapshots()).commit()
             return
         except (PySparkException, Py4JError) as err:  # PySpark converts some Java exceptions itself
-            names = java_classes(err)
+            names = [name for name, _ in java_chain(err)]
             if "java.lang.IllegalArgumentException" in names[:1]:
                 raise LakeConflictError(f"{table}: {_first_line(err)}") from err
-            if names[:1] != [_CONFLICTS[0]] or attempt == _REF_ATTEMPTS - 1:
+            if names[:1] != [COMMIT_FAILED] or attempt == _REF_ATTEMPTS - 1:
                 raise
             time.sleep(0.05 * (attempt + 1))
 

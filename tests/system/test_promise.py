@@ -41,7 +41,7 @@ from conveyor.runtime import processes
 from conveyor.verify.gather import dispatch_check
 from tests.conftest import base_port, eventually, platform_variant
 from tests.dispatchkit import MAILER_TOKEN
-from tests.lakekit import postgres_server, read_back  # noqa: F401
+from tests.lakekit import lake_database, postgres_server, read_back  # noqa: F401
 from tests.realtimekit import views_of
 from tests.replicatekit import read_records
 from tests.systemkit import Generator, Ledger, Proc, conveyor, http_ready, pause_pid
@@ -60,7 +60,7 @@ RATE = 20.0
 
 
 @pytest.fixture
-def system(provisioned: Platform, platform_data, platform_file: Path, postgres_server, tmp_path: Path):  # noqa: F811
+def system(provisioned: Platform, platform_data, platform_file: Path, lake_database, tmp_path: Path):  # noqa: F811
     """The platform file of the system under test and the ports its processes serve on."""
     from conveyor.topics import provisioner
 
@@ -80,8 +80,8 @@ def system(provisioned: Platform, platform_data, platform_file: Path, postgres_s
     data["gateway"] = {**data.get("gateway", {}), "audit_interval": "1s", "tls": {}}
     data["pipeline"] = {
         "source": "central",
-        "catalog": {"type": "jdbc", "uri": postgres_server.url, "warehouse": str(tmp_path / "warehouse"),
-                    "options": {"jdbc.user": postgres_server.user}},
+        "catalog": {"type": "jdbc", "uri": lake_database.url, "warehouse": str(tmp_path / "warehouse"),
+                    "options": {"jdbc.user": lake_database.user}},
         "spark": {"master": "local[1]", "driver_memory": "640m", "shuffle_partitions": 2},
         "lake": {"topics": [TOPIC]},  # de-dup at its default
         "realtime": {"checkpoint": str(tmp_path / "checkpoints"), "trigger": "5s", "rejects_topic": REJECTS,
@@ -177,8 +177,8 @@ class Faults:
             self.error = error
 
 
-def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system, local, postgres_server,  # noqa: F811
-                                                                       chaos_rng, tmp_path, request):
+def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(  # noqa: F811
+        system, local, postgres_server, lake_database, chaos_rng, tmp_path, request):
     platform, path, ports = system
     seed = dict(request.node.user_properties)["chaos seed"]
     logs = tmp_path / "logs"
@@ -231,7 +231,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
 
         def in_the_lake() -> bool:
             faults.supervise()
-            return set(read_back(postgres_server, warehouse, TOPIC)[0]) >= accepted
+            return set(read_back(lake_database, warehouse, TOPIC)[0]) >= accepted
 
         # Leaders move after restarts; the lake's table may not exist yet when first looked at.
         eventually(on_central, 600, "every accepted event on central", errors=(KafkaException,))
@@ -239,7 +239,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(system,
         phase("central and lake")
         for runner in ("lake-a", "lake-b"):
             procs[runner].stop()
-        landed, lost_commits, lineage = read_back(postgres_server, warehouse, TOPIC)
+        landed, lost_commits, lineage = read_back(lake_database, warehouse, TOPIC)
         assert sorted(landed) == sorted(accepted), (context, lineage)
         assert lost_commits > 0, ("no lake commit was lost to the other runner: the runs never raced", lineage)
 

@@ -29,6 +29,7 @@ from tests.lakekit import (  # noqa: F401
     killed_runs,
     lake_data,
     lake_process,
+    lake_database,
     postgres_server,
     read_back,
     sql_catalog,
@@ -60,12 +61,12 @@ def _unreferenced(s3: S3Server, server, warehouse: str, topic: str) -> list[str]
 
 
 def test_killed_runs_on_object_storage_land_every_event_once_by_their_offsets_alone_with_dedup_off(
-        platform_data, platform_file, postgres_server, s3_server, topic_factory, provisioned, chaos_rng, tmp_path):
+        platform_data, platform_file, lake_database, s3_server, topic_factory, provisioned, chaos_rng, tmp_path):
     topic = topic_factory("central", 3)
     warehouse = s3_server.warehouse(topic)
     data = lake_data(platform_data, platform_file, tmp_path, topic, 3, {"dedup_window": "0s", "orphan_age": "0s"})
-    data["pipeline"]["catalog"] = {"type": "jdbc", "uri": postgres_server.url, "warehouse": warehouse,
-                                   "options": {"jdbc.user": postgres_server.user, **s3_server.catalog_options()}}
+    data["pipeline"]["catalog"] = {"type": "jdbc", "uri": lake_database.url, "warehouse": warehouse,
+                                   "options": {"jdbc.user": lake_database.user, **s3_server.catalog_options()}}
     # A home of its own (the run's state folder is there when the warehouse is remote), with the view
     # of the running clusters `conveyor up` wrote.
     home = tmp_path / "home"
@@ -81,12 +82,12 @@ def test_killed_runs_on_object_storage_land_every_event_once_by_their_offsets_al
         outcomes = killed_runs(case.path, log, chaos_rng, kills)
     context = f"runs {outcomes}"
     assert all(o.returncode == 0 for o in outcomes if not o.hit), (outcomes, log.read_text()[-3000:])
-    left = _unreferenced(s3_server, postgres_server, warehouse, topic)
+    left = _unreferenced(s3_server, lake_database, warehouse, topic)
     assert left, ("the last kill did not land mid-write: it left no file of its own in the bucket", context)
 
     final = lake_process(case.path, log)
     assert final.wait(600) == 0, log.read_text()[-3000:]
-    landed, _, lineage = read_back(postgres_server, warehouse, topic, s3_server.reader_properties())
+    landed, _, lineage = read_back(lake_database, warehouse, topic, s3_server.reader_properties())
     assert len(landed) == len(traffic.good), (context, lineage)
     assert sorted(landed) == sorted(traffic.good), context
-    assert _unreferenced(s3_server, postgres_server, warehouse, topic) == [], (context, "killed runs' files stayed")
+    assert _unreferenced(s3_server, lake_database, warehouse, topic) == [], (context, "killed runs' files stayed")

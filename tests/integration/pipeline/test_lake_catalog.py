@@ -36,6 +36,7 @@ from tests.lakekit import (  # noqa: F401
     lake_data,
     lake_folder,
     lake_spark,
+    lake_database,
     postgres_server,
     produce,
     read_back,
@@ -108,12 +109,12 @@ def _lake_run(path: Path, barrier: Path, racers: int, log: Path) -> subprocess.P
 
 
 def test_racing_runs_on_the_jdbc_catalog_and_object_storage_land_each_event_once_for_any_reader(
-    platform_data, platform_file, postgres_server, s3_server, topic_factory, provisioned, tmp_path
+    platform_data, platform_file, lake_database, s3_server, topic_factory, provisioned, tmp_path
 ):
     topic = topic_factory("central", 3)
     s3 = s3_server
     warehouse, options, reader = s3.warehouse(topic), s3.catalog_options(), s3.reader_properties()
-    paths = _platform_files(platform_data, platform_file, tmp_path, topic, postgres_server, warehouse, options)
+    paths = _platform_files(platform_data, platform_file, tmp_path, topic, lake_database, warehouse, options)
     platform = load_resolved_platform(paths[0])
     seed = int(os.environ.get("CONVEYOR_CHAOS_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
@@ -131,7 +132,7 @@ def test_racing_runs_on_the_jdbc_catalog_and_object_storage_land_each_event_once
         codes = [run.wait(600) for run in runs]
         context = f"seed {seed}, race {race + 1}/{RACES}"
         assert codes == [0, 0], (context, log.read_text()[-4000:])
-        landed, lost, lineage = read_back(postgres_server, warehouse, topic, reader)
+        landed, lost, lineage = read_back(lake_database, warehouse, topic, reader)
         assert len(landed) == len(sent), (context, lineage, log.read_text()[-6000:])
         assert sorted(landed) == sorted(sent), context
     print(f"seed {seed}: {RACES} race(s), {lost} commit(s) of the rows lost to the other run and redone")
