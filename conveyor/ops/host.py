@@ -216,12 +216,12 @@ class HostPage:
 
     def text(self) -> str:
         interfaces = parse_net_dev((PROC / "net" / "dev").read_text())
+        declared = {device: mbit * 125_000.0 for device, mbit in self.machines.link_speed_mbit.items()}
         speeds = {}
         for interface in interfaces:
-            kernel = _kernel_speed(interface.device)
-            declared = self.machines.link_speed_mbit.get(interface.device)
-            if kernel is not None or declared is not None:
-                speeds[interface.device] = kernel if kernel is not None else float(declared or 0) * 125_000.0
+            speed = _kernel_speed(interface.device) or declared.get(interface.device)
+            if speed is not None:
+                speeds[interface.device] = speed
         disks = parse_diskstats((PROC / "diskstats").read_text())
         cpus = parse_cpu((PROC / "stat").read_text(), os.sysconf("SC_CLK_TCK"))
         return render(families(interfaces, speeds, disks, self.filesystems(), cpus))

@@ -188,16 +188,16 @@ class SamplerProcess:
         """One round. A child that dies mid-round (librdkafka aborts the process when a broker
         restarts during an admin call) is replaced and the round asked of the new one, once: a
         one-shot command then answers, and a second death is the round's error."""
-        try:
-            return self._ask(tracked_topics)
-        except _Died:
-            pass
-        try:
-            return self._ask(tracked_topics)
-        except _Died as died:
-            raise SampleError(self.cluster, f"the sampler process died twice in a row (exit code {died.code}); "
-                                            "librdkafka aborts like this when a broker restarts during an admin "
-                                            "call, the next round starts a new one") from None
+        for attempt in (1, 2):
+            try:
+                return self._ask(tracked_topics)
+            except _Died as died:
+                if attempt == 2:
+                    raise SampleError(self.cluster, f"the sampler process died twice in a row (exit code "
+                                                    f"{died.code}); librdkafka aborts like this when a broker "
+                                                    "restarts during an admin call, the next round starts a new "
+                                                    "one") from None
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _ask(self, tracked_topics: Collection[str]) -> OffsetSnapshot:
         process = self._process if self._process is not None and self._process.poll() is None else self._start()
