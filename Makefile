@@ -32,7 +32,8 @@ system-deps:
 	@command -v mvn >/dev/null 2>&1 || { echo "mvn is required to resolve Kafka's jars"; exit 1; }
 
 # The demo platform end to end: clusters up, topics everywhere, a round trip through each cluster,
-# a gateway per data centre and realistic ad traffic through both. Every component serves its
+# a gateway per data centre, a topic asked for through the bus (on every cluster and in both
+# routes), and realistic ad traffic through both gateways. Every component serves its
 # metrics where platform.yaml's ops.components says, so the dashboard's panels fill.
 demo: setup
 	$(BIN)/conveyor up
@@ -43,6 +44,9 @@ demo: setup
 	$(BIN)/conveyor gateway start --dc dc2
 	$(BIN)/conveyor replicate start --route dc1-central --metrics-port 18181
 	$(BIN)/conveyor replicate start --route dc2-central --metrics-port 18182
+	$(BIN)/conveyor topics request searches --contract examples/searches.schema.json --rate 500 --consumer lake --gateway https://127.0.0.1:18080 --token demo-adserver-token
+	$(BIN)/conveyor topics plan
+	$(BIN)/conveyor replicate status
 	$(BIN)/conveyor gateway generate --rate 2000 --duration 20 --token demo-adserver-token
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
 	$(BIN)/conveyor pipeline lake --once --metrics-file .conveyor/metrics/lake.prom

@@ -165,8 +165,13 @@ class TokenBook:
 class Authorizer:
     def __init__(self, platform: Platform) -> None:
         self.tokens = TokenBook(platform.services)
+        self.learn_topics(platform)
+
+    def learn_topics(self, platform: Platform) -> None:
+        """Take ``platform``'s topics' producers and consumers (a topic granted since the start)."""
         self._producers = {topic: frozenset(spec.producers) for topic, spec in platform.topics.items()}
         self._consumers = {topic: frozenset(spec.consumers) for topic, spec in platform.topics.items()}
+        self._requesters = frozenset(platform.topic_requests.allowed)
 
     def decided(self, authorization: str | None) -> bool:
         """Whether service_of answers without computing a scrypt hash (so on an event loop)."""
@@ -187,6 +192,11 @@ class Authorizer:
         if service not in self._producers.get(topic, frozenset()):
             raise Forbidden(f"service {service} is not among the producers of topic {topic}",
                             service=service, topic=topic)
+
+    def check_requester(self, service: str) -> None:
+        if service not in self._requesters:
+            raise Forbidden(f"service {service} may not request topics (platform.yaml: topic_requests.allowed)",
+                            service=service)
 
     def check_consumer(self, service: str, topic: str) -> None:
         """The dispatcher's check: reading a topic takes being among its declared consumers."""

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from conveyor.acls.grants import CONSUME, PRODUCE, Grant, Pattern, Resource, principal, wanted_grants, wanted_users
 from conveyor.config import ClusterRole, ConfigError, Part, Platform
-from conveyor.gateway.audit import AUDIT_TOPIC
+from conveyor.config.topics import AUDIT_TOPIC
 from conveyor.kafka import OFFSETS_TOPIC
 from conveyor.replicate import plan
 
@@ -67,7 +67,7 @@ def replicator(platform: Platform, cluster_name: str) -> set[Grant]:
             continue
         if route.pattern is not None:  # a pattern selects topics nobody has named yet
             grants |= _on(part, Resource.topic, ANY, copied_operations)
-        grants |= _topics(part, route.topics, copied_operations)
+        grants |= _topics(part, platform.route_topics(name), copied_operations)
         if route.source == cluster_name:
             grants |= _on(part, Resource.group, plan.group_id(name), ("READ",), Pattern.prefixed)
             grants |= _on(part, Resource.group, feed_group("replicate", name), ("READ",))

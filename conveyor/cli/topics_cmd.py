@@ -1,14 +1,17 @@
-"""``conveyor topics plan`` and ``conveyor topics apply``: every topic in every cluster."""
+"""``conveyor topics plan``, ``apply`` and ``request``: every topic in every cluster, and topics asked for
+through the bus."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Report, Section,
                                  StrictOption, YesOption, confirm, durability_section, platform_from, platform_to_apply,
                                  render)
 from conveyor.acls import provisioner as acl_provisioner
+from conveyor.config import Platform
 from conveyor.topics import provisioner
 from conveyor.topics.lint import durability_findings
 from conveyor.topics.plan import ChangeKind, ClusterPlan
@@ -46,7 +49,20 @@ _COLUMNS = (Column("cluster"), Column("topic"),
 
 
 def _plan_section(plans: list[ClusterPlan]) -> Section:
-    return Section("changes", "topics: platform.yaml against the live clusters", _COLUMNS, _plan_rows(plans))
+    return Section("changes", "topics: platform.yaml and requested-topics.yaml against the live clusters", _COLUMNS,
+                   _plan_rows(plans))
+
+
+def _budget_section(plans: list[ClusterPlan]) -> Section:
+    rows = [{"cluster": p.cluster, "partitions": p.budget.held, "after_apply": p.budget.after,
+             "budget": p.budget.limit} for p in plans if p.budget is not None]
+    def over(row: dict[str, int]) -> str:
+        return "bold red" if row["after_apply"] > row["budget"] else "green"
+
+    return Section("budgets", "partitions against each cluster's partition budget",
+                   (Column("cluster"), Column("partitions", cell=lambda r: f"{r['partitions']:,}"),
+                    Column("after apply", cell=lambda r: f"[{over(r)}]{r['after_apply']:,}[/]"),
+                    Column("budget", cell=lambda r: f"{r['budget']:,}")), rows)
 
 
 @app.command()
@@ -67,7 +83,7 @@ def plan(
     findings = [f for f in durability_findings(model) if not cluster or f.cluster in cluster]
     code = 1 if strict and findings else plan_exit_code(plans)
     warnings = [durability_section(findings)] if findings or output is OutputFormat.json else []
-    render(output, _plan_section(plans), *warnings, exit_code=code)
+    render(output, _plan_section(plans), _budget_section(plans), *warnings, exit_code=code)
     raise typer.Exit(code)
 
 
@@ -96,6 +112,7 @@ def apply(
     deletions = [(p.cluster, c.topic) for p in plans for c in p.changes if c.kind == ChangeKind.delete]
     report = Report(output)
     report.add(_plan_section(plans))
+    report.add(_budget_section(plans))
     if deletions and not any(p.refusals for p in plans):
         confirm(platform_model.name, f"delete {len(deletions)} topic(s)", yes)
     done = provisioner.apply(platform_model, plans)
@@ -105,3 +122,80 @@ def apply(
     if granted:
         report.say(f"applied {granted} ACL and user change(s) on {', '.join(secured)} (`conveyor acl plan`)")
     report.close(applied=len(done), acl_changes=granted)
+
+
+@app.command()
+def request(
+    topic: Annotated[str, typer.Argument(help="The new topic's name.")],
+    contract: Annotated[Path, typer.Option(help="The topic's JSON Schema (draft 2020-12), as a contract file holds it.",
+                                           exists=True, dir_okay=False)],
+    rate: Annotated[float, typer.Option(help="Events per second the producers expect to send: the partitions "
+                                             "follow from it (9 unless it asks for more).")],
+    consumer: Annotated[list[str] | None, typer.Option(help="A service that reads the topic (repeatable).")] = None,
+    producer: Annotated[list[str] | None, typer.Option(help="A service that publishes besides the one asking "
+                                                            "(repeatable).")] = None,
+    retention: Annotated[str, typer.Option(help="How long records are kept (7d, 12h...).")] = "7d",
+    requester: Annotated[str | None, typer.Option(
+        "--as", help="Grant it here, as the platform's admin, on behalf of this service.")] = None,
+    gateway: Annotated[str | None, typer.Option(
+        help="Ask the gateway at this URL instead (POST /v1/topics), as the service --token names.")] = None,
+    token: Annotated[str, typer.Option(envvar="CONVEYOR_TOKEN", help="The asking service's token (with --gateway).")] = "",
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    output: OutputOption = OutputFormat.table,
+) -> None:
+    """Ask for a topic through the bus: it is recorded in requested-topics.yaml beside
+    platform.yaml, created on every cluster with its configs and ACLs, and copied by every route
+    that takes requested topics. Refused with the figures when a cluster's partition budget would
+    be passed. Asking again for the same topic changes nothing."""
+    import json
+
+    from conveyor.bus.requests import TopicRequest
+
+    if (gateway is None) == (requester is None):
+        raise typer.BadParameter("give --as SERVICE (granted here) or --gateway URL with --token (asked of the gateway)")
+    try:
+        schema = json.loads(contract.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise typer.BadParameter(f"{contract} is not JSON: {err}", param_hint="--contract") from None
+    body = {"topic": topic, "contract": schema, "expected_rate": rate, "consumers": consumer or [],
+            "producers": producer or [], "retention": retention}
+    model = platform_from(platform)
+    if gateway is not None:
+        granted = _ask_gateway(model, gateway, token, body)
+    else:
+        from pydantic import ValidationError
+
+        from conveyor.bus.registrar import grant
+        try:
+            asked = TopicRequest.model_validate(body)
+        except ValidationError as err:
+            raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()))
+        granted = grant(model, asked, requester or "").body()
+    rows = [{"topic": granted["topic"], "partitions": granted["partitions"], "clusters": ", ".join(granted["clusters"]),
+             "routes": ", ".join(granted["routes"]) or "none", "requested_by": granted["requested_by"]}]
+    render(output, Section("granted", "topic granted" if granted["new"] else "topic granted before; nothing changed",
+                           (Column("topic"), Column("partitions"), Column("clusters"), Column("routes"),
+                            Column("requested by", "requested_by")), rows), new=granted["new"])
+
+
+def _ask_gateway(model: Platform, gateway: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
+    import httpx
+
+    from conveyor.errors import ConveyorError
+    from conveyor.tls import trusted
+
+    if not token:
+        raise typer.BadParameter("give the asking service's token (--token or CONVEYOR_TOKEN)")
+    url = f"{gateway.rstrip('/')}/v1/topics"
+    try:
+        answer = httpx.post(url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=120,
+                            verify=trusted(model))
+    except httpx.HTTPError as err:
+        raise ConveyorError(f"the gateway at {url} did not answer ({err}); is it running? (`conveyor status`)") from None
+    if answer.status_code not in (200, 201):
+        try:
+            message = answer.json().get("message", answer.text)
+        except ValueError:
+            message = answer.text
+        raise ConveyorError(f"the gateway refused the topic ({answer.status_code}): {message}")
+    return answer.json()

@@ -81,8 +81,15 @@ def _topic_problems(platform: Platform) -> Iterator[Problem]:
             for service in getattr(topic, role):
                 if service not in platform.services:
                     yield _unknown(f"{where}.{role}", "services", "service", service)
+        if topic.requested_by is not None and topic.requested_by not in platform.services:
+            yield _unknown(f"{where}.requested_by", "services", "service", topic.requested_by)
         if topic.contract is not None and not platform.resolve(topic.contract).is_file():
             yield Problem(f"{where}.contract", f"file {topic.contract} does not exist")
+
+
+    for service in platform.topic_requests.allowed:
+        if service not in platform.services:
+            yield _unknown("topic_requests.allowed", "services", "service", service)
 
 
 def _route_problems(platform: Platform) -> Iterator[Problem]:

@@ -102,6 +102,9 @@ class Cluster(Model):
     #: Listeners of a cluster `conveyor up` starts: sasl_ssl runs SCRAM-SHA-512 over TLS with Kafka's
     #: authorizer on (nothing allowed without an ACL). An existing cluster's security goes under ``client``.
     security: Security = Security.plaintext
+    #: Most partitions (leaders, not replicas) the cluster may hold: `topics plan` refuses a plan,
+    #: and the bus a topic request, that would take it past this.
+    partition_budget: int = Field(default=200_000, ge=1)
 
     @model_validator(mode="after")
     def _racks_cover_brokers(self) -> Cluster:

@@ -15,7 +15,7 @@ from conveyor.config.pipeline import Pipeline
 from conveyor.config.problems import ConfigError, NotSetError, Problem
 from conveyor.config.runtime import Runtime
 from conveyor.config.tls import Tls
-from conveyor.config.topics import Route, Service, Topic
+from conveyor.config.topics import Route, Service, Topic, TopicRequests
 from conveyor.config.units import TOPIC_NAME, Model, Name
 
 
@@ -27,6 +27,7 @@ class Platform(Model):
     topics: dict[Annotated[str, Field(pattern=TOPIC_NAME)], Topic] = Field(default_factory=dict)
     services: dict[Name, Service] = Field(default_factory=dict)
     routes: dict[Name, Route] = Field(default_factory=dict)
+    topic_requests: TopicRequests = Field(default_factory=TopicRequests)
     gateway: Gateway = Field(default_factory=Gateway)
     pipeline: Pipeline = Field(default_factory=Pipeline)
     dispatch: Dispatch = Field(default_factory=Dispatch)
@@ -40,9 +41,10 @@ class Platform(Model):
     #: The part of Conveyor this copy serves (:meth:`acting_as`); None for the platform's admin work.
     _part: Part | None = PrivateAttr(default=None)
 
-    def acting_as(self, part: Part) -> Platform:
+    def acting_as(self, part: Part | None) -> Platform:
         """The platform as ``part`` uses it: every Kafka client made from the copy connects with the
-        part's own credentials (conveyor.kafka), so a secured cluster's ACLs bound what it can do."""
+        part's own credentials (conveyor.kafka), so a secured cluster's ACLs bound what it can do.
+        None: the platform's admin work, with the clusters' ``client`` settings."""
         if self._part == part:
             return self
         copy = self.model_copy()
@@ -76,6 +78,31 @@ class Platform(Model):
             for name, topic in self.topics.items()
             if topic.clusters is None or cluster_name in topic.clusters
         }
+
+    def clusters_of(self, topic: str) -> list[str]:
+        """The clusters that carry ``topic``."""
+        chosen = self.topics[topic].clusters
+        return [name for name in self.clusters if chosen is None or name in chosen]
+
+    def with_requested(self, requested: dict[str, Topic]) -> Platform:
+        """The platform with ``requested`` as its requested topics (requested-topics.yaml), in
+        place of those it had; the declared ones stay."""
+        declared = {name: topic for name, topic in self.topics.items() if topic.requested_by is None}
+        return self.model_copy(update={"topics": {**requested, **declared}})
+
+    def route_topics(self, route_name: str) -> set[str]:
+        """The topics a route names, and the requested topics on both its clusters when it takes them."""
+        route = self.routes[route_name]
+        named = set(route.topics)
+        if route.requested:
+            on_both = self.topics_on(route.source).keys() & self.topics_on(route.destination).keys()
+            named |= {name for name in on_both if self.topics[name].requested_by is not None}
+        return named
+
+    def copies(self, route_name: str, topic: str) -> bool:
+        """Whether the route copies ``topic``: named, requested, or matched by its pattern."""
+        route = self.routes[route_name]
+        return route.selects(topic) or topic in self.route_topics(route_name)
 
     def resolve(self, relative: str) -> Path:
         path = Path(relative)

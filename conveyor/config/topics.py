@@ -12,6 +12,10 @@ from conveyor.config.tokens import TokenHash
 from conveyor.config.units import DurationMs, Model, Name, Seconds, SizeBytes
 
 
+#: The gateway's audit counts (docs/platform.md, "Formats shared between parts").
+AUDIT_TOPIC = "_audit"
+
+
 class CleanupPolicy(str, Enum):
     delete = "delete"
     compact = "compact"
@@ -35,6 +39,12 @@ class Topic(Model):
     clusters: list[Name] | None = None
     #: Any other Kafka topic config, passed through as is (for example segment.ms).
     config: dict[str, str] = Field(default_factory=dict)
+    #: Events per second the producers expect to send (the partition count of a requested topic
+    #: comes from it).
+    expected_rate: float | None = Field(default=None, ge=0)
+    #: The service that asked for the topic through the bus (requested-topics.yaml); None for a
+    #: topic declared in platform.yaml.
+    requested_by: Name | None = None
 
     def replication_on(self, cluster: Cluster) -> tuple[int, int]:
         """(replication factor, min ISR) of this topic on ``cluster``."""
@@ -85,11 +95,13 @@ class Route(Model):
     batch_wait: Seconds = Field(default=0.05, gt=0)
     #: How often source metadata is polled for new topics and partitions.
     discovery_interval: Seconds = Field(default=2.0, gt=0)
+    #: Topics requested through the bus (requested-topics.yaml) join the route as they are granted.
+    requested: bool = True
 
     @model_validator(mode="after")
     def _selects_something(self) -> Route:
-        if not self.topics and self.pattern is None:
-            raise ValueError("a route needs topics, a pattern, or both")
+        if not self.topics and self.pattern is None and not self.requested:
+            raise ValueError("a route needs topics, a pattern, or requested: true")
         if self.pattern is not None:
             try:
                 re.compile(self.pattern)
@@ -104,3 +116,19 @@ class Route(Model):
         return topic in self.topics or (
             self.pattern is not None and re.fullmatch(self.pattern, topic) is not None
         )
+
+
+class TopicRequests(Model):
+    """Topics services ask for through the bus (``POST /v1/topics``, `conveyor topics request`)."""
+
+    #: Services whose tokens may request topics at the gateway.
+    allowed: list[Name] = Field(default_factory=list)
+    #: Partitions of a requested topic unless its expected rate asks for more.
+    default_partitions: int = Field(default=9, ge=1, le=10_000)
+    #: Most partitions a rate may ask for: a request above it is refused (the dispatcher, or a
+    #: topic declared by hand, is the answer then).
+    max_partitions: int = Field(default=100, ge=1, le=10_000)
+    #: A consumer's time per event, and the lag it must recover within after a 30 s stall, when
+    #: the request gives neither (the partition advisor's inputs).
+    processing_time: Seconds = Field(default=0.005, gt=0)
+    max_lag: Seconds = Field(default=60.0, gt=0)

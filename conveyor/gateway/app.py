@@ -33,9 +33,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conveyor.auth import SCRYPT_SLOTS, Authorizer, TooManyAttempts
-from conveyor.config import Part, Platform, read_contract
-from conveyor.errors import Refusal
-from conveyor.gateway.audit import AUDIT_TOPIC, AuditCounts
+from pydantic import ValidationError
+
+from conveyor.config import ConfigError, Part, Platform, read_contract
+from conveyor.config.topics import AUDIT_TOPIC
+from conveyor.config.requested import RequestedWatch
+from conveyor.errors import ConveyorError, Refusal
+from conveyor.gateway.audit import AuditCounts
 from conveyor.gateway.bulkhead import Bulkheads
 from conveyor.gateway.errors import Overloaded, Rejection, RequestTimeout, TooLarge, UnknownTopic
 from conveyor.gateway.limits import read_topic_maxima
@@ -45,7 +49,9 @@ from conveyor.gateway.openapi import topic_paths
 from conveyor.gateway.parsing import media_type, prepare
 from conveyor.gateway.writer import Accepted, Record, Writer
 from conveyor.gctune import tune_for_throughput
-from conveyor.topics.contracts import load_contracts
+from conveyor.topics.contracts import compile_contract, load_contracts
+from conveyor.bus.registrar import Granted, RequestNotFinished, grant
+from conveyor.bus.requests import InvalidRequest, TopicRequest
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +61,8 @@ HEALTH_REUSE = 2.0
 #: Bodies larger than this are parsed and checked on a worker thread, so one large request does not
 #: hold every other request on the event loop up for its whole parse.
 PARSE_OFF_LOOP_BYTES = 256 * 1024
+#: Largest topic request body: a contract and a few names.
+REQUEST_BODY_LIMIT = 256 * 1024
 #: Requests whose token is being verified against scrypt hashes at once: twice the hashing slots
 #: (conveyor.auth), so a slot freed is taken at once; more are refused with 429 unhashed.
 VERIFIERS = 2 * SCRYPT_SLOTS
@@ -79,6 +87,9 @@ class Gateway:
         self.source = source or instance_id(dc)
         self.auth = Authorizer(platform)
         self.contracts = load_contracts(platform)
+        #: requested-topics.yaml, re-read when a request names a topic the gateway does not know.
+        self.requested = RequestedWatch(platform.root)
+        self._learning = asyncio.Lock()
         self.metrics = GatewayMetrics(dc)
         self.audit = AuditCounts(self.source)
         self.writer = Writer(platform, dc, list(cluster.failover), self.settings.failover_after,
@@ -171,23 +182,63 @@ class Gateway:
         finally:
             self._in_progress -= 1
 
-    async def authorize(self, topic: str, authorization: str | None, address: str) -> None:
-        """Before the body is read: who is asking, for a topic that takes events, as its producer.
-        A token that needs a scrypt hash is verified off the event loop (conveyor.auth bounds it)."""
+    async def service_of(self, authorization: str | None, address: str) -> str:
+        """Who is asking. A token that needs a scrypt hash is verified off the event loop
+        (conveyor.auth bounds it)."""
         if self.auth.decided(authorization):
-            service = self.auth.service_of(authorization, address)
-        else:
-            if self._verifying >= VERIFIERS:
-                raise TooManyAttempts(f"{VERIFIERS} token verifications are in progress; retry later", retry_after=1)
-            self._verifying += 1
-            try:
-                service = await asyncio.get_running_loop().run_in_executor(
-                    self._verifier, self.auth.service_of, authorization, address)
-            finally:
-                self._verifying -= 1
+            return self.auth.service_of(authorization, address)
+        if self._verifying >= VERIFIERS:
+            raise TooManyAttempts(f"{VERIFIERS} token verifications are in progress; retry later", retry_after=1)
+        self._verifying += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._verifier, self.auth.service_of, authorization, address)
+        finally:
+            self._verifying -= 1
+
+    async def authorize(self, topic: str, authorization: str | None, address: str) -> None:
+        """Before the body is read: who is asking, for a topic that takes events, as its producer."""
+        service = await self.service_of(authorization, address)
+        if topic not in self.contracts:
+            await self.learn_requested()  # granted through another gateway since
         if topic not in self.platform.topics or topic not in self.contracts:
             raise UnknownTopic(f"no topic {topic} takes events through the gateway", topic=topic)
         self.auth.check_producer(service, topic)
+
+    async def request_topic(self, service: str, body: bytes) -> Granted:
+        """A topic request of an authorized service: granted on every cluster, then served here."""
+        try:
+            request = TopicRequest.model_validate_json(body)
+        except ValidationError as err:
+            problems = [f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in err.errors()]
+            raise InvalidRequest("; ".join(problems), problems=problems) from None
+        try:
+            granted = await asyncio.to_thread(grant, self.platform, request, service)
+        except ConfigError as err:
+            raise RequestNotFinished(f"the requested topics cannot be read: {err}") from None
+        await self.learn_requested()
+        return granted
+
+    async def learn_requested(self) -> None:
+        """Serve the topics granted since the start (requested-topics.yaml changed)."""
+        async with self._learning:
+            try:
+                topics = self.requested.changed()
+                if topics is None:
+                    return
+                platform = self.platform.with_requested(topics)
+                new = {name: compile_contract(name, read_contract(platform, name))
+                       for name, spec in topics.items() if name not in self.contracts and spec.contract is not None}
+            except ConveyorError as err:  # a hand edit gone wrong: serve what was served before
+                log.error("requested topics not taken: %s", err)
+                return
+            maxima = await asyncio.to_thread(read_topic_maxima, platform, self.writer.order, new) if new else {}
+            self.event_limits.update({t: event_limit(self.settings.max_event_bytes, m) for t, m in maxima.items()})
+            self.contracts.update(new)
+            self.platform = platform
+            self.auth.learn_topics(platform)
+            if new:
+                log.info("serving requested topic(s) %s", ", ".join(sorted(new)))
 
     async def publish(self, topic: str, body: bytes, content_type: str) -> dict[str, Any]:
         """Events of an authorized request, all written or none acknowledged."""
@@ -278,6 +329,24 @@ def create_app(gateway: Gateway) -> FastAPI:
         finally:
             gateway.metrics.latency.labels(label).observe(time.perf_counter() - started)
         return Response(orjson.dumps(answer), 200, media_type="application/json")
+
+    @app.post("/v1/topics")
+    async def request_topic(request: Request) -> Response:
+        """Ask for a topic: its contract, expected rate and consumers; 201 with the clusters and
+        routes that carry it, 200 when the same request was granted before."""
+        try:
+            service = await gateway.service_of(request.headers.get("authorization"),
+                                               request.client.host if request.client else "")
+            gateway.auth.check_requester(service)
+            media_type(request.headers.get("content-type"))
+            body = await read_body(request, REQUEST_BODY_LIMIT, gateway.settings.body_timeout)
+            granted = await gateway.request_topic(service, body)
+        except Refusal as err:
+            gateway.metrics.topic_requests.labels(err.reason).inc()
+            return Response(orjson.dumps(err.body()), err.status, _refusal_headers(err), media_type="application/json")
+        gateway.metrics.topic_requests.labels("granted").inc()
+        app.openapi_schema = None  # the new topic's path
+        return Response(orjson.dumps(granted.body()), 201 if granted.new else 200, media_type="application/json")
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

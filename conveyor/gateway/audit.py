@@ -15,8 +15,6 @@ from datetime import datetime, timezone
 
 import orjson
 
-AUDIT_TOPIC = "_audit"
-
 
 def audit_key(topic: str, hour: datetime, source: str) -> str:
     return f"{topic}|{_rfc3339(hour)}|{source}"

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from conveyor.config import Platform
+from conveyor.config.topics import AUDIT_TOPIC
 from conveyor.pipeline.completeness import is_complete, landed_until, last_complete_hour
 from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, source_cluster
@@ -36,8 +37,6 @@ PARTITION_PREFIX = "partitions."
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: The gateway's audit topic (docs/platform.md, "Formats shared between parts").
-AUDIT_TOPIC = "_audit"
 _AUDIT_SCHEMA = "topic string, hour string, source string, count bigint, updated_at string"
 
 Key = tuple[str, datetime]

@@ -70,7 +70,7 @@ def route_status(platform: Platform, name: str) -> RouteStatus:
     try:
         metadata = source.list_topics(timeout=10)
         topics = []
-        for topic in sorted(t for t in metadata.topics if spec.selects(t)):
+        for topic in sorted(t for t in metadata.topics if platform.copies(name, t)):
             ends = total = copied = 0
             for partition in metadata.topics[topic].partitions:
                 low, high = source.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)

@@ -19,7 +19,8 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from conveyor import kafka
-from conveyor.config import CleanupPolicy, Part, Platform, Topic
+from conveyor.config import CleanupPolicy, ConfigError, Part, Platform, Topic
+from conveyor.config.requested import RequestedWatch
 from conveyor.errors import ConveyorError
 from conveyor.replicate import plan
 from conveyor.replicate.copier import BucketCopier, RouteState
@@ -43,6 +44,7 @@ class Worker:
         self.metrics = ReplicateMetrics()
         self.registry = self.metrics.registry
         self.state = RouteState(platform, route_name, self.route, self.worker_id, self.metrics)
+        self.requested = RequestedWatch(platform.root)
         self.copiers: dict[int, BucketCopier] = {}
         self._stop = threading.Event()
         self._backoff = 1.0
@@ -69,11 +71,18 @@ class Worker:
     def discover(self) -> None:
         """Source topics of the route, created or grown on the destination before they are copied;
         the configs of undeclared ones brought to their source's."""
+        try:
+            requested = self.requested.changed()
+        except ConfigError as err:  # a hand edit gone wrong: copy what was copied before
+            log.error("%s: requested topics not taken: %s", self.state.name, err)
+            requested = None
+        if requested is not None:  # topics granted through the bus join the route as they come
+            self.state.platform = self.state.platform.with_requested(requested)
         platform, route = self.state.platform, self.route
         source_admin = kafka.admin(platform, route.source)
         metadata = source_admin.list_topics(timeout=10)
         counts = {name: len(t.partitions) for name, t in metadata.topics.items()
-                  if not t.error and route.selects(name)}
+                  if not t.error and platform.copies(self.state.name, name)}
         differences = {}
         if counts:
             synced = sync_topics(platform, route, counts, source_admin)

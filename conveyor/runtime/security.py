@@ -13,17 +13,17 @@ to the platform's clients in the resolved view (conveyor.runtime.endpoints).
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import ipaddress
 import json
 import os
 import secrets
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from conveyor.files import exclusive, replace_atomically
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
@@ -102,8 +102,7 @@ class LocalSecurity:
         """The SCRAM password of a service's principal on the local secured clusters, made the
         first time it is asked for."""
         # Several processes (a gateway, a lake run, `acl apply`) may ask at once: one at a time.
-        with open(self.dir / ".principals.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive(self.dir / ".principals.lock"):
             known = json.loads(self.principals_file.read_text()) if self.principals_file.exists() else {}
             if service not in known:
                 known[service] = secrets.token_urlsafe(24)
@@ -145,21 +144,7 @@ def admin_settings(material: LocalSecurity) -> dict[str, str]:
 def write_private(path: Path, content: bytes) -> None:
     """``content`` as ``path``, readable by its owner only, whole or not at all: a crash mid-write
     leaves the old file (a lost principals.json would lock every part out of the clusters)."""
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)  # the rename itself survives a crash
-    finally:
-        os.close(folder)
+    replace_atomically(path, content, mode=0o600)
 
 
 @contextmanager

@@ -55,10 +55,21 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """A cluster's partitions (leaders, internal topics' included) against its partition budget."""
+
+    held: int
+    after: int
+    limit: int
+
+
+@dataclass(frozen=True)
 class ClusterPlan:
     cluster: str
     changes: tuple[Change, ...]
     refusals: tuple[Refusal, ...]
+    #: Set when the plan was made against every topic of the cluster.
+    budget: Budget | None = None
 
     @property
     def in_sync(self) -> bool:
@@ -160,6 +171,20 @@ def plan_cluster(
             if not is_internal(name):
                 changes.append(Change(name, ChangeKind.delete, "not declared in platform.yaml (--prune)"))
     return ClusterPlan(cluster_name, tuple(changes), tuple(refusals))
+
+
+def within_budget(plan: ClusterPlan, cluster: Cluster, live: dict[str, LiveTopic]) -> ClusterPlan:
+    """``plan`` with the cluster's partition budget, and a refusal when applying it would pass it."""
+    held = sum(t.partitions for t in live.values())
+    added = sum(c.partitions for c in plan.changes if c.kind == ChangeKind.create)
+    added += sum(c.partitions - live[c.topic].partitions for c in plan.changes if c.kind == ChangeKind.add_partitions)
+    removed = sum(live[c.topic].partitions for c in plan.changes if c.kind == ChangeKind.delete)
+    budget = Budget(held, held + added - removed, cluster.partition_budget)
+    refusals = plan.refusals
+    if added and budget.after > budget.limit:
+        refusals += (Refusal("*", f"the cluster would hold {budget.after:,} partitions, above its partition budget of "
+                                  f"{budget.limit:,} (clusters.{plan.cluster}.partition_budget)"),)
+    return ClusterPlan(plan.cluster, plan.changes, refusals, budget)
 
 
 def _too_few_tagged(topic: Topic, factor: int, placement: list[BrokerInfo]) -> str:

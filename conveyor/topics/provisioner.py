@@ -25,7 +25,8 @@ from confluent_kafka.admin import (
 from conveyor import kafka
 from conveyor.config import Platform, Topic
 from conveyor.errors import ConveyorError
-from conveyor.topics.plan import BrokerInfo, Change, ChangeKind, ClusterPlan, LiveTopic, plan_cluster
+from conveyor.topics.plan import (BrokerInfo, Change, ChangeKind, ClusterPlan, LiveTopic, plan_cluster,
+                                  within_budget)
 
 _TIMEOUT = 15.0
 
@@ -81,7 +82,8 @@ def plan(platform: Platform, clusters: Iterable[str] | None = None, prune: bool 
         desired = platform.topics_on(name)
         managed = {key for topic in desired.values() for key in topic.kafka_configs(cluster)}
         snap = snapshot(platform, name, kafka.admin(platform, name), managed)
-        plans.append(plan_cluster(name, cluster, desired, snap.topics, snap.brokers, prune))
+        plans.append(within_budget(plan_cluster(name, cluster, desired, snap.topics, snap.brokers, prune), cluster,
+                                   snap.topics))
     return plans
 
 

@@ -12,10 +12,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "conveyor"
 
 #: Bottom to top: a module may import from its own layer and the ones above it in this list.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"conveyor", "errors", "limits", "gctune", "kafka_logs"})),
+    ("foundation", frozenset({"conveyor", "errors", "limits", "gctune", "kafka_logs", "files"})),
     ("platform model", frozenset({"config"})),
     ("clients and plumbing", frozenset({"jars", "java_client", "kafka", "tls", "auth", "service", "positions"})),
-    ("parts", frozenset({"topics", "gateway", "replicate", "dispatch", "pipeline", "acls", "ops", "verify", "web"})),
+    ("parts", frozenset({"topics", "bus", "gateway", "replicate", "dispatch", "pipeline", "acls", "ops", "verify", "web"})),
     ("local runtime", frozenset({"runtime"})),
     ("command line", frozenset({"cli", "__main__"})),
 )

@@ -15,7 +15,6 @@ changed cluster is refused.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Protocol
@@ -24,6 +23,7 @@ from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicParti
 
 from conveyor import kafka
 from conveyor.config import Platform
+from conveyor.files import replace_atomically
 from conveyor.ops.balance.errors import ExecutionError, StalePlanError
 from conveyor.ops.balance.execution import Execution, drift
 from conveyor.ops.balance.live import Metadata, read_metadata
@@ -51,10 +51,7 @@ def load_state(path: Path) -> Execution | None:
 
 
 def save_state(path: Path, execution: Execution) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".tmp")
-    partial.write_text(execution.to_json())
-    os.replace(partial, path)  # atomic: a crash leaves the old state or the new one
+    replace_atomically(path, execution.to_json().encode())
 
 
 class Executor:

@@ -15,7 +15,6 @@ import contextlib
 import datetime as dt
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from conveyor.config import Part, Platform
+from conveyor.files import replace_atomically
 from conveyor.ops.kafka_tools import KafkaTools
 from conveyor.ops.throttle.policy import Action, Decision, Round, ThrottlePolicy, decide
 from conveyor.ops.throttle.signals import SignalReader
@@ -45,10 +45,7 @@ class ThrottleState:
         return cls({k: int(v) for k, v in data["quotas"].items()}, [int(b) for b in data["busy"]])
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".tmp")
-        partial.write_text(json.dumps({"quotas": self.quotas, "busy": self.busy}))
-        os.replace(partial, path)
+        replace_atomically(path, json.dumps({"quotas": self.quotas, "busy": self.busy}).encode())
 
 
 class ThrottleMetrics:

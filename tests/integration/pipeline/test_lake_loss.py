@@ -13,7 +13,8 @@ from confluent_kafka import TopicPartition
 
 from conveyor import kafka
 from conveyor.gateway.audit import AuditCounts
-from conveyor.pipeline.audit import AUDIT_TOPIC, audit_lake
+from conveyor.config.topics import AUDIT_TOPIC
+from conveyor.pipeline.audit import audit_lake
 from conveyor.pipeline.completeness import floor_hour
 from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.offsets import Gap

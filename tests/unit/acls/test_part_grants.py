@@ -8,7 +8,7 @@ from conveyor.acls import parts
 from conveyor.acls.grants import Grant, Pattern
 from conveyor.config import Part, Platform, RealtimeView, parse_platform
 from conveyor.dispatch.share_reader import PRESENCE_GROUP
-from conveyor.gateway.audit import AUDIT_TOPIC
+from conveyor.gateway import app as gateway_app
 from conveyor.replicate import plan
 
 TOKEN = "0" * 64
@@ -38,7 +38,7 @@ def _of(grants: set[Grant], part: Part) -> set[tuple[str, str, Pattern, str]]:
 
 
 def test_the_names_granted_are_the_ones_the_parts_use():
-    assert parts.AUDIT_TOPIC == AUDIT_TOPIC
+    assert parts.AUDIT_TOPIC == gateway_app.AUDIT_TOPIC
     assert plan.route_topic("r").startswith(parts.ROUTE_TOPIC_PREFIX)
     assert plan.group_id("r").startswith(parts.REPLICATE_GROUP_PREFIX + "r")
     assert plan.transactional_id("r", 3).startswith(f"{parts.REPLICATE_GROUP_PREFIX}r-bucket-")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conveyor.config import Cluster, ClusterRole, Topic
-from conveyor.topics.plan import BrokerInfo, ChangeKind, LiveTopic, place_replicas, plan_cluster
+from conveyor.topics.plan import (BrokerInfo, Budget, ChangeKind, LiveTopic, place_replicas, plan_cluster,
+                                  within_budget)
 
 CENTRAL = Cluster(role=ClusterRole.read, brokers=3, racks=["r1", "r2", "r3"], tags={"ads": [1, 2]})
 BROKERS = [BrokerInfo(1, "r1"), BrokerInfo(2, "r2"), BrokerInfo(3, "r3")]
@@ -93,3 +94,23 @@ def test_placement_spreads_racks_and_leaders(partitions, factor):
         assert len({rack[r] for r in replicas}) == factor
     leaders = [r[0] for r in assignment]
     assert max(leaders.count(b) for b in set(leaders)) - min(leaders.count(b.broker_id) for b in brokers) <= 1
+
+
+def test_the_budget_counts_every_live_partition_and_what_the_plan_adds():
+    small = CENTRAL.model_copy(update={"partition_budget": 30})
+    live = {**live_of(EVENTS, partitions=10), "__consumer_offsets": LiveTopic("__consumer_offsets", 10, 3, {})}
+    plan = within_budget(plan_cluster("central", small, {"ad-events": EVENTS}, live, BROKERS), small, live)
+    assert plan.budget == Budget(held=20, after=22, limit=30) and not plan.refusals
+
+    more = {"ad-events": EVENTS, "clicks": Topic(partitions=9)}
+    over = within_budget(plan_cluster("central", small, more, live, BROKERS), small, live)
+    assert over.budget == Budget(held=20, after=31, limit=30)
+    (refusal,) = over.refusals
+    assert "31 partitions, above its partition budget of 30" in refusal.reason
+
+
+def test_a_cluster_already_over_its_budget_may_still_change_configs():
+    small = CENTRAL.model_copy(update={"partition_budget": 5})
+    live = live_of(EVENTS, **{"retention.ms": "1000"})
+    plan = within_budget(plan_cluster("central", small, {"ad-events": EVENTS}, live, BROKERS), small, live)
+    assert plan.budget == Budget(held=12, after=12, limit=5) and not plan.refusals
