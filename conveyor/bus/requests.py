@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from conveyor.config import Platform, Topic
+from conveyor.config import Delivery, Platform, ReplicationMode, Topic
 from conveyor.config.requested import REQUESTED_CONTRACTS
 from conveyor.config.topics import TopicRequests
 from conveyor.config.units import DurationMs, Model, Name, Seconds
@@ -38,6 +38,7 @@ class TopicRequest(Model):
     #: Services that publish besides the one asking.
     producers: list[Name] = Field(default_factory=list)
     retention: DurationMs = Field(default=7 * 86_400_000, ge=60_000)
+    delivery: Delivery = Delivery.exact
     #: One consumer's time per event, and the lag it must recover within; the platform's
     #: topic_requests settings when left out.
     processing_time: Seconds | None = Field(default=None, gt=0)
@@ -79,8 +80,13 @@ def requested_topic(request: TopicRequest, requester: str, platform: Platform) -
     if unknown:
         raise InvalidRequest(f"unknown service(s) {', '.join(unknown)} (known: {', '.join(sorted(platform.services))})",
                              services=unknown)
+    loose = sorted(name for name, route in platform.routes.items()
+                   if route.requested and route.mode is ReplicationMode.at_least_once)
+    if request.delivery is Delivery.exact and loose:
+        raise InvalidRequest(f"route(s) {', '.join(loose)} copy requested topics at least once: ask for "
+                             "delivery at_least_once, or have the platform team declare the topic", routes=loose)
     partitions, _ = partitions_for(request, platform.topic_requests)
-    return Topic(partitions=partitions, retention=request.retention,
+    return Topic(partitions=partitions, retention=request.retention, delivery=request.delivery,
                  contract=f"{REQUESTED_CONTRACTS}/{request.topic}.schema.json",
                  producers=sorted({requester, *request.producers}), consumers=sorted(set(request.consumers)),
                  expected_rate=request.expected_rate, requested_by=requester)

@@ -22,8 +22,9 @@ def rules(
     names), with the thresholds of platform.yaml's ops section. Check it with `promtool check rules FILE`; load it with Prometheus's rule_files."""
     from conveyor.ops.rules import rules_document
 
+    model = platform_from(platform)
     text = "# Written by `conveyor ops rules` from platform.yaml; rules of docs/ops.md.\n" + yaml.safe_dump(
-        rules_document(platform_from(platform).ops), sort_keys=False, width=120)
+        rules_document(model.ops, model.relaxed_topics()), sort_keys=False, width=120)
     if out is None:
         typer.echo(text, nl=False)
         return

@@ -156,12 +156,15 @@ def _print_run_failed(err: Exception) -> None:
 def _audit_result(hour: HourAudit) -> str:
     if hour.failed:
         return "MISMATCH"
+    if hour.warned:
+        return "lost (at least once)"
     if not hour.complete:
         return "pending"
     return "ok" if not hour.unaudited else "ok, unaudited events"
 
 
-_RESULT_STYLE = {"MISMATCH": "bold red", "pending": "yellow", "ok": "green", "ok, unaudited events": "yellow"}
+_RESULT_STYLE = {"MISMATCH": "bold red", "lost (at least once)": "yellow", "pending": "yellow", "ok": "green",
+                 "ok, unaudited events": "yellow"}
 _AUDIT_COLUMNS = (Column("topic"), Column("hour (UTC)", cell=lambda h: h["hour"].strftime("%Y-%m-%d %H:00")),
                   _count("produced"), _count("landed"), _count("lost"), _count("duplicates"), _count("unaudited"),
                   Column("result", cell=lambda h: f"[{_RESULT_STYLE[h['result']]}]{h['result']}[/]"))
@@ -171,8 +174,9 @@ _AUDIT_COLUMNS = (Column("topic"), Column("hour (UTC)", cell=lambda h: h["hour"]
 def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = None,
           output: OutputOption = OutputFormat.table) -> None:
     """Compare the gateway's audit counts per (topic, hour) with the rows landed in the lake:
-    events lost, duplicated, or landed without being counted. Exits 4 when a complete hour lost
-    or duplicated events; hours still within the allowed lateness are shown as pending."""
+    events lost, duplicated, or landed without being counted. Exits 4 when a complete hour of an
+    exact topic lost or duplicated events; a topic delivered at least once keeps its copies, and
+    its losses are a warning. Hours still within the allowed lateness are shown as pending."""
     from conveyor.pipeline.audit import audit_lake
     from conveyor.pipeline.lake import lake_topics
 
@@ -184,9 +188,12 @@ def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = No
     rows = [{**asdict(h), "lost": h.lost, "duplicates": h.duplicates, "unaudited": h.unaudited,
              "result": _audit_result(h)} for h in hours]
     render(output, Section("hours", "audit: gateway counts against the lake", _AUDIT_COLUMNS, rows))
-    failed = [h for h in hours if h.failed]
+    failed, warned = [h for h in hours if h.failed], [h for h in hours if h.warned]
     say(output, f"{len(hours)} hour(s) audited, {len(failed)} with lost or duplicated events, "
         f"{sum(h.lost for h in failed):,} lost, {sum(h.duplicates for h in failed):,} duplicated")
+    if warned:
+        say(output, f"{len(warned)} hour(s) of topics delivered at least once lost {sum(h.lost for h in warned):,} "
+                    "event(s): a warning, not a failure (topics.<name>.delivery)")
     raise typer.Exit(EXIT_AUDIT_FAILED if failed else 0)
 
 

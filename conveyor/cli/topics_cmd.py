@@ -11,7 +11,7 @@ from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputO
                                  StrictOption, YesOption, confirm, durability_section, platform_from, platform_to_apply,
                                  render)
 from conveyor.acls import provisioner as acl_provisioner
-from conveyor.config import Platform
+from conveyor.config import Delivery, Platform
 from conveyor.topics import provisioner
 from conveyor.topics.lint import durability_findings
 from conveyor.topics.plan import ChangeKind, ClusterPlan
@@ -53,6 +53,14 @@ def _plan_section(plans: list[ClusterPlan]) -> Section:
                    _plan_rows(plans))
 
 
+def _topics_section(platform: Platform) -> Section:
+    rows = [{"topic": name, "delivery": topic.delivery.value, "partitions": topic.partitions,
+             "declared_in": f"requested-topics.yaml (by {topic.requested_by})" if topic.requested_by else "platform.yaml"}
+            for name, topic in sorted(platform.topics.items())]
+    return Section("topics", "topics and what each promises", (Column("topic"), Column("delivery"),
+                   Column("partitions"), Column("declared in", "declared_in")), rows)
+
+
 def _budget_section(plans: list[ClusterPlan]) -> Section:
     rows = [{"cluster": p.cluster, "partitions": p.budget.held, "after_apply": p.budget.after,
              "budget": p.budget.limit} for p in plans if p.budget is not None]
@@ -83,7 +91,7 @@ def plan(
     findings = [f for f in durability_findings(model) if not cluster or f.cluster in cluster]
     code = 1 if strict and findings else plan_exit_code(plans)
     warnings = [durability_section(findings)] if findings or output is OutputFormat.json else []
-    render(output, _plan_section(plans), _budget_section(plans), *warnings, exit_code=code)
+    render(output, _topics_section(model), _plan_section(plans), _budget_section(plans), *warnings, exit_code=code)
     raise typer.Exit(code)
 
 
@@ -135,6 +143,8 @@ def request(
     producer: Annotated[list[str] | None, typer.Option(help="A service that publishes besides the one asking "
                                                             "(repeatable).")] = None,
     retention: Annotated[str, typer.Option(help="How long records are kept (7d, 12h...).")] = "7d",
+    delivery: Annotated[Delivery, typer.Option(help="exact (each event once: a loss or a copy pages) or at_least_once "
+                                                    "(copies kept, a loss warns).")] = Delivery.exact,
     requester: Annotated[str | None, typer.Option(
         "--as", help="Grant it here, as the platform's admin, on behalf of this service.")] = None,
     gateway: Annotated[str | None, typer.Option(
@@ -158,7 +168,7 @@ def request(
     except (ValueError, UnicodeDecodeError) as err:
         raise typer.BadParameter(f"{contract} is not JSON: {err}", param_hint="--contract") from None
     body = {"topic": topic, "contract": schema, "expected_rate": rate, "consumers": consumer or [],
-            "producers": producer or [], "retention": retention}
+            "producers": producer or [], "retention": retention, "delivery": delivery.value}
     model = platform_from(platform)
     if gateway is not None:
         granted = _ask_gateway(model, gateway, token, body)

@@ -21,11 +21,12 @@ from conveyor.config.platform import Platform
 from conveyor.config.problems import ConfigError, NotSetError, Problem
 from conveyor.config.resolved import load_resolved_platform
 from conveyor.config.runtime import Postgres, Redis, Runtime
-from conveyor.config.topics import CleanupPolicy, ReplicationMode, Route, Service, Topic
+from conveyor.config.topics import CleanupPolicy, Delivery, ReplicationMode, Route, Service, Topic
 from conveyor.config.units import DEFAULT_PLATFORM_FILE, parse_duration_ms, parse_size_bytes
 
 __all__ = [
     "Catalog", "DEFAULT_PLATFORM_FILE", "CleanupPolicy", "Cluster", "ClusterRole", "ConfigError", "ContractFileError",
+    "Delivery",
     "Dispatch", "FieldMatch", "Gateway", "Lake", "MetricsPage", "NotSetError", "Ops", "OpsPanel", "Part", "Pipeline",
     "Platform", "Postgres", "Problem", "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode",
     "Route", "Runtime", "Security", "Service", "Spark", "Topic", "ViewMetric", "load_platform",

@@ -10,6 +10,7 @@ from conveyor.config.clusters import ClusterRole
 from conveyor.config.contract_files import ContractFileError, read_contract
 from conveyor.config.platform import Platform
 from conveyor.config.problems import Problem
+from conveyor.config.topics import Delivery, ReplicationMode
 
 
 def cross_checks(platform: Platform) -> Iterator[Problem]:
@@ -107,6 +108,13 @@ def _route_problems(platform: Platform) -> Iterator[Problem]:
         for topic in route.topics:
             if topic not in platform.topics:
                 yield _unknown(f"routes.{name}.topics", "topics", "topic", topic)
+        if route.mode is ReplicationMode.at_least_once:
+            exact = sorted(t for t in route.topics if t in platform.topics
+                           and platform.topics[t].delivery is Delivery.exact)
+            if exact:
+                yield Problem(f"routes.{name}.mode", f"copies at least once, but {', '.join(exact)} promise(s) exact "
+                              "delivery (a worker's crash copies records twice): use mode exactly-once, or set "
+                              "their delivery to at_least_once", refers_to=tuple(f"topics.{t}" for t in exact))
 
 
 def _pipeline_problems(platform: Platform) -> Iterator[Problem]:

@@ -15,7 +15,7 @@ from conveyor.config.pipeline import Pipeline
 from conveyor.config.problems import ConfigError, NotSetError, Problem
 from conveyor.config.runtime import Runtime
 from conveyor.config.tls import Tls
-from conveyor.config.topics import Route, Service, Topic, TopicRequests
+from conveyor.config.topics import Delivery, Route, Service, Topic, TopicRequests
 from conveyor.config.units import TOPIC_NAME, Model, Name
 
 
@@ -103,6 +103,10 @@ class Platform(Model):
         """Whether the route copies ``topic``: named, requested, or matched by its pattern."""
         route = self.routes[route_name]
         return route.selects(topic) or topic in self.route_topics(route_name)
+
+    def relaxed_topics(self) -> list[str]:
+        """The topics delivered at least once: a loss there warns instead of paging, copies are kept."""
+        return sorted(name for name, topic in self.topics.items() if topic.delivery is not Delivery.exact)
 
     def resolve(self, relative: str) -> Path:
         path = Path(relative)

@@ -22,8 +22,18 @@ class CleanupPolicy(str, Enum):
     compact_delete = "compact,delete"
 
 
+class Delivery(str, Enum):
+    #: Each event once: money, orders. A loss or a copy pages; the durability lint applies in full.
+    exact = "exact"
+    #: Copies tolerated, and the rare loss one broker failure can cause: logs, traces. The lake
+    #: keeps copies, a loss warns, and the durability lint does not ask for more replicas.
+    at_least_once = "at_least_once"
+
+
 class Topic(Model):
     partitions: int = Field(ge=1, le=10_000)
+    #: What the platform promises the topic's consumers, and so how hard it checks and alerts.
+    delivery: Delivery = Delivery.exact
     replication_factor: int | None = Field(default=None, ge=1)
     min_insync_replicas: int | None = Field(default=None, ge=1)
     retention: DurationMs = Field(default=7 * 86_400_000)

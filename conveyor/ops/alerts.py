@@ -9,7 +9,7 @@ REWIND status.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from conveyor.ops.health import HealthFinding, Rule, Severity
@@ -211,15 +211,18 @@ def sampling_alert(cluster: str, error: str) -> Alert:
 GAP_ALERT_MS = 24 * 3600 * 1000
 
 
-def replication_gap_alert(route: str, source: str, destination: str, gaps: Sequence[Gap], at_ms: int) -> Alert | None:
+def replication_gap_alert(route: str, source: str, destination: str, gaps: Sequence[Gap], at_ms: int,
+                          relaxed: Collection[str] = ()) -> Alert | None:
     """One alert per route for the gaps found within GAP_ALERT_MS: the records retention deleted on
-    the source before the route copied them."""
+    the source before the route copied them. Critical when an exact topic lost records; a warning
+    when only topics delivered at least once (``relaxed``) did."""
     recent = sorted((g for g in gaps if at_ms - g.found_ms <= GAP_ALERT_MS), key=lambda g: (g.topic, g.partition, g.first))
     if not recent:
         return None
+    severity = Severity.WARNING if all(g.topic in relaxed for g in recent) else Severity.CRITICAL
     listed = ", ".join(f"{g.topic}[{g.partition}] {g.first}..{g.last}" for g in recent[:5])
     more = f" and {len(recent) - 5} more" if len(recent) > 5 else ""
-    return Alert(Severity.CRITICAL, "replication_gap", destination, f"route {route}",
+    return Alert(severity, "replication_gap", destination, f"route {route}",
                  f"retention on {source} deleted {sum(g.count for g in recent):,} records before route {route} copied "
                  f"them: {listed}{more}",
                  f"`conveyor replicate status --route {route}`; the route's workers were down or slower than {source}'s "

@@ -10,7 +10,8 @@ watcher's, so the two never disagree on what is too slow.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from conveyor.config import Ops
 from conveyor.ops.lag import Status
@@ -98,12 +99,25 @@ def lag_rules(ops: Ops) -> list[AlertRule]:
     return rules
 
 
-def replication_rules() -> list[AlertRule]:
+def by_delivery(rule: AlertRule, relaxed: Sequence[str]) -> list[AlertRule]:
+    """``rule``, whose ``expr`` has a ``{topics}`` selector, for the exact topics, and its warning
+    twin for the topics delivered at least once (``relaxed``): a loss there warns, never pages."""
+    if not relaxed:
+        return [replace(rule, expr=rule.expr.format(topics=""))]
+    # PromQL's strings take backslashes doubled; a topic name's only regex character is the dot.
+    names = "|".join(name.replace(".", "\\\\.") for name in relaxed)
+    return [replace(rule, expr=rule.expr.format(topics=f'{{topic!~"{names}"}}')),
+            replace(rule, name=f"{rule.name}AtLeastOnce", severity="warning",
+                    expr=rule.expr.format(topics=f'{{topic=~"{names}"}}'))]
+
+
+def replication_rules(relaxed: Sequence[str] = ()) -> list[AlertRule]:
     return [
-        AlertRule("ReplicationGap", "increase(conveyor_replicate_gap_records_total[15m]) > 0", "critical",
-                  "route {{ $labels.route }} lost offsets of {{ $labels.topic }} to the source's retention before "
-                  "copying them", "0s",
-                  "conveyor replicate status --route {{ $labels.route }} (the gaps, with their offsets)"),
+        *by_delivery(AlertRule(
+            "ReplicationGap", "increase(conveyor_replicate_gap_records_total{topics}[15m]) > 0", "critical",
+            "route {{ $labels.route }} lost offsets of {{ $labels.topic }} to the source's retention before "
+            "copying them", "0s",
+            "conveyor replicate status --route {{ $labels.route }} (the gaps, with their offsets)"), relaxed),
         AlertRule("ReplicationClusterUnreachable", "conveyor_replicate_cluster_unreachable == 1", "critical",
                   "route {{ $labels.route }} cannot reach {{ $labels.cluster }}", "5m",
                   "the cluster's brokers and the replicator's credentials; it resumes by itself"),
@@ -199,16 +213,17 @@ def presence_rules() -> list[AlertRule]:
             for component, series in PRESENCE.items()]
 
 
-def lake_rules(ops: Ops) -> list[AlertRule]:
+def lake_rules(ops: Ops, relaxed: Sequence[str] = ()) -> list[AlertRule]:
     deadline = ops.lake_deadline
     return [
         AlertRule("LakeHourLate", f"time() - conveyor_lake_complete_until_timestamp_seconds > {deadline:g}", "critical",
                   "{{ $labels.topic }}: the lake is complete only up to {{ $value }} s ago",
                   "0s", "the lake job's runs (conveyor lake status) and the source's lag; with the default "
                   f"deadline of {deadline / 3600:g} h, yesterday has landed by {deadline / 3600:02g}:00"),
-        AlertRule("LakeDataLost", "increase(conveyor_lake_lost_records_total[1h]) > 0", "critical",
-                  "{{ $labels.topic }}[{{ $labels.partition }}]: records were deleted by retention before they "
-                  "landed", "0s", "lake.ops.gaps for the offsets; the topic's retention"),
+        *by_delivery(AlertRule(
+            "LakeDataLost", "increase(conveyor_lake_lost_records_total{topics}[1h]) > 0", "critical",
+            "{{ $labels.topic }}[{{ $labels.partition }}]: records were deleted by retention before they landed",
+            "0s", "lake.ops.gaps for the offsets; the topic's retention"), relaxed),
         AlertRule("LakeRunsFailing", "increase(conveyor_lake_runs_total{result=\"failed\"}[1h]) > 2", "warning",
                   "the lake job failed more than twice in an hour", "0s", "the lake job's output"),
     ]
@@ -290,10 +305,11 @@ def host_rules(ops: Ops) -> list[AlertRule]:
     ]
 
 
-def rules_document(ops: Ops) -> dict[str, object]:
+def rules_document(ops: Ops, relaxed: Sequence[str] = ()) -> dict[str, object]:
+    """Every group of rules; ``relaxed``: the topics delivered at least once, whose losses warn."""
     groups = (("conveyor-brokers", broker_rules(ops)), ("conveyor-offset-manager", offset_manager_rules(ops)),
               ("conveyor-traffic", traffic_rules()), ("conveyor-lag", lag_rules(ops)),
-              ("conveyor-replication", replication_rules()), ("conveyor-lake", lake_rules(ops)),
+              ("conveyor-replication", replication_rules(relaxed)), ("conveyor-lake", lake_rules(ops, relaxed)),
               ("conveyor-gateway", gateway_rules(ops)), ("conveyor-dispatch", dispatch_rules(ops)),
               ("conveyor-realtime", realtime_rules(ops)), ("conveyor-components", presence_rules()),
               ("conveyor-hosts", host_rules(ops)))

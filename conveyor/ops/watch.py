@@ -237,7 +237,8 @@ class RouteGaps:
                     self._gaps[name] = route_gaps(self.platform, name)
                 except (KafkaException, TimeoutError) as err:  # kept from the last read; tried next time
                     log.warning("gaps of route %s not read: %s", name, err)
-        found = (replication_gap_alert(name, spec.source, spec.destination, self._gaps.get(name, ()), at_ms)
+        relaxed = self.platform.relaxed_topics()
+        found = (replication_gap_alert(name, spec.source, spec.destination, self._gaps.get(name, ()), at_ms, relaxed)
                  for name, spec in self.routes.items())
         return [alert for alert in found if alert is not None]
 

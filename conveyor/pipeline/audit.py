@@ -9,7 +9,7 @@ landing, so only complete hours can fail the audit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
@@ -54,6 +54,9 @@ class HourAudit:
     #: Copies the lake's de-dup dropped in the hour: a client's retry through the other data centre
     #: is accepted, and counted, by both gateways, and lands once.
     copies: int = 0
+    #: The topic is delivered exactly (Topic.delivery): a loss or a copy fails the hour. Delivered at
+    #: least once, its copies are kept and a loss only warns.
+    exact: bool = True
 
     @property
     def lost(self) -> int:
@@ -70,20 +73,27 @@ class HourAudit:
 
     @property
     def failed(self) -> bool:
-        return self.complete and (self.lost > 0 or self.duplicates > 0)
+        """A complete hour that broke an exact topic's promise: it pages."""
+        return self.complete and self.exact and (self.lost > 0 or self.duplicates > 0)
+
+    @property
+    def warned(self) -> bool:
+        """A complete hour that lost events of a topic delivered at least once: it warns."""
+        return self.complete and not self.exact and self.lost > 0
 
 
 def reconcile(
     produced: Mapping[Key, int], landed: Mapping[Key, tuple[int, int]], complete_until: Mapping[str, datetime | None],
-    copies: Mapping[Key, int] | None = None,
+    copies: Mapping[Key, int] | None = None, relaxed: Collection[str] = (),
 ) -> list[HourAudit]:
-    """One line per (topic, hour) either side knows, in order. Pure."""
+    """One line per (topic, hour) either side knows, in order; ``relaxed``: the topics delivered at
+    least once. Pure."""
     audits = []
     for topic, hour in sorted(set(produced) | set(landed)):
         rows, distinct = landed.get((topic, hour), (0, 0))
         complete = is_complete(hour, complete_until.get(topic))
         audits.append(HourAudit(topic, hour, produced.get((topic, hour), 0), rows, distinct, complete,
-                                (copies or {}).get((topic, hour), 0)))
+                                (copies or {}).get((topic, hour), 0), exact=topic not in relaxed))
     return audits
 
 
@@ -190,4 +200,4 @@ def audit_lake(spark: SparkSession, platform: Platform, topics: list[str] | None
             copies.update(copies_counts(spark, topic))
         until = {topic: complete_until(spark, platform, topic) for topic in chosen}
         produced = produced_counts(spark, platform, chosen)
-    return reconcile(produced, landed, until, copies)
+    return reconcile(produced, landed, until, copies, platform.relaxed_topics())

@@ -1,7 +1,8 @@
 """The lake's de-duplication, done on the run's branch after the rows' append and before ``main``
 moves to it (conveyor.pipeline.guard), so readers never see the copies.
 
-A copy is a row whose ``event_id`` landed before within ``dedup_window`` of this run, whatever its
+A copy is a row whose ``event_id`` landed before within ``dedup_window`` of this run (exact topics;
+a topic delivered at least once keeps its copies), whatever its
 event time: a retry through the other data centre hours later, a replicator that lagged, a backfill.
 Every row carries ``landed_at``, the instant its run listed the partitions' ends, the same for all
 rows of a commit; so the files landed since a moment are exactly those whose ``landed_at`` bounds
@@ -24,6 +25,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
+from conveyor.config import Delivery, Platform
 from conveyor.pipeline.schema import LANDED_AT
 from conveyor.pipeline.tables import iceberg_table, on_branch
 
@@ -31,6 +33,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 _COORDINATES = ["kafka_partition", "kafka_offset"]
+
+
+def dedup_window(platform: Platform, topic: str) -> float:
+    """Seconds back a run looks for copies of ``topic``'s events: the lake's window for an exact
+    topic, none for one delivered at least once, whose copies are kept (and cost no lookup)."""
+    if platform.topics[topic].delivery is not Delivery.exact:
+        return 0.0
+    return platform.pipeline.lake.dedup_window
 
 
 def _at_snapshot(spark: SparkSession, table: str, **options: str) -> DataFrame:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from conveyor.config import Part, Platform
 from conveyor.pipeline import guard
-from conveyor.pipeline.dedup import drop_copies
+from conveyor.pipeline.dedup import dedup_window, drop_copies
 from conveyor.pipeline.errors import LakeConfigError, LakeConflictError, spark_failures
 from conveyor.pipeline.kafka_source import list_watermarks, read_range
 from conveyor.pipeline.lake_positions import publish_position
@@ -285,7 +285,7 @@ class _TopicLanding:
         try:
             if self.data in stale:
                 self.step("reading, parsing and committing rows")
-                window = self.platform.pipeline.lake.dedup_window
+                window = dedup_window(self.platform, self.topic)
                 since = listed_at - timedelta(seconds=window) if window > 0 else None
                 rows = counted.where(eligible).select(*self._table_columns(), lit(listed_at).alias(LANDED_AT))
                 landed = self._commit(rows, self.data, commit, since)

@@ -77,7 +77,7 @@ class Prometheus(Monitor):
 
     def document(self, platform: Platform) -> dict[str, Any]:
         rules_file = self.dir / "rules.yml"
-        rules_file.write_text(yaml.safe_dump(rules_document(platform.ops), sort_keys=False, width=120))
+        rules_file.write_text(yaml.safe_dump(rules_document(platform.ops, platform.relaxed_topics()), sort_keys=False, width=120))
         pem = trusted_pem(platform)
         ca_file = self.dir / "ca.pem" if pem else None
         if ca_file is not None and pem is not None:

@@ -160,13 +160,16 @@ class AuditCheck:
     complete: int
     pending: int
     failed: tuple[HourAudit, ...]
+    #: Events lost in complete hours of topics delivered at least once: told, not failed.
+    lost_at_least_once: int = 0
     invariant = Invariant.audit
     subject = "gateway counts"
 
     @classmethod
     def of(cls, hours: Sequence[HourAudit]) -> AuditCheck:
         complete = [h for h in hours if h.complete]
-        return cls(len(complete), len(hours) - len(complete), tuple(h for h in complete if h.failed))
+        return cls(len(complete), len(hours) - len(complete), tuple(h for h in complete if h.failed),
+                   sum(h.lost for h in complete if h.warned))
 
     @property
     def verdict(self) -> Verdict:
@@ -176,7 +179,9 @@ class AuditCheck:
     def summary(self) -> str:
         return (f"{self.complete:,} complete hour(s) audited, {len(self.failed):,} failed "
                 f"({sum(h.lost for h in self.failed):,} lost, {sum(h.duplicates for h in self.failed):,} "
-                f"duplicated); {self.pending:,} hour(s) not complete yet")
+                f"duplicated); {self.pending:,} hour(s) not complete yet"
+                + (f"; {self.lost_at_least_once:,} event(s) of topics delivered at least once lost"
+                   if self.lost_at_least_once else ""))
 
     @property
     def problems(self) -> tuple[str, ...]:

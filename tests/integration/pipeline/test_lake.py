@@ -162,6 +162,15 @@ def test_an_event_id_landed_again_within_the_window_of_its_landing_lands_once_wh
     assert len(ids) == 3 and ids.count(old["event_id"]) == 1
 
 
+def test_a_topic_delivered_at_least_once_keeps_its_copies_with_de_dup_at_its_default(lake_spark, lake_case):
+    case = lake_case(partitions=2, delivery="at_least_once")
+    event = demo_event()
+    produce(case.platform, case.topic, [event, event, demo_event()])
+    run = run_once(lake_spark, case.platform).topics[0]
+    assert (run.records_read, run.landed, run.duplicates_dropped) == (3, 3, 0)
+    assert [r.event_id for r in rows_of(lake_spark, case.topic)].count(event["event_id"]) == 2
+
+
 def test_status_shows_totals_last_run_and_the_last_complete_hour(lake_spark, lake_case):
     case = lake_case(partitions=2, allowed_lateness="10m")
     produce(case.platform, case.topic, [demo_event() for _ in range(8)] + [b"broken"])

@@ -129,3 +129,29 @@ def test_a_watch_made_after_the_file_changed_still_reads_it_first(folder: Path):
     _granted(folder)
     watch = RequestedWatch(folder)  # a service that loaded its platform before the request
     assert set(watch.changed() or {}) == {"clicks"}
+
+
+def test_a_request_may_ask_for_at_least_once_delivery_and_the_lake_then_keeps_copies(folder: Path):
+    from conveyor.config import Delivery
+    from conveyor.pipeline.dedup import dedup_window
+
+    _granted(folder, delivery="at_least_once")
+    platform = load_platform(folder / "platform.yaml")
+    assert platform.topics["clicks"].delivery is Delivery.at_least_once
+    assert platform.relaxed_topics() == ["clicks"]
+    assert dedup_window(platform, "clicks") == 0 and dedup_window(platform, "ad-events") == 3600
+
+
+def test_exact_topics_are_never_copied_at_least_once(folder: Path):
+    data = yaml.safe_load((folder / "platform.yaml").read_text())
+    data["routes"]["dc1-central"]["mode"] = "at-least-once"
+    (folder / "platform.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="routes.dc1-central.mode: copies at least once, but _audit, ad-events, notifications"):
+        load_platform(folder / "platform.yaml")
+    data["routes"]["dc1-central"]["topics"] = []
+    data["routes"]["dc1-central"]["pattern"] = "logs-.*"
+    (folder / "platform.yaml").write_text(yaml.safe_dump(data))
+    platform = load_platform(folder / "platform.yaml")
+    with pytest.raises(InvalidRequest, match="dc1-central copy requested topics at least once"):
+        requested_topic(_request(), "adserver", platform)
+    assert requested_topic(_request(delivery="at_least_once"), "adserver", platform).partitions == 9

@@ -178,3 +178,7 @@ def test_a_replication_gap_is_one_critical_alert_per_route_for_a_day():
     assert replication_gap_alert("dc1-central", "dc1", "central", gaps[2:], now) is None  # older than a day
     many = [Gap("t", p, 0, 0, found_ms=now) for p in range(7)]
     assert replication_gap_alert("r", "dc1", "central", many, now).message.endswith("t[4] 0..0 and 2 more")
+    # Only topics delivered at least once lost records: a warning; an exact one among them: critical.
+    assert replication_gap_alert("r", "dc1", "central", gaps, now, relaxed={"clicks"}).severity == Severity.WARNING
+    assert replication_gap_alert("r", "dc1", "central", [*gaps[:2], Gap("views", 0, 1, 1, found_ms=now)], now,
+                                 relaxed={"clicks"}).severity == Severity.CRITICAL

@@ -19,8 +19,12 @@ from tests.metricskit import exported_metric_names, host_label_names
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with `make setup`")
 
 
+#: A topic delivered at least once: its losses warn, through the rules' twins.
+RELAXED = "logs.app"
+
+
 def _rules() -> dict[str, Any]:
-    return rules_document(Ops(max_lag_records=1000))
+    return rules_document(Ops(max_lag_records=1000), [RELAXED])
 
 
 def _write_rules(folder: Path) -> Path:
@@ -275,5 +279,23 @@ def test_the_host_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -
             _expect("HostFilesystemFilling", "15m", [(fs1, "97%")]),
             _expect("HostFilesystemFull", "15m", [(fs1, "97%")]),
             _expect("HostCpuSteal", "15m", [(b1, "50%")]),
+        ],
+    }])
+
+
+def test_a_loss_pages_on_an_exact_topic_and_warns_on_one_delivered_at_least_once(tmp_path: Path) -> None:
+    gaps, lost = "conveyor_replicate_gap_records_total", "conveyor_lake_lost_records_total"
+    orders, logs = {"route": "r", "topic": "orders"}, {"route": "r", "topic": RELAXED}
+    # A topic whose name differs only where the pattern's dot would match any character.
+    lookalike = {"route": "r", "topic": "logs-app"}
+    _run_promtool(tmp_path, [{
+        "interval": "1m",
+        "input_series": [_series(gaps, labels, "0 0 5 5 5") for labels in (orders, logs, lookalike)]
+        + [_series(lost, {"topic": t, "partition": "0"}, "0 0 5 5 5") for t in ("orders", RELAXED)],
+        "alert_rule_test": [
+            _expect("ReplicationGap", "3m", [(orders, "5"), (lookalike, "5")]),
+            _expect("ReplicationGapAtLeastOnce", "3m", [(logs, "5")]),
+            _expect("LakeDataLost", "3m", [({"topic": "orders", "partition": "0"}, "5")]),
+            _expect("LakeDataLostAtLeastOnce", "3m", [({"topic": RELAXED, "partition": "0"}, "5")]),
         ],
     }])

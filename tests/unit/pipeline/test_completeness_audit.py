@@ -68,6 +68,17 @@ def test_reconcile_counts_lost_duplicated_and_unaudited_events_per_hour():
     assert (u.landed, u.lost, u.complete) == (0, 3, False)
 
 
+def test_a_topic_delivered_at_least_once_keeps_its_copies_and_warns_on_a_loss():
+    produced = {("logs", at(8)): 10, ("logs", at(9)): 10, ("t", at(8)): 10}
+    landed = {("logs", at(8)): (12, 10), ("logs", at(9)): (7, 7), ("t", at(8)): (12, 10)}
+    hours = {h.topic + h.hour.strftime("%H"): h for h in reconcile(produced, landed, {"logs": at(9), "t": at(9)},
+                                                                    relaxed=["logs"])}
+    copies, loss, exact = hours["logs08"], hours["logs09"], hours["t08"]
+    assert (copies.duplicates, copies.failed, copies.warned) == (2, False, False)
+    assert (loss.lost, loss.failed, loss.warned) == (3, False, True)
+    assert (exact.duplicates, exact.failed, exact.warned) == (2, True, False)
+
+
 def test_copies_the_lake_dropped_are_read_from_de_dup_commits_and_are_not_lost():
     from conveyor.pipeline.audit import dropped_copies
     from conveyor.pipeline.tables import OFFSETS_PROPERTY

@@ -45,8 +45,15 @@ def _findings(topic: dict[str, Any]) -> set[tuple[str, str]]:
     ({"clusters": ["central"], "retention": "1d", "cleanup_policy": "compact"}, set()),
     ({"clusters": ["central"], "config": {"unclean.leader.election.enable": "true"}},
      {("central", "unclean-election")}),
+    # Delivered at least once, a topic accepts the rare loss of one broker failure: only what stops
+    # writes or keeps records past their retention is left.
+    ({"clusters": ["central"], "delivery": "at_least_once", "replication_factor": 2, "min_insync_replicas": 1,
+      "config": {"unclean.leader.election.enable": "true"}}, set()),
+    ({"clusters": ["central"], "delivery": "at_least_once", "min_insync_replicas": 3, "retention": "1d"},
+     {("central", "min-isr-equals-replicas"), ("central", "segment-over-retention")}),
 ], ids=["defaults", "min-isr-equals-rf", "min-isr-one", "rf-2-min-isr-1", "rf-2-default-min-isr", "one-broker",
-        "short-retention", "short-retention-short-segments", "compacted", "unclean"])
+        "short-retention", "short-retention-short-segments", "compacted", "unclean", "at-least-once-risks",
+        "at-least-once-still-warned"])
 def test_each_rule_fires_on_its_settings_and_only_there(topic: dict[str, Any], expected: set) -> None:
     assert _findings(topic) == expected
 
