@@ -15,7 +15,7 @@ same real cluster state, and producer p99 during a throttled and an unthrottled 
    state, throttled and unthrottled (moved back in between, unmeasured), while a probe producer
    (acks=all, fixed rate) records its latency: p50/p99 before and during each move.
 
-    python -m bench.balance_vs_kafka [--base-port 39300] [--seconds 20] [--throttle 2097152]
+    python -m bench.balance_vs_kafka [--base-port 13300] [--seconds 20] [--throttle 2097152]
 
 Writes ``bench/results/balance_vs_kafka.json``.
 """
@@ -256,7 +256,7 @@ def scale_out(platform: Platform, grown: Platform, console: Console, throttle: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.balance_vs_kafka", description=__doc__.split("\n")[0])
-    parser.add_argument("--base-port", type=int, default=int(os.environ.get("CONVEYOR_BENCH_BASE_PORT", "39300")))
+    parser.add_argument("--base-port", type=int, default=int(os.environ.get("CONVEYOR_BENCH_BASE_PORT", "13300")))
     parser.add_argument("--seconds", type=float, default=20.0, help="traffic measuring window")
     parser.add_argument("--throttle", type=int, default=2 * 2**20, help="bytes/s for the throttled move")
     args = parser.parse_args()

@@ -364,8 +364,8 @@ def run(platform_path: Path, quick: bool, node_port: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--platform", type=Path, help="a platform file whose clusters are up")
-    parser.add_argument("--base-port", type=int, default=33592, help="for the demo platform this run starts")
-    parser.add_argument("--node-port", type=int, default=33700, help="the dispatcher's gRPC port; metrics on +1")
+    parser.add_argument("--base-port", type=int, default=20092, help="for the demo platform this run starts")
+    parser.add_argument("--node-port", type=int, default=20700, help="the dispatcher's gRPC port; metrics on +1")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.platform is not None:

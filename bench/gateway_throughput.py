@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -79,6 +80,12 @@ def ceiling(platform: Platform, events: list[dict], seconds: float) -> dict:
     assert producer.flush(120) == 0
     elapsed = time.perf_counter() - started
     return {"events": sent, "seconds": round(elapsed, 2), "events_per_s": round(sent / elapsed)}
+
+
+def require_wrk() -> None:
+    """One line and a failing exit status when wrk, the load generator, is missing."""
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: `apt-get install -y wrk` (Debian's package; `make bench` installs it)")
 
 
 def _wrk(url: str, body: bytes, seconds: int, connections: int) -> dict:
@@ -221,6 +228,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="measured rounds; figures are their medians")
     parser.add_argument("--warmup", type=int, default=60, help="seconds of load before the first round")
     args = parser.parse_args()
+    require_wrk()
     result = run(args.seconds, args.base_port, args.runs, args.warmup)
     write_results("gateway_throughput", result, show=True)
 

@@ -14,7 +14,7 @@ and time the round, for:
 Ours is measured first with 50 topics (one per group), then with all 2,000 on the same 50
 groups: its request count depends on the groups, not on the topics or partitions.
 Writes ``bench/results/ops_sampling.json``. Run: ``python -m bench.ops_sampling [--topics 2000]
-[--base-port 35692]``.
+[--base-port 21092]``.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def run(topic_count: int, base_port: int, console: Console) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.ops_sampling", description=__doc__.split("\n")[0])
     parser.add_argument("--topics", type=int, default=2000)
-    parser.add_argument("--base-port", type=int, default=35692, help="for the one-broker cluster this run starts")
+    parser.add_argument("--base-port", type=int, default=21092, help="for the one-broker cluster this run starts")
     args = parser.parse_args()
     console = Console()
     result = run(args.topics, args.base_port, console)

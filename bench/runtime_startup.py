@@ -81,7 +81,7 @@ def run(warm_runs: int, skip_cold: bool, base_port: int) -> dict:
 
 
 def main() -> None:
-    parser = arguments(__doc__, 39092)
+    parser = arguments(__doc__, 12092)
     parser.add_argument("--warm-runs", type=int, default=3)
     parser.add_argument("--skip-cold", action="store_true", help="skip the run with an empty Maven repository")
     args = parser.parse_args()

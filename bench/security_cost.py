@@ -27,7 +27,7 @@ import orjson
 import yaml
 
 from bench.common import arguments, demo_data, host, provision, write_results
-from bench.gateway_throughput import _wrk
+from bench.gateway_throughput import _wrk, require_wrk
 from bench.replicate_vs_mm2 import _copied_ours, _create, _preload, _start_ours, throughput
 from conveyor.config import Platform, load_resolved_platform, parse_platform
 from conveyor.gateway.generate import AdTraffic
@@ -146,6 +146,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="seconds of load on each gateway before the rounds")
     parser.add_argument("--records", type=int, default=100_000, help="records each replicator copies")
     args = parser.parse_args()
+    require_wrk()
     write_results("security_cost", run(args.seconds, args.runs, args.warmup, args.records, args.base_port), show=True)
 
 
