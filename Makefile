@@ -42,8 +42,7 @@ demo: setup
 	$(BIN)/conveyor smoke
 	$(BIN)/conveyor gateway start --dc dc1
 	$(BIN)/conveyor gateway start --dc dc2
-	$(BIN)/conveyor replicate start --route dc1-central --metrics-port 18181
-	$(BIN)/conveyor replicate start --route dc2-central --metrics-port 18182
+	$(BIN)/conveyor replicate start --metrics-port 18181
 	$(BIN)/conveyor topics request searches --contract examples/searches.schema.json --rate 500 --consumer lake --gateway https://127.0.0.1:18080 --token demo-adserver-token
 	$(BIN)/conveyor topics plan
 	$(BIN)/conveyor replicate status

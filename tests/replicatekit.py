@@ -50,10 +50,12 @@ class Workers:
         self.rng = rng
 
     def start(self, name: str) -> None:
+        """Worker ``<route>-w<i>`` of one route, or ``all-w<i>``, a worker of every route."""
         route = name.rsplit("-w", 1)[0]
+        routes = [] if route == "all" else ["--route", route]
         log = open(self.log_dir / f"{name}.log", "ab")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "conveyor", "replicate", "worker", "--route", route, "--id", name,
+            [sys.executable, "-m", "conveyor", "replicate", "worker", *routes, "--id", name,
              "--platform", str(self.platform_file)], stdout=log, stderr=subprocess.STDOUT)
 
     def kill_one(self) -> str:

@@ -1,4 +1,4 @@
-"""``conveyor replicate``: copy writable clusters into the central cluster, route by route."""
+"""``conveyor replicate``: copy writable clusters into the central cluster, every route in one service."""
 
 from __future__ import annotations
 
@@ -18,40 +18,56 @@ from conveyor.config import ConfigError, Platform, Problem
 
 app = typer.Typer(rich_markup_mode="markdown", help="The federation replicator: routes of platform.yaml, exactly once.", no_args_is_help=True)
 
-RouteOption = Annotated[str, typer.Option("--route", "-r", envvar="CONVEYOR_ROUTE", help="A route of platform.yaml.")]
+RoutesOption = Annotated[list[str] | None, typer.Option(
+    "--route", "-r", help="A route of platform.yaml (repeatable); none: every route, and those added to the file "
+                          "while it runs.")]
 
 
-def _route(platform: Platform, route: str) -> None:
-    if route not in platform.routes:
-        known = ", ".join(platform.routes) or "none"
-        raise ConfigError([Problem(f"routes.{route}", f"no such route (known: {known})")])
+def _routes(platform: Platform, routes: list[str] | None) -> list[str] | None:
+    for route in routes or []:
+        if route not in platform.routes:
+            known = ", ".join(platform.routes) or "none"
+            raise ConfigError([Problem(f"routes.{route}", f"no such route (known: {known})")])
+    if routes is None and not platform.routes:
+        raise ConfigError([Problem("routes", "platform.yaml has no route to serve")])
+    return routes or None
+
+
+def _route_args(routes: list[str] | None) -> list[str]:
+    return [arg for route in routes or [] for arg in ("--route", route)]
 
 
 @app.command()
-def worker(route: RouteOption, platform: PlatformOption = DEFAULT_PLATFORM,
-           worker_id: Annotated[str | None, typer.Option("--id", help="Worker id (default: route-host-pid).")] = None,
+def worker(routes: RoutesOption = None, platform: PlatformOption = DEFAULT_PLATFORM,
+           worker_id: Annotated[str | None, typer.Option("--id", help="Worker id (default: host-pid; with one "
+                                                                      "route, as given).")] = None,
            metrics_port: MetricsPortOption = None, metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST) -> None:
-    """Run one worker of a route in the foreground; SIGTERM finishes the current transactions and
-    leaves the group so the other workers take its buckets at once."""
-    from conveyor.replicate.worker import run_worker
+    """Run a worker of each route in the foreground, one process for all of them: each route's
+    workers share its buckets through Kafka's group protocol, so a worker's loss moves only its
+    buckets and a route added to platform.yaml starts without moving anything running. SIGTERM
+    finishes the current transactions and leaves the groups so the other workers take the buckets
+    at once."""
+    from conveyor.replicate.service import RoutesService
+    from conveyor.service import serve
 
     model = platform_from(platform)
-    _route(model, route)
-    raise typer.Exit(run_worker(model, route, worker_id, endpoint(metrics_host, metrics_port)))
+    chosen = _routes(model, routes)
+    raise typer.Exit(serve(RoutesService(model, chosen, worker_id, platform.resolve()),
+                           endpoint(metrics_host, metrics_port)))
 
 
 @app.command()
-def run(route: RouteOption, platform: PlatformOption = DEFAULT_PLATFORM,
+def run(routes: RoutesOption = None, platform: PlatformOption = DEFAULT_PLATFORM,
         workers: Annotated[int, typer.Option(min=1, help="Worker processes to run.")] = 1,
         metrics_port: MetricsPortOption = None) -> None:
-    """Run a route with N worker processes (each a group member; worker i serves metrics on
-    metrics-port + i). Stops them all on SIGTERM or Ctrl-C."""
+    """Run N worker processes of the routes (each a member of every route's group; worker i serves
+    metrics on metrics-port + i). Stops them all on SIGTERM or Ctrl-C."""
     model = platform_from(platform)
-    _route(model, route)
+    chosen = _routes(model, routes)
     children = []
     for i in range(workers):
-        argv = [sys.executable, "-m", "conveyor", "replicate", "worker", "--route", route,
-                "--platform", str(platform.resolve()), "--id", f"{route}-w{i}"]
+        argv = [sys.executable, "-m", "conveyor", "replicate", "worker", *_route_args(chosen),
+                "--platform", str(platform.resolve()), "--id", f"{'+'.join(chosen or ['all'])}-w{i}"]
         if metrics_port is not None:
             argv += ["--metrics-port", str(metrics_port + i)]
         children.append(subprocess.Popen(argv))
@@ -67,18 +83,20 @@ def run(route: RouteOption, platform: PlatformOption = DEFAULT_PLATFORM,
 
 
 @app.command()
-def start(route: RouteOption, platform: PlatformOption = DEFAULT_PLATFORM,
+def start(routes: RoutesOption = None, platform: PlatformOption = DEFAULT_PLATFORM,
           metrics_port: MetricsPortOption = None) -> None:
-    """Start one worker of a route as a background service of the local platform."""
+    """Start a worker of the routes (every route without --route) as a background service of the
+    local platform."""
     from conveyor.runtime.services import start_service
 
     model = platform_from(platform)
-    _route(model, route)
-    args = ["replicate", "worker", "--route", route, "--platform", str(platform.resolve())]
+    chosen = _routes(model, routes)
+    args = ["replicate", "worker", *_route_args(chosen), "--platform", str(platform.resolve())]
     if metrics_port is not None:
         args += ["--metrics-port", str(metrics_port)]
-    pid, started = start_service(model, f"replicate-{route}", args)
-    console.print(f"replicate-{route} {'started' if started else 'already running'} (pid {pid})")
+    name = "replicate" if chosen is None else f"replicate-{'+'.join(chosen)}"
+    pid, started = start_service(model, name, args)
+    console.print(f"{name} {'started' if started else 'already running'} (pid {pid})")
 
 
 _TOPIC_COLUMNS = (Column("topic"), Column("partitions"), Column("source records", "source_records"), Column("copied"),
@@ -97,7 +115,7 @@ def status(platform: PlatformOption = DEFAULT_PLATFORM,
 
     model = platform_from(platform)
     if route is not None:
-        _route(model, route)
+        _routes(model, [route])
     routes = [route_status(model, name) for name in model.routes if route in (None, name)]
     if output is OutputFormat.json:
         render(output, routes=routes)

@@ -28,20 +28,20 @@ from conveyor.replicate.destination import sync_topics
 from conveyor.replicate.errors import UnknownRoute
 from conveyor.replicate.metrics import ReplicateMetrics
 from conveyor.replicate.topic_configs import ConfigDifference
-from conveyor.service import Endpoint, serve
 from conveyor.topics.provisioner import ensure_topics
 
 log = logging.getLogger(__name__)
 
 
 class Worker:
-    def __init__(self, platform: Platform, route_name: str, worker_id: str | None = None) -> None:
+    def __init__(self, platform: Platform, route_name: str, worker_id: str | None = None,
+                 metrics: ReplicateMetrics | None = None) -> None:
         platform = platform.acting_as(Part.replicator)
         if route_name not in platform.routes:
             raise UnknownRoute(f"no route {route_name} in the platform file (routes: {', '.join(platform.routes)})")
         self.route = platform.routes[route_name]
         self.worker_id = worker_id or f"{route_name}-{socket.gethostname()}-{os.getpid()}"
-        self.metrics = ReplicateMetrics()
+        self.metrics = metrics or ReplicateMetrics()
         self.registry = self.metrics.registry
         self.state = RouteState(platform, route_name, self.route, self.worker_id, self.metrics)
         self.requested = RequestedWatch(platform.root)
@@ -189,8 +189,3 @@ class Worker:
                 copier.join(90)
             membership.close()  # leaves the group at once, so the others take the buckets now
         return status
-
-
-def run_worker(platform: Platform, route_name: str, worker_id: str | None = None,
-               endpoint: Endpoint = Endpoint()) -> int:
-    return serve(Worker(platform, route_name, worker_id), endpoint)

@@ -1,0 +1,91 @@
+"""One replicator service for every route: two worker processes serve both data centres' routes;
+they are SIGKILLed at random and restarted, and a route added to platform.yaml mid-run is served
+by the running processes without a restart. Central must hold exactly the source events, each once.
+
+CONVEYOR_CHAOS_ROUNDS sets the kills (default 4 here: 2 before the route is added, 2 after).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conveyor import kafka
+from conveyor.config import Platform
+from conveyor.replicate import plan
+from tests.conftest import eventually, platform_variant
+from tests.replicatekit import (Traffic, Workers, copies_of, create_topic, read_records, wait_until_copied,
+                                wait_until_replicated)
+
+pytestmark = pytest.mark.chaos
+ROUNDS = int(os.environ.get("CONVEYOR_CHAOS_ROUNDS", "4"))
+BASE, LATE = "svc-base", "late-a"
+
+
+def _routes(platform_data, platform_file: Path, path: Path, late: bool) -> Platform:
+    data = copy.deepcopy(platform_data)
+    for spec in data["topics"].values():
+        if spec.get("contract"):
+            spec["contract"] = str(platform_file.parent / spec["contract"])
+    data["routes"] = {f"svc-{dc}": {"source": dc, "destination": "central", "pattern": "svc-.*", "buckets": 6,
+                                    "requested": False} for dc in ("dc1", "dc2")}
+    if late:
+        data["routes"]["svc-late"] = {"source": "dc1", "destination": "central", "pattern": "late-.*", "buckets": 3,
+                                      "requested": False}
+    return platform_variant(data, path)
+
+
+def _members(platform: Platform, route: str) -> set[str]:
+    admin = kafka.admin(platform, "central")
+    group = admin.describe_consumer_groups([plan.group_id(route)])[plan.group_id(route)].result()
+    return {m.client_id for m in group.members}
+
+
+def test_workers_of_every_route_lose_nothing_through_kills_and_take_a_route_added_live(
+        provisioned, platform_data, platform_file, tmp_path, chaos_rng):
+    path = tmp_path / "routes.yaml"
+    platform = _routes(platform_data, platform_file, path, late=False)
+    for dc in ("dc1", "dc2"):
+        create_topic(platform, dc, BASE, 6)
+    workers = Workers(path, tmp_path, chaos_rng)
+    for i in range(2):
+        workers.start(f"all-w{i}")
+    wait_until_replicated(platform, BASE)
+    traffic = Traffic(platform, chaos_rng, BASE, log_dir=tmp_path)
+    killed = []
+    try:
+        traffic.start()
+        for _ in range(ROUNDS // 2):
+            time.sleep(chaos_rng.uniform(1.0, 3.0))
+            killed.append(workers.kill_one())
+            workers.start(killed[-1])
+
+        # A route added to the file: the running processes serve it, none restarted.
+        running = {name: proc.pid for name, proc in workers.procs.items()}
+        platform = _routes(platform_data, platform_file, path, late=True)
+        create_topic(platform, "dc1", LATE, 3)
+        traffic.add_topic("dc1", LATE, 3)
+        wait_until_replicated(platform, LATE)
+        eventually(lambda: _members(platform, "svc-late") == {"svc-late-all-w0", "svc-late-all-w1"}, 60,
+                   "both running workers in the new route's group")
+        assert {name: proc.pid for name, proc in workers.procs.items()} == running
+
+        for _ in range(ROUNDS - ROUNDS // 2):
+            time.sleep(chaos_rng.uniform(1.0, 3.0))
+            killed.append(workers.kill_one())
+            workers.start(killed[-1])
+        time.sleep(2)
+    finally:
+        traffic.stop()
+    assert len(killed) == ROUNDS
+    topics = [BASE, LATE]
+    expected = wait_until_copied(platform, traffic, topics, workers)
+    landed = copies_of(read_records(platform, topics))
+    assert landed == expected, (
+        f"missing {sum((expected - landed).values())}, duplicated {sum((landed - expected).values())}")
+    print(f"{sum(expected.values())} events of 3 routes copied exactly once through {ROUNDS} kills of "
+          f"every-route workers ({', '.join(killed)})")
