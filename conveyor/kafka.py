@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from conveyor.config import Platform
+from conveyor.config import Platform, Purpose
 from conveyor.errors import ConveyorError
 from conveyor.kafka_logs import LIBRDKAFKA
 
@@ -72,11 +72,20 @@ def client_config(
     return config
 
 
+#: A logs cluster's producers (clusters.<name>.purpose): the leader's acknowledgement is enough, and
+#: without acks=all there is no idempotence. A transactional producer keeps acks=all (config check
+#: refuses exactly-once routes into a logs cluster).
+LOGS_PRODUCER: dict[str, Any] = {"acks": "1", "enable.idempotence": False}
+
+
 def producer_config(
     platform: Platform, cluster_name: str, client_id: str, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    return client_config(platform, cluster_name, {**PRODUCER_DEFAULTS, "client.id": client_id, "logger": LIBRDKAFKA,
-                                                  **(overrides or {})})
+    purpose = {}
+    if platform.cluster(cluster_name).purpose is Purpose.logs and "transactional.id" not in (overrides or {}):
+        purpose = LOGS_PRODUCER
+    return client_config(platform, cluster_name, {**PRODUCER_DEFAULTS, **purpose, "client.id": client_id,
+                                                  "logger": LIBRDKAFKA, **(overrides or {})})
 
 
 def consumer_config(

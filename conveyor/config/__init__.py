@@ -10,7 +10,7 @@ path inside the file: pydantic checks shapes and ranges (a module per section), 
 against each cluster's brokers, a route's clusters, the services a topic names).
 """
 
-from conveyor.config.clusters import Cluster, ClusterRole, MetricsPage, Part, ReplicationDefaults, Security
+from conveyor.config.clusters import Cluster, ClusterRole, MetricsPage, Part, Purpose, ReplicationDefaults, Security
 from conveyor.config.contract_files import ContractFileError, read_contract
 from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
@@ -28,7 +28,7 @@ __all__ = [
     "Catalog", "DEFAULT_PLATFORM_FILE", "CleanupPolicy", "Cluster", "ClusterRole", "ConfigError", "ContractFileError",
     "Delivery",
     "Dispatch", "FieldMatch", "Gateway", "Lake", "MetricsPage", "NotSetError", "Ops", "OpsPanel", "Part", "Pipeline",
-    "Platform", "Postgres", "Problem", "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode",
+    "Platform", "Postgres", "Problem", "Purpose", "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode",
     "Route", "Runtime", "Security", "Service", "Spark", "Topic", "ViewMetric", "load_platform",
     "load_resolved_platform", "parse_duration_ms", "parse_platform", "parse_size_bytes", "read_contract",
 ]

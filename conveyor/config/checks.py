@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from conveyor.config.clusters import ClusterRole
+from conveyor.config.clusters import ClusterRole, Purpose
 from conveyor.config.contract_files import ContractFileError, read_contract
 from conveyor.config.platform import Platform
 from conveyor.config.problems import Problem
@@ -36,6 +36,9 @@ def _cluster_problems(platform: Platform) -> Iterator[Problem]:
                 if getattr(cluster, setting):
                     yield Problem(f"clusters.{name}.{setting}", "only applies to a cluster given by bootstrap; "
                                                                 "`conveyor up` sets it for the clusters it starts")
+        if cluster.failover and cluster.purpose is Purpose.logs:
+            yield Problem(f"clusters.{name}.failover", "a logs cluster never fails over: the gateway sheds what it "
+                                                       "does not acknowledge within gateway.logs_wait")
         for other in cluster.failover:
             target = platform.clusters.get(other)
             if target is None:
@@ -108,6 +111,10 @@ def _route_problems(platform: Platform) -> Iterator[Problem]:
         for topic in route.topics:
             if topic not in platform.topics:
                 yield _unknown(f"routes.{name}.topics", "topics", "topic", topic)
+        destination = platform.clusters.get(route.destination)
+        if destination is not None and destination.purpose is Purpose.logs and route.mode is ReplicationMode.exactly_once:
+            yield Problem(f"routes.{name}.mode", f"cluster {route.destination!r} serves logs (acks=1, no transactions): "
+                          "copy into it with mode at-least-once", refers_to=(f"clusters.{route.destination}",))
         if route.mode is ReplicationMode.at_least_once:
             exact = sorted(t for t in route.topics if t in platform.topics
                            and platform.topics[t].delivery is Delivery.exact)

@@ -15,6 +15,18 @@ class ClusterRole(str, Enum):
     read = "read"
 
 
+class Purpose(str, Enum):
+    """What a cluster's traffic is for; it sets the defaults of its topics and producers."""
+
+    #: Services' events: acks=all, min ISR min(2, replicas), a producer waits for its acks.
+    online = "online"
+    #: Logs and traces: must never hold a producer up. acks=1, min ISR 1, and the gateway waits at
+    #: most gateway.logs_wait, then sheds (and reports) what was not acknowledged.
+    logs = "logs"
+    #: Batch readers and the lake: the read cluster the pipelines take when several are declared.
+    offline = "offline"
+
+
 class Security(str, Enum):
     """How the clients of a cluster `conveyor up` starts connect: in clear without identity, or
     SCRAM over TLS with ACLs."""
@@ -43,7 +55,7 @@ class ReplicationDefaults(Model):
     """Replication of topics on a cluster unless a topic says otherwise."""
 
     factor: int | None = Field(default=None, ge=1, description="default: min(3, brokers)")
-    min_insync: int | None = Field(default=None, ge=1, description="default: min(2, factor)")
+    min_insync: int | None = Field(default=None, ge=1, description="default: min(2, factor); 1 on a logs cluster")
 
 
 class MetricsPage(Model):
@@ -102,6 +114,7 @@ class Cluster(Model):
     #: Listeners of a cluster `conveyor up` starts: sasl_ssl runs SCRAM-SHA-512 over TLS with Kafka's
     #: authorizer on (nothing allowed without an ACL). An existing cluster's security goes under ``client``.
     security: Security = Security.plaintext
+    purpose: Purpose = Purpose.online
     #: Most partitions (leaders, not replicas) the cluster may hold: `topics plan` refuses a plan,
     #: and the bus a topic request, that would take it past this.
     partition_budget: int = Field(default=200_000, ge=1)
@@ -128,7 +141,9 @@ class Cluster(Model):
 
     @property
     def default_min_insync(self) -> int:
-        return self.replication.min_insync or min(2, self.default_replication_factor)
+        if self.replication.min_insync:
+            return self.replication.min_insync
+        return 1 if self.purpose is Purpose.logs else min(2, self.default_replication_factor)
 
     def broker_ids(self) -> list[int]:
         return list(range(1, self.brokers + 1))

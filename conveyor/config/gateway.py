@@ -14,6 +14,9 @@ class Gateway(Model):
     port: int = Field(default=18080, ge=1024, le=65535, description="first instance's port; --port overrides")
     #: Seconds the local cluster has to acknowledge before events go to a failover cluster.
     failover_after: Seconds = Field(default=5.0, gt=0)
+    #: Longest the gateway waits on a cluster of purpose logs: what it has not acknowledged by then
+    #: is shed (answered and counted as shed, never as accepted) instead of holding the producer up.
+    logs_wait: Seconds = Field(default=0.5, gt=0)
     max_request_bytes: SizeBytes = 16 * 2**20
     #: One event's key and value together; Kafka's own limits (the producer's message.max.bytes,
     #: the topic's max.message.bytes) lower it further (conveyor.limits).

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, PrivateAttr
 
-from conveyor.config.clusters import Cluster, ClusterRole, Part
+from conveyor.config.clusters import Cluster, ClusterRole, Part, Purpose
 from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
 from conveyor.config.ops import Ops
@@ -118,13 +118,17 @@ class Platform(Model):
 
     def read_cluster(self, chosen: str | None = None, setting: str = "--cluster") -> str:
         """The one rule for the cluster a reader reads when nothing names it: ``chosen`` (an option
-        or a section's own setting), else pipeline.source, else the only cluster of role read."""
+        or a section's own setting), else pipeline.source, else the only cluster of role read, or
+        the only one of purpose offline among several."""
         if chosen is not None:
             self.cluster(chosen)  # an unknown name fails here, naming the known ones
             return chosen
         if self.pipeline.source is not None:
             return self.pipeline.source
         read = sorted(name for name, c in self.clusters.items() if c.role == ClusterRole.read)
+        offline = [name for name in read if self.clusters[name].purpose is Purpose.offline]
+        if len(read) > 1 and len(offline) == 1:  # batch readers' cluster among several
+            return offline[0]
         if len(read) != 1:
             raise ConfigError([Problem("pipeline.source", f"set it, or give {setting}: there are {len(read)} read "
                                                           f"clusters ({', '.join(read) or 'none'})")])

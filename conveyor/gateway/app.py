@@ -93,7 +93,7 @@ class Gateway:
         self.metrics = GatewayMetrics(dc)
         self.audit = AuditCounts(self.source)
         self.writer = Writer(platform, dc, list(cluster.failover), self.settings.failover_after,
-                             f"conveyor-gateway-{dc}", on_switch=self._switched)
+                             f"conveyor-gateway-{dc}", on_switch=self._switched, logs_wait=self.settings.logs_wait)
         self.bulkheads: Bulkheads | None = None
         self._audit_task: asyncio.Task[None] | None = None
         #: Per topic, the most bytes one event's key and value may take; set by :meth:`start`.
@@ -249,7 +249,12 @@ class Gateway:
         async with self.bulkheads.enter(topic):
             accepted = await self.writer.write(topic, prepared.records,
                                                itemized=len(prepared.records) <= self.settings.summary_above)
-        self.audit.add(topic, Counter(prepared.hours))
+        hours = prepared.hours
+        if accepted.shed:  # only what a cluster acknowledged is counted for the audit
+            self.metrics.shed.labels(topic, self.writer.local).inc(len(accepted.shed))
+            shed = set(accepted.shed)
+            hours = [hour for index, hour in enumerate(hours) if index not in shed]
+        self.audit.add(topic, Counter(hours))
         for cluster, count in accepted.by_cluster().items():
             self.metrics.accepted.labels(topic, cluster).inc(count)
         return _answer(accepted)
@@ -284,13 +289,14 @@ def _refusal_headers(err: Refusal) -> dict[str, str] | None:
 
 
 def _answer(accepted: Accepted) -> dict[str, Any]:
+    counts: dict[str, Any] = {"accepted": accepted.size - len(accepted.shed)}
+    if accepted.shed:
+        counts["shed"] = len(accepted.shed)
     if accepted.deliveries is not None:
-        return {"accepted": accepted.size,
-                "events": [{"cluster": d.cluster, "partition": d.partition, "offset": d.offset}
-                           for d in accepted.deliveries if d is not None]}
-    return {"accepted": accepted.size,
-            "partitions": [{"cluster": c, "partition": p, "first_offset": lo, "last_offset": hi, "count": n}
-                           for (c, p), (lo, hi, n) in sorted(accepted.spans.items())]}
+        return {**counts, "events": [{"cluster": d.cluster, "partition": d.partition, "offset": d.offset}
+                                     for d in accepted.deliveries if d is not None]}
+    return {**counts, "partitions": [{"cluster": c, "partition": p, "first_offset": lo, "last_offset": hi, "count": n}
+                                     for (c, p), (lo, hi, n) in sorted(accepted.spans.items())]}
 
 
 def create_app(gateway: Gateway) -> FastAPI:

@@ -25,6 +25,8 @@ class GatewayMetrics:
                                     ["cluster"], **labels)
         self.lane_occupied = Gauge("conveyor_gateway_lane_requests", "Requests in each bulkhead lane", ["lane"],
                                    **labels)
+        self.shed = Counter("conveyor_gateway_events_shed", "Events a logs cluster did not acknowledge within "
+                            "gateway.logs_wait: answered as shed, not accepted", ["topic", "cluster"], **labels)
         self.topic_requests = Counter("conveyor_gateway_topic_requests", "Topic requests (POST /v1/topics), by "
                                       "outcome: granted or the refusal's reason", ["outcome"], **labels)
         self.audit_records = Counter("conveyor_gateway_audit_records", "Audit count records published", **labels)

@@ -6,6 +6,10 @@ not deliver is written to the next writable cluster named in platform.yaml, and 
 there until a probe finds the local cluster answering again. A message that timed out may still
 have reached the local cluster, so across a failover delivery is at-least-once: the event keeps
 its ``event_id``, which the lake de-duplicates on.
+
+A cluster of purpose logs is never waited on for longer than ``gateway.logs_wait``: written with
+acks=1, what it has not acknowledged by then is shed, reported in the answer and the metrics and
+never counted as accepted (it may still have landed: a loss or a copy a logs topic accepts).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import NamedTuple
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from conveyor import kafka
-from conveyor.config import Platform
+from conveyor.config import Platform, Purpose
 from conveyor.gateway.errors import Overloaded, Unavailable
 from conveyor.limits import PRODUCER_MESSAGE_MAX
 
@@ -54,6 +58,8 @@ class Accepted:
         self.deliveries: list[Delivery | None] | None = [None] * size if itemized else None
         #: (cluster, partition) -> [first offset, last offset, count]
         self.spans: dict[tuple[str, int], list[int]] = {}
+        #: Indices of the records a logs cluster did not acknowledge within the bound: shed.
+        self.shed: list[int] = []
 
     def by_cluster(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -151,9 +157,13 @@ class ClusterProducer:
     a poll thread would take the GIL back for every single report, and under load that hand-over
     cost more than the reports themselves."""
 
-    def __init__(self, platform: Platform, cluster: str, client_id: str, timeout_s: float) -> None:
+    def __init__(self, platform: Platform, cluster: str, client_id: str, timeout_s: float,
+                 bounded: bool = False) -> None:
+        """``bounded``: a request in flight is given up after ``timeout_s`` too, not only a queued
+        message (a logs cluster's bound holds for a broker that takes requests and never answers)."""
         self.cluster = cluster
         self._config = kafka.producer_config(platform, cluster, client_id, {
+            **({"request.timeout.ms": int(timeout_s * 1000)} if bounded else {}),
             "message.timeout.ms": int(timeout_s * 1000),
             # A request's answer waits for its acks, so lingering only adds latency: the batches
             # that waiting requests queue meanwhile fill the next produce request anyway.
@@ -245,16 +255,20 @@ class ClusterProducer:
 
 
 class Writer:
-    """The local writable cluster, then the failover clusters in their declared order."""
+    """The local writable cluster, then the failover clusters in their declared order; or, when
+    the local cluster serves logs, that cluster alone, waited on for ``logs_wait`` at most."""
 
     def __init__(self, platform: Platform, local: str, failover: list[str], failover_after: float,
-                 client_id: str, on_switch=None) -> None:
+                 client_id: str, on_switch=None, logs_wait: float = 0.5) -> None:
         self.local = local
-        self.order = [local, *failover]
+        #: A logs cluster never holds a request up: what it does not acknowledge in time is shed.
+        self.sheds = platform.cluster(local).purpose is Purpose.logs
+        self.order = [local] if self.sheds else [local, *failover]
         self.failover_after = failover_after
+        timeout = logs_wait if self.sheds else failover_after if failover else 60.0
         self._producers = {
-            cluster: ClusterProducer(platform, cluster, client_id,
-                                     failover_after if cluster == local and failover else 60.0)
+            cluster: ClusterProducer(platform, cluster, client_id, timeout if cluster == local else 60.0,
+                                     bounded=self.sheds)
             for cluster in self.order
         }
         self.active = local
@@ -275,6 +289,8 @@ class Writer:
         """Every record acknowledged by some writable cluster, or :class:`Unavailable`. ``itemized``:
         where each record went, for an answer that lists them; else only per partition."""
         accepted = Accepted(len(records), itemized)
+        if self.sheds:
+            return await self._write_shedding(topic, records, accepted)
         todo = list(range(len(records)))
         start = self.order.index(self.active)
         last_error: KafkaError | None = None
@@ -294,6 +310,21 @@ class Writer:
         reason = last_error.str() if last_error else "no writable cluster"
         raise Unavailable(f"{len(todo)} of {len(records)} events were not acknowledged by any writable cluster "
                           f"({reason}); none of this request counts as accepted, retry it", topic=topic)
+
+    async def _write_shedding(self, topic: str, records: list[Record], accepted: Accepted) -> Accepted:
+        """One try at the logs cluster, bounded by its producer's message timeout; a full queue
+        sheds the whole request at once rather than push back on the producer."""
+        try:
+            written = await self._producers[self.local].write(topic, records, accepted.deliveries is not None)
+        except (Overloaded, Unavailable):
+            accepted.shed = list(range(len(records)))
+            return accepted
+        accepted.spans.update({(self.local, partition): span for partition, span in written.spans.items()})
+        if accepted.deliveries is not None and written.acked is not None:
+            for index, (partition, offset) in written.acked.items():
+                accepted.deliveries[index] = Delivery(self.local, partition, offset)
+        accepted.shed = written.failed
+        return accepted
 
     def writable(self, timeout: float = 1.0) -> str | None:
         """The first cluster, the active one first, whose brokers answer a metadata request; None when

@@ -259,3 +259,29 @@ def test_a_service_gives_one_token_hash():
     for data in (both, neither):
         with pytest.raises(ConfigError, match="services.adserver: give the token's hash as token_sha256 or token_scrypt"):
             parse_platform(data, root=ROOT)
+
+
+def test_a_cluster_s_purpose_sets_its_defaults_and_what_may_go_with_it() -> None:
+    from conveyor import kafka
+
+    data = copy.deepcopy(DEMO)
+    data["clusters"]["logs"] = {"role": "writable", "brokers": 3, "purpose": "logs", "bootstrap": "logs:9092"}
+    data["clusters"]["archive"] = {"role": "read", "brokers": 3, "purpose": "offline", "bootstrap": "archive:9092"}
+    platform = parse_platform(data, root=ROOT)
+    logs, central = platform.clusters["logs"], platform.clusters["central"]
+    assert (logs.default_min_insync, central.default_min_insync) == (1, 2)
+    assert platform.topics["ad-events"].replication_on(logs) == (3, 1)
+    produced = {k: v for k, v in kafka.producer_config(platform, "logs", "c").items() if k in ("acks", "enable.idempotence")}
+    assert produced == {"acks": "1", "enable.idempotence": False}
+    assert kafka.producer_config(platform, "logs", "c", {"transactional.id": "t"})["acks"] == "all"
+    assert kafka.producer_config(platform, "archive", "c")["acks"] == "all"
+    # Of two read clusters, the batch readers take the offline one (unless pipeline.source says).
+    assert platform.read_cluster() == "central"
+    data["pipeline"].pop("source")
+    assert parse_platform(data, root=ROOT).read_cluster() == "archive"
+
+    data["clusters"]["logs"]["failover"] = ["dc1"]
+    data["routes"]["into-logs"] = {"source": "dc1", "destination": "logs", "pattern": "app-.*"}
+    with pytest.raises(ConfigError) as err:
+        parse_platform(data, root=ROOT)
+    assert {p.path for p in err.value.problems} == {"clusters.logs.failover", "routes.into-logs.mode"}
