@@ -75,7 +75,7 @@ test-unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
 # Every benchmark; each writes bench/results/<name>.json. wrk (Debian) loads the gateway.
-BENCHES := runtime_startup broker_recovery gateway_throughput replicate_vs_mm2 lag_eval ops_sampling dispatch_throughput balance_plan balance_vs_kafka lake_ingest realtime_views spark_cluster security_cost
+BENCHES := runtime_startup broker_recovery gateway_throughput replicate_vs_mm2 replicate_failover lag_eval ops_sampling dispatch_throughput balance_plan balance_vs_kafka lake_ingest realtime_views spark_cluster security_cost
 
 bench: setup
 	@command -v wrk >/dev/null 2>&1 || apt-get install -y -qq wrk >/dev/null
