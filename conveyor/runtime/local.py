@@ -101,6 +101,20 @@ class PlatformState:
         ) and all(pid is not None for _, pid in self.monitors)
 
 
+#: What a broker logs when a client's SCRAM password is not the one it stores for the user.
+_REFUSED = "Authentication failed during authentication due to invalid credentials"
+
+
+def refuses_credentials(server_log: Path, tail_bytes: int = 200_000) -> bool:
+    """Whether the end of a broker's server.log shows it refusing clients' SCRAM credentials."""
+    try:
+        with server_log.open("rb") as file:
+            file.seek(max(0, server_log.stat().st_size - tail_bytes))
+            return _REFUSED.encode() in file.read()
+    except OSError:
+        return False
+
+
 class LocalPlatform:
     def __init__(self, platform: Platform, maven_repo: Path | None = None) -> None:
         self.platform = platform
@@ -321,10 +335,12 @@ class LocalPlatform:
                     del pending[name]
             if pending and time.monotonic() > deadline:
                 names = ", ".join(pending)
-                raise StartTimeoutError(
-                    f"clusters {names} did not report all their brokers within {timeout:.0f} s; "
-                    f"see server.log under {self.platform.home}"
-                )
+                logs = [n.log_dir / "server.log" for layout in pending.values() for n in layout.nodes]
+                hint = (f"; their brokers refuse the platform's own SCRAM credentials (a home made with "
+                        f"other passwords): stop them (`conveyor down`) and start from an empty "
+                        f"{self.platform.home} (`make clean`)" if any(refuses_credentials(log) for log in logs)
+                        else f"; see server.log under {self.platform.home}")
+                raise StartTimeoutError(f"clusters {names} did not report all their brokers within {timeout:.0f} s{hint}")
             if pending:
                 time.sleep(0.5)
         progress("Waiting for brokers", total, total)
