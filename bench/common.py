@@ -70,3 +70,19 @@ def in_clear(data: dict[str, Any]) -> dict[str, Any]:
     for edge in ("gateway", "dispatch", "ops"):
         (data.get(edge) or {}).pop("tls", None)
     return data
+
+
+def routes_platform(folder: Path, base_port: int, routes: dict[str, Any]) -> tuple[Any, Path]:
+    """The demo platform in clear with only ``routes``, its home in ``folder`` and its ports from
+    ``base_port``, written to ``folder``/platform.yaml: (the model, the file) for a replicator bench."""
+    from conveyor.config import parse_platform
+
+    data = in_clear(demo_data())
+    data["runtime"] |= {"home": str(folder / "home"), "base_port": base_port}
+    data["routes"] = routes
+    for topic in data["topics"].values():  # the file is written elsewhere: keep contracts found
+        if "contract" in topic:
+            topic["contract"] = str(DEMO_PLATFORM.parent / topic["contract"])
+    path = folder / "platform.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return parse_platform(data, root=DEMO_PLATFORM.parent), path

@@ -28,32 +28,22 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 from confluent_kafka import KafkaException, TopicPartition
 
-from bench.common import arguments, demo_data, host, in_clear, write_results
+from bench.common import arguments, host, routes_platform, write_results
 from bench.replicate_vs_mm2 import _create
 from conveyor import kafka
-from conveyor.config import Platform, parse_platform
+from conveyor.config import Platform
 from conveyor.replicate import plan
 from conveyor.runtime.local import LocalPlatform
 
-ROOT = Path(__file__).resolve().parents[1]
 DCS = ("dc1", "dc2")
 PARTITIONS, BUCKETS = 12, 8
 
 
 def _platform(tmp: Path, base_port: int) -> tuple[Platform, Path]:
-    data = in_clear(demo_data())
-    data["runtime"] |= {"home": str(tmp / "home"), "base_port": base_port}
-    data["routes"] = {f"fo-{dc}": {"source": dc, "destination": "central", "pattern": "fo-.*", "buckets": BUCKETS,
-                                   "requested": False} for dc in DCS}
-    for topic in data["topics"].values():
-        if "contract" in topic:
-            topic["contract"] = str(ROOT / topic["contract"])
-    path = tmp / "platform.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return parse_platform(data, root=ROOT), path
+    return routes_platform(tmp, base_port, {f"fo-{dc}": {"source": dc, "destination": "central", "pattern": "fo-.*",
+                                                         "buckets": BUCKETS, "requested": False} for dc in DCS})
 
 
 def _worker(path: Path, name: str, log: Path) -> subprocess.Popen:

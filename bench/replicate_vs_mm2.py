@@ -21,34 +21,25 @@ import time
 from pathlib import Path
 
 import orjson
-import yaml
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from bench.common import arguments, demo_data, in_clear, write_results
+from bench.common import arguments, routes_platform, write_results
 from conveyor import kafka
-from conveyor.config import Platform, parse_platform
+from conveyor.config import Platform
 from conveyor.replicate.bookkeeping import read_bucket
 from conveyor.replicate import plan
 from conveyor.replicate.plan import SourcePartition
 from conveyor.jars import java_binary
 from conveyor.runtime.local import LOG4J_CONFIG, LocalPlatform
 
-ROOT = Path(__file__).resolve().parents[1]
 ROUTE = "dc1-central"
 PAYLOAD = b"x" * 1000
 
 
 def _platform(tmp: Path, base_port: int) -> tuple[Platform, Path]:
-    data = in_clear(demo_data())  # MirrorMaker 2 is given no credentials
-    data["runtime"] |= {"home": str(tmp / "home"), "base_port": base_port}
-    data["routes"] = {ROUTE: {"source": "dc1", "destination": "central", "pattern": "ours-.*"}}
-    for topic in data["topics"].values():
-        if "contract" in topic:
-            topic["contract"] = str(ROOT / topic["contract"])
-    path = tmp / "platform.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return parse_platform(data, root=ROOT), path
+    # MirrorMaker 2 is given no credentials: the clusters run in clear.
+    return routes_platform(tmp, base_port, {ROUTE: {"source": "dc1", "destination": "central", "pattern": "ours-.*"}})
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from conveyor.config import Delivery, Platform, ReplicationMode, Topic
 from conveyor.config.requested import REQUESTED_CONTRACTS
@@ -55,6 +55,16 @@ class TopicTaken(Refusal):
 
 class OverBudget(Refusal):
     status, reason = 422, "partition_budget"
+
+
+def read_request(body: bytes | dict[str, Any]) -> TopicRequest:
+    """A request from its JSON body (the gateway's) or its fields (the command line's); each problem
+    named with its field."""
+    try:
+        return TopicRequest.model_validate(body) if isinstance(body, dict) else TopicRequest.model_validate_json(body)
+    except ValidationError as err:
+        problems = [f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in err.errors()]
+        raise InvalidRequest("; ".join(problems), problems=problems) from None
 
 
 def partitions_for(request: TopicRequest, settings: TopicRequests) -> tuple[int, str]:

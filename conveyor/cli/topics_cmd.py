@@ -159,7 +159,7 @@ def request(
     be passed. Asking again for the same topic changes nothing."""
     import json
 
-    from conveyor.bus.requests import TopicRequest
+    from conveyor.bus.requests import InvalidRequest, read_request
 
     if (gateway is None) == (requester is None):
         raise typer.BadParameter("give --as SERVICE (granted here) or --gateway URL with --token (asked of the gateway)")
@@ -173,13 +173,12 @@ def request(
     if gateway is not None:
         granted = _ask_gateway(model, gateway, token, body)
     else:
-        from pydantic import ValidationError
-
         from conveyor.bus.registrar import grant
+
         try:
-            asked = TopicRequest.model_validate(body)
-        except ValidationError as err:
-            raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()))
+            asked = read_request(body)
+        except InvalidRequest as err:
+            raise typer.BadParameter(str(err)) from None
         granted = grant(model, asked, requester or "").body()
     rows = [{"topic": granted["topic"], "partitions": granted["partitions"], "clusters": ", ".join(granted["clusters"]),
              "routes": ", ".join(granted["routes"]) or "none", "requested_by": granted["requested_by"]}]

@@ -93,16 +93,18 @@ class Platform(Model):
     def route_topics(self, route_name: str) -> set[str]:
         """The topics a route names, and the requested topics on both its clusters when it takes them."""
         route = self.routes[route_name]
-        named = set(route.topics)
-        if route.requested:
-            on_both = self.topics_on(route.source).keys() & self.topics_on(route.destination).keys()
-            named |= {name for name in on_both if self.topics[name].requested_by is not None}
-        return named
+        return set(route.topics) | {name for name in self.topics if self._takes_requested(route, name)}
 
     def copies(self, route_name: str, topic: str) -> bool:
-        """Whether the route copies ``topic``: named, requested, or matched by its pattern."""
+        """Whether the route copies ``topic``: named, requested, or matched by its pattern. Asked
+        for every source topic at each discovery, so it looks at this one topic only."""
         route = self.routes[route_name]
-        return route.selects(topic) or topic in self.route_topics(route_name)
+        return route.selects(topic) or self._takes_requested(route, topic)
+
+    def _takes_requested(self, route: Route, name: str) -> bool:
+        topic = self.topics.get(name)
+        return (route.requested and topic is not None and topic.requested_by is not None
+                and all(topic.clusters is None or end in topic.clusters for end in (route.source, route.destination)))
 
     def relaxed_topics(self) -> list[str]:
         """The topics delivered at least once: a loss there warns instead of paging, copies are kept."""

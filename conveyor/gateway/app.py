@@ -33,8 +33,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conveyor.auth import SCRYPT_SLOTS, Authorizer, TooManyAttempts
-from pydantic import ValidationError
-
 from conveyor.config import ConfigError, Part, Platform, read_contract
 from conveyor.config.topics import AUDIT_TOPIC
 from conveyor.config.requested import RequestedWatch
@@ -51,7 +49,7 @@ from conveyor.gateway.writer import Accepted, Record, Writer
 from conveyor.gctune import tune_for_throughput
 from conveyor.topics.contracts import compile_contract, load_contracts
 from conveyor.bus.registrar import Granted, RequestNotFinished, grant
-from conveyor.bus.requests import InvalidRequest, TopicRequest
+from conveyor.bus.requests import read_request
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +197,7 @@ class Gateway:
     async def authorize(self, topic: str, authorization: str | None, address: str) -> None:
         """Before the body is read: who is asking, for a topic that takes events, as its producer."""
         service = await self.service_of(authorization, address)
-        if topic not in self.contracts:
+        if topic not in self.platform.topics:
             await self.learn_requested()  # granted through another gateway since
         if topic not in self.platform.topics or topic not in self.contracts:
             raise UnknownTopic(f"no topic {topic} takes events through the gateway", topic=topic)
@@ -207,11 +205,7 @@ class Gateway:
 
     async def request_topic(self, service: str, body: bytes) -> Granted:
         """A topic request of an authorized service: granted on every cluster, then served here."""
-        try:
-            request = TopicRequest.model_validate_json(body)
-        except ValidationError as err:
-            problems = [f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in err.errors()]
-            raise InvalidRequest("; ".join(problems), problems=problems) from None
+        request = read_request(body)
         try:
             granted = await asyncio.to_thread(grant, self.platform, request, service)
         except ConfigError as err:

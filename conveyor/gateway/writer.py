@@ -61,6 +61,14 @@ class Accepted:
         #: Indices of the records a logs cluster did not acknowledge within the bound: shed.
         self.shed: list[int] = []
 
+    def take(self, cluster: str, written: Written, indices: list[int]) -> None:
+        """What ``cluster`` acknowledged of the records it was given (``indices`` into the request's)."""
+        # Each cluster is written to once per request: its spans are new keys, nothing to merge.
+        self.spans.update({(cluster, partition): span for partition, span in written.spans.items()})
+        if self.deliveries is not None and written.acked is not None:
+            for index, (partition, offset) in written.acked.items():
+                self.deliveries[indices[index]] = Delivery(cluster, partition, offset)
+
     def by_cluster(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for (cluster, _), (_, _, count) in self.spans.items():
@@ -296,11 +304,7 @@ class Writer:
         last_error: KafkaError | None = None
         for cluster in self.order[start:]:
             written = await self._producers[cluster].write(topic, [records[i] for i in todo], itemized)
-            # Each cluster is written to once per request: its spans are new keys, nothing to merge.
-            accepted.spans.update({(cluster, partition): span for partition, span in written.spans.items()})
-            if accepted.deliveries is not None and written.acked is not None:
-                for index, (partition, offset) in written.acked.items():
-                    accepted.deliveries[todo[index]] = Delivery(cluster, partition, offset)
+            accepted.take(cluster, written, todo)
             if not written.failed:
                 return accepted
             todo = [todo[i] for i in written.failed]
@@ -319,10 +323,7 @@ class Writer:
         except (Overloaded, Unavailable):
             accepted.shed = list(range(len(records)))
             return accepted
-        accepted.spans.update({(self.local, partition): span for partition, span in written.spans.items()})
-        if accepted.deliveries is not None and written.acked is not None:
-            for index, (partition, offset) in written.acked.items():
-                accepted.deliveries[index] = Delivery(self.local, partition, offset)
+        accepted.take(self.local, written, list(range(len(records))))
         accepted.shed = written.failed
         return accepted
 
