@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from conveyor.config import Delivery, Platform, ReplicationMode, Topic
+from conveyor.config import Delivery, Platform, Purpose, Topic
 from conveyor.config.requested import REQUESTED_CONTRACTS
 from conveyor.config.topics import TopicRequests
 from conveyor.config.units import DurationMs, Model, Name, Seconds
@@ -91,10 +91,11 @@ def requested_topic(request: TopicRequest, requester: str, platform: Platform) -
         raise InvalidRequest(f"unknown service(s) {', '.join(unknown)} (known: {', '.join(sorted(platform.services))})",
                              services=unknown)
     loose = sorted(name for name, route in platform.routes.items()
-                   if route.requested and route.mode is ReplicationMode.at_least_once)
+                   if route.requested and platform.cluster(route.destination).purpose is Purpose.logs)
     if request.delivery is Delivery.exact and loose:
-        raise InvalidRequest(f"route(s) {', '.join(loose)} copy requested topics at least once: ask for "
-                             "delivery at_least_once, or have the platform team declare the topic", routes=loose)
+        raise InvalidRequest(f"route(s) {', '.join(loose)} copy requested topics into a logs cluster (acks=1, no "
+                             "transactions): ask for delivery at_least_once, or have the platform team declare the "
+                             "topic", routes=loose)
     partitions, _ = partitions_for(request, platform.topic_requests)
     return Topic(partitions=partitions, retention=request.retention, delivery=request.delivery,
                  contract=f"{REQUESTED_CONTRACTS}/{request.topic}.schema.json",

@@ -112,16 +112,19 @@ def _route_problems(platform: Platform) -> Iterator[Problem]:
             if topic not in platform.topics:
                 yield _unknown(f"routes.{name}.topics", "topics", "topic", topic)
         destination = platform.clusters.get(route.destination)
-        if destination is not None and destination.purpose is Purpose.logs and route.mode is ReplicationMode.exactly_once:
+        if destination is None or destination.purpose is not Purpose.logs:
+            continue
+        # A logs cluster takes acks=1 writes without transactions: nothing exact can land there.
+        if route.mode is ReplicationMode.exactly_once:
             yield Problem(f"routes.{name}.mode", f"cluster {route.destination!r} serves logs (acks=1, no transactions): "
-                          "copy into it with mode at-least-once", refers_to=(f"clusters.{route.destination}",))
-        if route.mode is ReplicationMode.at_least_once:
-            exact = sorted(t for t in route.topics if t in platform.topics
-                           and platform.topics[t].delivery is Delivery.exact)
-            if exact:
-                yield Problem(f"routes.{name}.mode", f"copies at least once, but {', '.join(exact)} promise(s) exact "
-                              "delivery (a worker's crash copies records twice): use mode exactly-once, or set "
-                              "their delivery to at_least_once", refers_to=tuple(f"topics.{t}" for t in exact))
+                          "copy the topics it does not declare with mode at-least-once",
+                          refers_to=(f"clusters.{route.destination}",))
+        exact = sorted(t for t in route.topics if t in platform.topics and platform.topics[t].delivery is Delivery.exact)
+        if exact:
+            yield Problem(f"routes.{name}.topics", f"cluster {route.destination!r} serves logs (acks=1, no "
+                          f"transactions), but {', '.join(exact)} promise(s) exact delivery: set their delivery to "
+                          "at_least_once, or copy them into another cluster",
+                          refers_to=tuple(f"topics.{t}" for t in exact))
 
 
 def _pipeline_problems(platform: Platform) -> Iterator[Problem]:

@@ -15,7 +15,7 @@ from conveyor.config.pipeline import Pipeline
 from conveyor.config.problems import ConfigError, NotSetError, Problem
 from conveyor.config.runtime import Runtime
 from conveyor.config.tls import Tls
-from conveyor.config.topics import Delivery, Route, Service, Topic, TopicRequests
+from conveyor.config.topics import Delivery, ReplicationMode, Route, Service, Topic, TopicRequests
 from conveyor.config.units import TOPIC_NAME, Model, Name
 
 
@@ -100,6 +100,14 @@ class Platform(Model):
         for every source topic at each discovery, so it looks at this one topic only."""
         route = self.routes[route_name]
         return route.selects(topic) or self._takes_requested(route, topic)
+
+    def copy_mode(self, route_name: str, topic: str) -> ReplicationMode:
+        """How the route copies ``topic``: as its delivery promises when the platform declares it
+        (requested topics included), in the route's own mode when only its pattern names it."""
+        declared = self.topics.get(topic)
+        if declared is None:
+            return self.routes[route_name].mode
+        return ReplicationMode.exactly_once if declared.delivery is Delivery.exact else ReplicationMode.at_least_once
 
     def _takes_requested(self, route: Route, name: str) -> bool:
         topic = self.topics.get(name)

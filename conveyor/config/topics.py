@@ -96,6 +96,8 @@ class Route(Model):
     topics: list[str] = Field(default_factory=list)
     #: A regular expression over topic names, instead of (or besides) the list.
     pattern: str | None = None
+    #: How the route copies a topic the platform file does not declare (one its pattern matches); a
+    #: declared topic is copied as its delivery promises, exact ones exactly once.
     mode: ReplicationMode = ReplicationMode.exactly_once
     #: Units of work: source partitions hash into buckets, workers own buckets. Fixed for a route's
     #: life (changing it moves every partition), so pick it above the most workers you will run.

@@ -23,13 +23,12 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
-from conveyor.config import Platform, ReplicationMode, Route
+from conveyor.config import ReplicationMode
 from conveyor.limits import PRODUCER_MESSAGE_MAX
 from conveyor.positions import PositionFeed, group_name
 from conveyor.replicate import bucket_state, plan
@@ -41,8 +40,8 @@ from conveyor.replicate.bucket_state import (
     StartsUnknown, Stop, StoreStarts, TakenOver, TakeoverFailed, Truncated,
 )
 from conveyor.replicate.errors import CopyFailure, Fenced, producer_error
-from conveyor.replicate.metrics import ReplicateMetrics
 from conveyor.replicate.plan import SourcePartition
+from conveyor.replicate.route_state import RouteState
 from conveyor.replicate.topic_configs import COPY_BATCH_BYTES
 
 log = logging.getLogger(__name__)
@@ -51,26 +50,6 @@ _TIMEOUT = 60.0
 _LOGGED_STARTS = 20
 #: At most one commit to the route's monitoring group this often per bucket (ops samples every 5 s).
 _FEED_INTERVAL = 2.0
-
-
-@dataclass
-class RouteState:
-    """What every copier of a worker shares, kept current by the worker's discovery loop."""
-
-    platform: Platform
-    name: str
-    route: Route
-    worker_id: str
-    metrics: ReplicateMetrics
-    #: Partition counts per topic on the source and on the destination.
-    source_counts: dict[str, int] = field(default_factory=dict)
-    destination_counts: dict[str, int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def bucket_partitions(self, bucket: int) -> set[SourcePartition]:
-        with self.lock:
-            ready = {t: n for t, n in self.source_counts.items() if self.destination_counts.get(t, 0) > 0}
-        return plan.partitions_by_bucket(ready, self.route.buckets)[bucket]
 
 
 class _Source:
@@ -98,12 +77,24 @@ class _Source:
 
 
 class BucketCopier(threading.Thread):
-    def __init__(self, state: RouteState, bucket: int) -> None:
-        super().__init__(name=f"copy-{state.name}-{bucket}", daemon=True)
+    """Copies the topics of one bucket that are copied in one mode. A bucket whose topics differ in
+    delivery has two copiers in its owner, both keeping their offsets in the bucket's partition of
+    the route topic (their topics differ, so their records never overlap): a topic whose delivery
+    changes is taken up where the other mode left it."""
+
+    def __init__(self, state: RouteState, bucket: int, mode: ReplicationMode,
+                 after: BucketCopier | None = None) -> None:
+        """``after``: the bucket's exactly-once copier, whose takeover this one waits for."""
+        super().__init__(name=f"copy-{state.name}-{bucket}-{mode.value}", daemon=True)
         self.shared = state
         self.bucket = bucket
-        self._exactly_once = state.route.mode == ReplicationMode.exactly_once
-        self._client_id = f"{state.worker_id}-b{bucket}"
+        self.mode = mode
+        self._after = after
+        #: Set once the bucket's offsets are read (or the copier ended without).
+        self.taken_over = threading.Event()
+        self._exactly_once = mode is ReplicationMode.exactly_once
+        # The exactly-once copier keeps the client id a bucket had before copiers were per mode.
+        self._client_id = f"{state.worker_id}-b{bucket}" + ("" if self._exactly_once else f"-{mode.value}")
         self._stopping = threading.Event()
         #: Replaced by _apply alone, in this copier's thread; the worker reads its failure from its own.
         self._state = BucketState()
@@ -124,11 +115,14 @@ class BucketCopier(threading.Thread):
     # -- life ----------------------------------------------------------------------------------
 
     def run(self) -> None:
-        while self._state.phase is Phase.taking_over:
-            if self._stopping.is_set():
-                self._apply(Stop())
-            else:
-                self._own()
+        try:
+            while self._state.phase is Phase.taking_over:
+                if self._stopping.is_set():
+                    self._apply(Stop())
+                else:
+                    self._own()
+        finally:
+            self.taken_over.set()
 
     def _own(self) -> None:
         """Take the bucket over with a new producer and copy until stopped, fenced or failed; a
@@ -154,8 +148,9 @@ class BucketCopier(threading.Thread):
                 self._apply(Stop())
                 return
             source = _Source(shared, self._client_id)
-            shared.metrics.buckets_owned.labels(name, shared.worker_id).inc()
-            log.info("bucket %d of %s: taken over with %d stored offsets", self.bucket, name, len(self._state.next))
+            shared.metrics.buckets_owned.labels(name, shared.worker_id, self.mode.value).inc()
+            log.info("bucket %d of %s (%s): taken over with %d stored offsets", self.bucket, name, self.mode.value,
+                     len(self._state.next))
             while not self._stopping.is_set():
                 self._round(producer, source)
             self._apply(Stop())
@@ -172,7 +167,7 @@ class BucketCopier(threading.Thread):
             log.exception("bucket %d of %s failed", self.bucket, name)
         finally:
             if source is not None:
-                shared.metrics.buckets_owned.labels(name, shared.worker_id).dec()
+                shared.metrics.buckets_owned.labels(name, shared.worker_id, self.mode.value).dec()
                 source.feed.publish_and_wait(_positions(self._state), attempts=1)  # the last one, not throttled
                 source.feed.close()
                 source.consumer.close()
@@ -186,6 +181,12 @@ class BucketCopier(threading.Thread):
         does not answer; False when asked to stop first."""
         shared = self.shared
         fenced = not self._exactly_once
+        if self._after is not None:
+            # A previous owner's open transaction holds read_committed reads of the bucket's partition
+            # back, and this copier's latest offsets may lie past it: read once the bucket's
+            # exactly-once copier has aborted it, rather than copy again what those offsets passed.
+            while not (self._after.taken_over.wait(0.5) or self._stopping.is_set()):
+                pass
         while not self._stopping.is_set():
             try:
                 # Once only: a second init_transactions on a ready producer fails (_STATE) for good,
@@ -193,8 +194,10 @@ class BucketCopier(threading.Thread):
                 if not fenced:
                     producer.init_transactions(_TIMEOUT)
                     fenced = True
-                self._apply(TakenOver(read_bucket(shared.platform, shared.name, shared.route.destination,
-                                                  shared.worker_id, self.bucket).offsets))
+                stored = read_bucket(shared.platform, shared.name, shared.route.destination, self._client_id,
+                                     self.bucket).offsets
+                self._apply(TakenOver({p: o for p, o in stored.items() if shared.copy_mode(p.topic) is self.mode}))
+                self.taken_over.set()
                 return True
             except (KafkaException, TimeoutError) as err:
                 error = err.args[0] if isinstance(err, KafkaException) and err.args else None
@@ -224,7 +227,7 @@ class BucketCopier(threading.Thread):
         """Fetch the bucket's partitions the consumer does not fetch yet, storing the earliest offset
         of those the route has none for first."""
         name = self.shared.name
-        wanted = frozenset(self.shared.bucket_partitions(self.bucket))
+        wanted = frozenset(self.shared.bucket_partitions(self.bucket, self.mode))
         now = time.monotonic()
         decision = self._apply(FindStarts(wanted, now, _answer(source.asked)))
         if self._state.asked is None:  # answered (or never asked): the futures go with the question

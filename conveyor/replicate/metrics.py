@@ -26,8 +26,9 @@ class ReplicateMetrics:
                                "Longest gap between copies of a partition that had records waiting", partition, **r)
         self.stopped = Gauge("conveyor_replicate_partition_stopped",
                              "1 when a partition is stopped (a record the destination refuses)", partition, **r)
-        self.buckets_owned = Gauge("conveyor_replicate_buckets_owned", "Buckets this worker copies",
-                                   ["route", "worker"], **r)
+        self.buckets_owned = Gauge("conveyor_replicate_buckets_owned",
+                                   "Buckets this worker copies, per copy mode (a bucket with topics of both "
+                                   "deliveries counts in each)", ["route", "worker", "mode"], **r)
         self.errors = Counter("conveyor_replicate_errors", "Errors by kind (source, commit-retry, aborted)",
                               ["route", "kind"], **r)
         self.unreachable = Gauge("conveyor_replicate_cluster_unreachable",

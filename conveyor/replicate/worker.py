@@ -19,11 +19,12 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from conveyor import kafka
-from conveyor.config import CleanupPolicy, ConfigError, Part, Platform, Topic
+from conveyor.config import CleanupPolicy, ConfigError, Part, Platform, ReplicationMode, Topic
 from conveyor.config.requested import RequestedWatch
 from conveyor.errors import ConveyorError
 from conveyor.replicate import plan
-from conveyor.replicate.copier import BucketCopier, RouteState
+from conveyor.replicate.copier import BucketCopier
+from conveyor.replicate.route_state import RouteState
 from conveyor.replicate.destination import sync_topics
 from conveyor.replicate.errors import UnknownRoute
 from conveyor.replicate.metrics import ReplicateMetrics
@@ -45,7 +46,12 @@ class Worker:
         self.registry = self.metrics.registry
         self.state = RouteState(platform, route_name, self.route, self.worker_id, self.metrics)
         self.requested = RequestedWatch(platform.root)
-        self.copiers: dict[int, BucketCopier] = {}
+        #: The buckets the group gave this worker, and their copiers: one per mode the route's topics
+        #: are copied in. Changed by the membership callbacks and by discovery (a topic of a mode new
+        #: to the route), so under the lock.
+        self.owned: set[int] = set()
+        self.copiers: dict[tuple[int, ReplicationMode], BucketCopier] = {}
+        self._copiers_lock = threading.Lock()
         self._stop = threading.Event()
         self._backoff = 1.0
         #: Set by the assignment callback: the membership consumer's new partitions are paused on its
@@ -58,9 +64,13 @@ class Worker:
         self._stop.set()
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        failed = [c.bucket for c in self.copiers.values() if c.error is not None]
-        return not failed, {"worker": self.worker_id, "route": self.state.name, "buckets": sorted(self.copiers),
+        failed = sorted({c.bucket for c in self._running() if c.error is not None})
+        return not failed, {"worker": self.worker_id, "route": self.state.name, "buckets": sorted(self.owned),
                             **({"failed_buckets": failed} if failed else {})}
+
+    def _running(self) -> list[BucketCopier]:
+        with self._copiers_lock:
+            return list(self.copiers.values())
 
     # -- topics --------------------------------------------------------------------------------
 
@@ -96,6 +106,7 @@ class Worker:
             self.state.destination_counts = {name: len(destination.topics[name].partitions)
                                              for name in counts if name in destination.topics}
         self.metrics.topics.labels(self.state.name).set(len(counts))
+        self._start_copiers()
 
     def _report(self, differences: dict[str, tuple[ConfigDifference, ...]]) -> None:
         for topic, found in differences.items():
@@ -127,21 +138,40 @@ class Worker:
 
     # -- buckets -------------------------------------------------------------------------------
 
+    def _start_copiers(self) -> None:
+        """A copier for every owned bucket and every mode the route's topics are copied in, where
+        there is none yet: a topic of a new mode starts copiers beside the running ones."""
+        modes = self.state.modes()
+        with self._copiers_lock:
+            if self._stop.is_set():  # the worker is ending: its copiers are being stopped
+                return
+            for bucket in sorted(self.owned):
+                # The exactly-once copier first: the other reads the bucket once it has fenced.
+                for mode in sorted(modes, key=lambda m: m is not ReplicationMode.exactly_once):
+                    if (bucket, mode) not in self.copiers:
+                        after = (self.copiers.get((bucket, ReplicationMode.exactly_once))
+                                 if mode is not ReplicationMode.exactly_once else None)
+                        copier = BucketCopier(self.state, bucket, mode, after)
+                        self.copiers[(bucket, mode)] = copier
+                        copier.start()
+
     def _assigned(self, _consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            copier = BucketCopier(self.state, tp.partition)
-            self.copiers[tp.partition] = copier
-            copier.start()
+        with self._copiers_lock:
+            self.owned |= {tp.partition for tp in partitions}
+        self._start_copiers()
         self._pause_pending = True
-        log.info("%s: %s owns buckets %s", self.state.name, self.worker_id, sorted(self.copiers))
+        log.info("%s: %s owns buckets %s", self.state.name, self.worker_id, sorted(self.owned))
 
     def _revoked(self, _consumer, partitions: list[TopicPartition]) -> None:
-        leaving = [self.copiers.pop(tp.partition) for tp in partitions if tp.partition in self.copiers]
+        released = {tp.partition for tp in partitions}
+        with self._copiers_lock:
+            self.owned -= released
+            leaving = [self.copiers.pop(key) for key in list(self.copiers) if key[0] in released]
         for copier in leaving:
             copier.stop()
         for copier in leaving:
             copier.join(90)
-        log.info("%s: %s released buckets %s", self.state.name, self.worker_id, [c.bucket for c in leaving])
+        log.info("%s: %s released buckets %s", self.state.name, self.worker_id, sorted(released))
 
     def _prepare(self) -> bool:
         """The route topic and the destination topics, retried until the clusters answer."""
@@ -177,15 +207,16 @@ class Worker:
                 if self._pause_pending:
                     membership.pause(membership.assignment())
                     self._pause_pending = False
-                failed = [c for c in self.copiers.values() if c.error is not None]
+                failed = [c for c in self._running() if c.error is not None]
                 if failed:
                     log.error("%s: bucket %d failed: %s", self.state.name, failed[0].bucket, failed[0].error)
                     status = 1
                     break
         finally:
-            for copier in self.copiers.values():
+            self._stop.set()  # discovery as well, which could start copiers
+            for copier in self._running():
                 copier.stop()
-            for copier in self.copiers.values():
+            for copier in self._running():
                 copier.join(90)
             membership.close()  # leaves the group at once, so the others take the buckets now
         return status

@@ -1,6 +1,8 @@
 """One replicator service for every route: two worker processes serve both data centres' routes;
 they are SIGKILLed at random and restarted, and a route added to platform.yaml mid-run is served
-by the running processes without a restart. Central must hold exactly the source events, each once.
+by the running processes without a restart. The routes copy an exact topic and one delivered at
+least once side by side: central must hold exactly the exact topics' source events, each once,
+and every event of the other at least once.
 
 CONVEYOR_CHAOS_ROUNDS sets the kills (default 4 here: 2 before the route is added, 2 after).
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import copy
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,7 @@ from tests.replicatekit import (Traffic, Workers, copies_of, create_topic, read_
 
 pytestmark = pytest.mark.chaos
 ROUNDS = int(os.environ.get("CONVEYOR_CHAOS_ROUNDS", "4"))
-BASE, LATE = "svc-base", "late-a"
+BASE, LATE, LOGS = "svc-base", "late-a", "svc-logs"
 
 
 def _routes(platform_data, platform_file: Path, path: Path, late: bool) -> Platform:
@@ -31,6 +34,7 @@ def _routes(platform_data, platform_file: Path, path: Path, late: bool) -> Platf
     for spec in data["topics"].values():
         if spec.get("contract"):
             spec["contract"] = str(platform_file.parent / spec["contract"])
+    data["topics"][LOGS] = {"partitions": 6, "delivery": "at_least_once"}
     data["routes"] = {f"svc-{dc}": {"source": dc, "destination": "central", "pattern": "svc-.*", "buckets": 6,
                                     "requested": False} for dc in ("dc1", "dc2")}
     if late:
@@ -51,11 +55,14 @@ def test_workers_of_every_route_lose_nothing_through_kills_and_take_a_route_adde
     platform = _routes(platform_data, platform_file, path, late=False)
     for dc in ("dc1", "dc2"):
         create_topic(platform, dc, BASE, 6)
+        create_topic(platform, dc, LOGS, 6)
     workers = Workers(path, tmp_path, chaos_rng)
     for i in range(2):
         workers.start(f"all-w{i}")
     wait_until_replicated(platform, BASE)
     traffic = Traffic(platform, chaos_rng, BASE, log_dir=tmp_path)
+    for dc in ("dc1", "dc2"):
+        traffic.add_topic(dc, LOGS, 6)
     killed = []
     try:
         traffic.start()
@@ -82,10 +89,17 @@ def test_workers_of_every_route_lose_nothing_through_kills_and_take_a_route_adde
     finally:
         traffic.stop()
     assert len(killed) == ROUNDS
-    topics = [BASE, LATE]
-    expected = wait_until_copied(platform, traffic, topics, workers)
-    landed = copies_of(read_records(platform, topics))
-    assert landed == expected, (
-        f"missing {sum((expected - landed).values())}, duplicated {sum((landed - expected).values())}")
-    print(f"{sum(expected.values())} events of 3 routes copied exactly once through {ROUNDS} kills of "
-          f"every-route workers ({', '.join(killed)})")
+    exact = [BASE, LATE]
+    expected = wait_until_copied(platform, traffic, [*exact, LOGS], workers)
+    landed = copies_of(read_records(platform, [*exact, LOGS]))
+    of_exact = Counter({event: n for event, n in expected.items() if event[1] != LOGS})
+    assert Counter({e: n for e, n in landed.items() if e[1] != LOGS}) == of_exact, (
+        f"missing {sum((of_exact - landed).values())}, duplicated {sum((landed - expected).values())}")
+    assert not expected - landed, "an event of the at-least-once topic is missing"
+    # The at-least-once topic had copiers of its own, without transactions, in every worker run.
+    takeovers = "".join(log.read_text() for log in tmp_path.glob("all-w*.log"))
+    assert "(at-least-once): taken over" in takeovers and "(exactly-once): taken over" in takeovers
+    print(f"{sum(of_exact.values())} exact events of 3 routes copied exactly once, and "
+          f"{sum(expected.values()) - sum(of_exact.values())} at-least-once events with "
+          f"{sum((landed - expected).values())} copies, through {ROUNDS} kills of every-route workers "
+          f"({', '.join(killed)})")

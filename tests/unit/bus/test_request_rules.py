@@ -142,16 +142,23 @@ def test_a_request_may_ask_for_at_least_once_delivery_and_the_lake_then_keeps_co
     assert dedup_window(platform, "clicks") == 0 and dedup_window(platform, "ad-events") == 3600
 
 
-def test_exact_topics_are_never_copied_at_least_once(folder: Path):
+def test_a_route_copies_each_topic_as_its_delivery_asks_and_its_own_mode_covers_the_undeclared(folder: Path):
     data = yaml.safe_load((folder / "platform.yaml").read_text())
     data["routes"]["dc1-central"]["mode"] = "at-least-once"
     (folder / "platform.yaml").write_text(yaml.safe_dump(data))
-    with pytest.raises(ConfigError, match="routes.dc1-central.mode: copies at least once, but _audit, ad-events, notifications"):
-        load_platform(folder / "platform.yaml")
-    data["routes"]["dc1-central"]["topics"] = []
-    data["routes"]["dc1-central"]["pattern"] = "logs-.*"
+    platform = load_platform(folder / "platform.yaml")
+    platform = platform.with_requested({"clicks": requested_topic(_request(delivery="at_least_once"), "adserver",
+                                                                  platform)})
+    modes = {topic: platform.copy_mode("dc1-central", topic).value for topic in ("ad-events", "clicks", "undeclared")}
+    assert modes == {"ad-events": "exactly-once", "clicks": "at-least-once", "undeclared": "at-least-once"}
+
+
+def test_exact_topics_are_never_requested_into_a_logs_cluster(folder: Path):
+    data = yaml.safe_load((folder / "platform.yaml").read_text())
+    data["clusters"]["logs"] = {"role": "read", "brokers": 1, "purpose": "logs", "bootstrap": "127.0.0.1:1"}
+    data["routes"]["dc1-logs"] = {"source": "dc1", "destination": "logs", "mode": "at-least-once"}
     (folder / "platform.yaml").write_text(yaml.safe_dump(data))
     platform = load_platform(folder / "platform.yaml")
-    with pytest.raises(InvalidRequest, match="dc1-central copy requested topics at least once"):
+    with pytest.raises(InvalidRequest, match="dc1-logs copy requested topics into a logs cluster"):
         requested_topic(_request(), "adserver", platform)
     assert requested_topic(_request(delivery="at_least_once"), "adserver", platform).partitions == 9

@@ -281,7 +281,8 @@ def test_a_cluster_s_purpose_sets_its_defaults_and_what_may_go_with_it() -> None
     assert parse_platform(data, root=ROOT).read_cluster() == "archive"
 
     data["clusters"]["logs"]["failover"] = ["dc1"]
-    data["routes"]["into-logs"] = {"source": "dc1", "destination": "logs", "pattern": "app-.*"}
+    data["routes"]["into-logs"] = {"source": "dc1", "destination": "logs", "pattern": "app-.*", "topics": ["ad-events"]}
     with pytest.raises(ConfigError) as err:
         parse_platform(data, root=ROOT)
-    assert {p.path for p in err.value.problems} == {"clusters.logs.failover", "routes.into-logs.mode"}
+    assert {p.path for p in err.value.problems} == {"clusters.logs.failover", "routes.into-logs.mode",
+                                                    "routes.into-logs.topics"}

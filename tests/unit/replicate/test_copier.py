@@ -13,13 +13,14 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from conveyor.config import Route
+from conveyor.config import ReplicationMode, Route
 from conveyor.replicate import copier, plan
 from conveyor.replicate.bookkeeping import BucketRecords
 from conveyor.replicate.bucket_state import Phase
-from conveyor.replicate.copier import BucketCopier, RouteState
+from conveyor.replicate.copier import BucketCopier
 from conveyor.replicate.metrics import ReplicateMetrics
 from conveyor.replicate.plan import SourcePartition
+from conveyor.replicate.route_state import RouteState
 
 ROUTE = "dc1-central"
 T0, T1 = SourcePartition("t", 0), SourcePartition("t", 1)
@@ -151,8 +152,9 @@ class Run:
                  commit_errors: list[KafkaError] | None = None, read_failures: int = 0) -> None:
         self.metrics = ReplicateMetrics()
         route = Route(source="dc1", destination="central", pattern="t", buckets=1)
-        shared = RouteState(None, ROUTE, route, "w", self.metrics, {"t": 2}, {"t": 2})
-        self.copier = BucketCopier(shared, 0)
+        platform = SimpleNamespace(copy_mode=lambda _route, _topic: ReplicationMode.exactly_once)
+        shared = RouteState(platform, ROUTE, route, "w", self.metrics, {"t": 2}, {"t": 2})
+        self.copier = BucketCopier(shared, 0, ReplicationMode.exactly_once)
         self.producers: list[FakeProducer] = []
         self.consumer = FakeConsumer(rounds, bounds or {}, self.copier.stop)
         self.feed = FakeFeed()
@@ -202,7 +204,7 @@ def test_a_new_partition_is_stored_at_its_earliest_offset_then_copied_with_its_o
     assert run.copier._state.phase is Phase.stopped and run.copier.error is None
     assert run.feed.last == {("t", 0): 6, ("t", 1): 4}
     assert run.metric("conveyor_replicate_records_total", topic="t", partition="1") == 1
-    assert run.metric("conveyor_replicate_buckets_owned", worker="w") == 0
+    assert run.metric("conveyor_replicate_buckets_owned", worker="w", mode="exactly-once") == 0
     assert run.consumer.closed
 
 

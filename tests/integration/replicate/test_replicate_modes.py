@@ -1,0 +1,122 @@
+"""A route copies each topic as its delivery promises: an exact topic in transactions, one delivered
+at least once with plain writes, side by side in the same buckets. A topic whose delivery changes
+between two runs of the worker is taken up where the other mode left it: nothing copied twice,
+nothing skipped."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conveyor import kafka
+from conveyor.config import Platform
+from conveyor.replicate.worker import Worker
+from tests.conftest import eventually, platform_variant
+from tests.replicatekit import create_topic, read_records
+
+pytestmark = pytest.mark.integration
+BATCH = 300
+
+
+class Run:
+    """The route's worker in this process, copying until the block ends."""
+
+    def __init__(self, platform: Platform, route: str) -> None:
+        self.worker = Worker(platform, route, f"{route}-w0")
+        self.thread = threading.Thread(target=self.worker.run, daemon=True)
+
+    def __enter__(self) -> Worker:
+        self.thread.start()
+        return self.worker
+
+    def __exit__(self, *_exc) -> None:
+        self.worker.stop()
+        self.thread.join(120)
+        assert not self.thread.is_alive(), "the worker did not stop"
+
+
+def _owned(worker: Worker, mode: str) -> float:
+    return worker.registry.get_sample_value("conveyor_replicate_buckets_owned",
+                                            {"route": worker.state.name, "worker": worker.worker_id, "mode": mode}) or 0
+
+
+@pytest.fixture
+def modes_route(provisioned: Platform, platform_data, platform_file: Path) -> Iterator[tuple[dict, Path, str]]:
+    run = uuid.uuid4().hex[:6]
+    data = copy.deepcopy(platform_data)
+    data["routes"] = {f"modes-{run}": {"source": "dc1", "destination": "central", "pattern": f"mode-{run}-.*",
+                                       "buckets": 2, "discovery_interval": "1s", "requested": False}}
+    yield data, platform_file.parent / f"replicate-modes-{run}.yaml", run
+    for cluster in ("dc1", "central"):
+        admin = kafka.admin(provisioned, cluster)
+        names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(f"mode-{run}-")]
+        for future in admin.delete_topics(names).values() if names else ():
+            future.result()
+
+
+def _variant(data: dict, path: Path, deliveries: dict[str, str]) -> Platform:
+    data = copy.deepcopy(data)
+    for topic, delivery in deliveries.items():
+        data["topics"][topic] = {"partitions": 3, "delivery": delivery, "clusters": ["dc1", "central"]}
+    return platform_variant(data, path)
+
+
+def _produce(platform: Platform, topic: str, first: int) -> None:
+    producer = kafka.producer(platform, "dc1", "modes-test")
+    for seq in range(first, first + BATCH):
+        producer.produce(topic, orjson.dumps({"seq": seq}), f"k{seq % 7}".encode())
+    assert producer.flush(60) == 0
+
+
+def _copies(platform: Platform, topics: list[str]) -> Counter[tuple[str, int]]:
+    return Counter((topic, value["seq"]) for topic, _, _, value in read_records(platform, topics))
+
+
+def _until_copied(platform: Platform, topics: list[str], count: int) -> None:
+    eventually(lambda: sum(_copies(platform, topics).values()) >= count * len(topics), 120,
+               f"{count} events of each of {topics} on central", interval=1.0,
+               errors=(KeyError,))  # a topic not on central yet
+
+
+def test_each_topic_is_copied_as_its_delivery_promises_and_a_changed_delivery_resumes_where_it_was(modes_route):
+    data, path, run = modes_route
+    money, logs = f"mode-{run}-money", f"mode-{run}-logs"
+    route = f"modes-{run}"
+    platform = _variant(data, path, {money: "exact", logs: "at_least_once"})
+    for topic in (money, logs):
+        create_topic(platform, "dc1", topic, 3)
+        _produce(platform, topic, 0)
+
+    # Both modes in one route: each bucket has a copier per mode.
+    with Run(platform, route) as worker:
+        _until_copied(platform, [money, logs], BATCH)
+        assert (_owned(worker, "exactly-once"), _owned(worker, "at-least-once")) == (2, 2)
+
+    # The money topic now delivered at least once, the logs exactly once: each copier takes up the
+    # other's offsets from the buckets' partitions of the route topic.
+    platform = _variant(data, path, {money: "at_least_once", logs: "exact"})
+    for topic in (money, logs):
+        _produce(platform, topic, BATCH)
+    with Run(platform, route) as worker:
+        _until_copied(platform, [money, logs], 2 * BATCH)
+        assert (_owned(worker, "exactly-once"), _owned(worker, "at-least-once")) == (2, 2)
+
+    # Both exact: the at-least-once copiers have nothing to copy, so none start.
+    platform = _variant(data, path, {money: "exact", logs: "exact"})
+    for topic in (money, logs):
+        _produce(platform, topic, 2 * BATCH)
+    with Run(platform, route) as worker:
+        _until_copied(platform, [money, logs], 3 * BATCH)
+        assert (_owned(worker, "exactly-once"), _owned(worker, "at-least-once")) == (2, 0)
+
+    copies = _copies(platform, [money, logs])
+    expected = Counter({(topic, seq): 1 for topic in (money, logs) for seq in range(3 * BATCH)})
+    assert copies == expected, (f"missing {sum((expected - copies).values())}, "
+                                f"copied twice {sum((copies - expected).values())}")
