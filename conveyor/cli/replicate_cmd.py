@@ -99,7 +99,8 @@ def start(routes: RoutesOption = None, platform: PlatformOption = DEFAULT_PLATFO
     console.print(f"{name} {'started' if started else 'already running'} (pid {pid})")
 
 
-_TOPIC_COLUMNS = (Column("topic"), Column("partitions"), Column("source records", "source_records"), Column("copied"),
+_TOPIC_COLUMNS = (Column("topic"), Column("mode"), Column("partitions"), Column("source records", "source_records"),
+                  Column("copied"),
                   Column("waiting", cell=lambda t: f"[{'green' if t.waiting == 0 else 'yellow'}]{t.waiting}[/]"),
                   Column("lost", cell=lambda t: f"[{'red' if t.lost else 'green'}]{t.lost}[/]"))
 
@@ -121,8 +122,8 @@ def status(platform: PlatformOption = DEFAULT_PLATFORM,
         render(output, routes=routes)
         return
     for found in routes:
-        render(output, Section("topics", f"route {found.route}: {found.source} -> {found.destination}, {found.mode}, "
-                               f"{found.buckets} buckets, workers: {', '.join(found.workers) or 'none'}",
+        render(output, Section("topics", f"route {found.route}: {found.source} -> {found.destination}, undeclared "
+                               f"topics {found.mode}, {found.buckets} buckets, workers: {', '.join(found.workers) or 'none'}",
                                _TOPIC_COLUMNS, found.topics))
         for gap in found.gaps:
             at = dt.datetime.fromtimestamp(gap.found_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

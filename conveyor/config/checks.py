@@ -116,10 +116,11 @@ def _route_problems(platform: Platform) -> Iterator[Problem]:
             continue
         # A logs cluster takes acks=1 writes without transactions: nothing exact can land there.
         if route.mode is ReplicationMode.exactly_once:
-            yield Problem(f"routes.{name}.mode", f"cluster {route.destination!r} serves logs (acks=1, no transactions): "
-                          "copy the topics it does not declare with mode at-least-once",
+            yield Problem(f"routes.{name}.mode", f"cluster {route.destination!r} serves logs (acks=1, no "
+                          "transactions): copy the topics it does not declare with mode at-least-once",
                           refers_to=(f"clusters.{route.destination}",))
-        exact = sorted(t for t in route.topics if t in platform.topics and platform.topics[t].delivery is Delivery.exact)
+        exact = sorted(t for t in route.topics
+                       if t in platform.topics and platform.topics[t].delivery is Delivery.exact)
         if exact:
             yield Problem(f"routes.{name}.topics", f"cluster {route.destination!r} serves logs (acks=1, no "
                           f"transactions), but {', '.join(exact)} promise(s) exact delivery: set their delivery to "

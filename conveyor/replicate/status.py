@@ -20,6 +20,8 @@ from conveyor.replicate.topic_configs import ConfigDifference
 @dataclass(frozen=True)
 class TopicProgress:
     topic: str
+    #: exactly-once or at-least-once, as the topic's delivery (or the route's mode) says.
+    mode: str
     partitions: int
     #: Records the source holds now (end minus earliest offset, summed over partitions).
     source_records: int
@@ -78,8 +80,8 @@ def route_status(platform: Platform, name: str) -> RouteStatus:
                 total += high - low
                 copied += stored.get(SourcePartition(topic, partition), low)
             lost = sum(g.count for g in gaps if g.topic == topic)
-            topics.append(TopicProgress(topic, len(metadata.topics[topic].partitions), total, copied, ends - copied,
-                                        lost))
+            topics.append(TopicProgress(topic, platform.copy_mode(name, topic).value,
+                                        len(metadata.topics[topic].partitions), total, copied, ends - copied, lost))
     finally:
         source.close()
     differences = config_differences(platform, spec, [t.topic for t in topics], kafka.admin(platform, spec.source),

@@ -17,6 +17,7 @@ import pytest
 
 from conveyor import kafka
 from conveyor.config import Platform
+from conveyor.replicate.status import route_status
 from conveyor.replicate.worker import Worker
 from tests.conftest import eventually, platform_variant
 from tests.replicatekit import create_topic, read_records
@@ -107,6 +108,8 @@ def test_each_topic_is_copied_as_its_delivery_promises_and_a_changed_delivery_re
     with Run(platform, route) as worker:
         _until_copied(platform, [money, logs], 2 * BATCH)
         assert (_owned(worker, "exactly-once"), _owned(worker, "at-least-once")) == (2, 2)
+        shown = {t.topic: (t.mode, t.waiting) for t in route_status(platform, route).topics}
+        assert shown == {money: ("at-least-once", 0), logs: ("exactly-once", 0)}
 
     # Both exact: the at-least-once copiers have nothing to copy, so none start.
     platform = _variant(data, path, {money: "exact", logs: "exact"})
