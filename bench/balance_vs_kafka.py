@@ -44,7 +44,7 @@ from conveyor.ops.balance import plan
 from conveyor.ops.balance.execution import Execution, new_execution
 from conveyor.ops.balance.executor import Executor
 from conveyor.ops.balance.live import live_cluster
-from conveyor.ops.kafka_tools import KafkaTools
+from conveyor.kafka_tools import KafkaTools
 from conveyor.runtime.local import LocalPlatform
 from tests.balancekit import preload, reassign_and_wait, wait_ports_free
 

@@ -16,7 +16,7 @@ from confluent_kafka.admin import NewTopic
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.ops.balance.live import read_metadata
-from conveyor.ops.kafka_tools import KafkaTools
+from conveyor.kafka_tools import KafkaTools
 from tests.conftest import eventually
 
 

@@ -15,6 +15,7 @@ from conveyor.config import Delivery, Platform
 from conveyor.topics import provisioner
 from conveyor.topics.lint import durability_findings
 from conveyor.topics.plan import ChangeKind, ClusterPlan
+from conveyor.topics.quotas import QuotaPlan, apply_quotas, plan_quotas
 
 app = typer.Typer(rich_markup_mode="markdown", help="Make every cluster's topics match platform.yaml.", no_args_is_help=True)
 
@@ -61,6 +62,18 @@ def _topics_section(platform: Platform) -> Section:
                    Column("partitions"), Column("declared in", "declared_in")), rows)
 
 
+def _rate(rate: int | None) -> str:
+    return "none" if rate is None else f"{rate / 1024 / 1024:g} MiB/s"
+
+
+def _quota_section(plans: list[QuotaPlan]) -> Section:
+    rows = [{"cluster": p.cluster, "now": _rate(p.current), "wanted": _rate(p.wanted),
+             "change": IN_SYNC if p.in_sync else "set"} for p in plans]
+    return Section("quotas", "producer quota per producer and broker (clients with no quota of their own)",
+                   (Column("cluster"), Column("now"), Column("wanted"),
+                    Column("change", cell=lambda r: f"[{_STYLE.get(r['change'], 'yellow')}]{r['change']}[/]")), rows)
+
+
 def _budget_section(plans: list[ClusterPlan]) -> Section:
     rows = [{"cluster": p.cluster, "partitions": p.budget.held, "after_apply": p.budget.after,
              "budget": p.budget.limit} for p in plans if p.budget is not None]
@@ -82,16 +95,21 @@ def plan(
     strict: StrictOption = False,
 ) -> None:
     """Show what `apply` would change: missing topics, fewer partitions than declared, config
-    drift, and what Kafka cannot change; then the durability warnings (settings that stop writes
+    drift, a producer quota to set, and what Kafka cannot change; then the durability warnings (settings that stop writes
     or lose records once a broker fails). Exit status, as Terraform's -detailed-exitcode: 0 when
     every cluster matches platform.yaml, 2 when `apply` would change something, 1 on an error, when
     the plan holds something Kafka cannot apply, or with --strict on a warning."""
     model = platform_from(platform)
     plans = provisioner.plan(model, cluster, prune)
+    quotas = plan_quotas(model, cluster)
     findings = [f for f in durability_findings(model) if not cluster or f.cluster in cluster]
     code = 1 if strict and findings else plan_exit_code(plans)
+    if code == PLAN_IN_SYNC and not all(q.in_sync for q in quotas):
+        code = PLAN_CHANGES
     warnings = [durability_section(findings)] if findings or output is OutputFormat.json else []
-    render(output, _topics_section(model), _plan_section(plans), _budget_section(plans), *warnings, exit_code=code)
+    quota_sections = [_quota_section(quotas)] if quotas or output is OutputFormat.json else []
+    render(output, _topics_section(model), _plan_section(plans), _budget_section(plans), *quota_sections, *warnings,
+           exit_code=code)
     raise typer.Exit(code)
 
 
@@ -113,7 +131,8 @@ def apply(
     yes: YesOption = False,
     output: OutputOption = OutputFormat.table,
 ) -> None:
-    """Create missing topics, add partitions and fix config drift on every cluster. Deletes only
+    """Create missing topics, add partitions, fix config drift and set producer quotas on every
+    cluster. Deletes only
     with --prune, after a typed confirmation (or --yes). Changes nothing if any part cannot apply."""
     platform_model = platform_to_apply(platform, keep=True)
     plans = provisioner.plan(platform_model, cluster, prune)
@@ -123,13 +142,19 @@ def apply(
     report.add(_budget_section(plans))
     if deletions and not any(p.refusals for p in plans):
         confirm(platform_model.name, f"delete {len(deletions)} topic(s)", yes)
+    quotas = plan_quotas(platform_model, cluster)
+    if quotas:
+        report.add(_quota_section(quotas))
     done = provisioner.apply(platform_model, plans)
     report.say(f"applied {len(done)} change(s)" if done else "nothing to change")
+    quotas_set = apply_quotas(platform_model, quotas)
+    if quotas_set:
+        report.say(f"set the producer quota on {', '.join(q.cluster for q in quotas_set)}")
     # New topics need their producers' and consumers' ACLs on secured clusters before anyone can use them.
     secured, granted = acl_provisioner.apply_secured(platform_model, cluster)
     if granted:
         report.say(f"applied {granted} ACL and user change(s) on {', '.join(secured)} (`conveyor acl plan`)")
-    report.close(applied=len(done), acl_changes=granted)
+    report.close(applied=len(done), acl_changes=granted, quotas_set=len(quotas_set))
 
 
 @app.command()

@@ -7,12 +7,16 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from conveyor.config.units import Model, Name, Secret
+from conveyor.config.units import Model, Name, Secret, SizeBytes
 
 
 class ClusterRole(str, Enum):
     writable = "writable"
     read = "read"
+
+
+#: A logs cluster's producer quota unless it sets one: a quarter of a 1 Gb/s uplink per producer.
+LOGS_PRODUCER_QUOTA = 32 * 1024 * 1024
 
 
 class Purpose(str, Enum):
@@ -118,6 +122,11 @@ class Cluster(Model):
     #: Most partitions (leaders, not replicas) the cluster may hold: `topics plan` refuses a plan,
     #: and the bus a topic request, that would take it past this.
     partition_budget: int = Field(default=200_000, ge=1)
+    #: Bytes per second each producer (client id) may write to each broker, a client-id default
+    #: quota `topics apply` keeps: Kafka delays a producer past it instead of letting it take the
+    #: brokers from every other. Left out: 32 MiB/s on a logs cluster, not managed elsewhere; -1
+    #: removes it.
+    producer_quota: SizeBytes | None = Field(default=None, ge=-1)
 
     @model_validator(mode="after")
     def _racks_cover_brokers(self) -> Cluster:
@@ -144,6 +153,14 @@ class Cluster(Model):
         if self.replication.min_insync:
             return self.replication.min_insync
         return 1 if self.purpose is Purpose.logs else min(2, self.default_replication_factor)
+
+    @property
+    def managed_producer_quota(self) -> int | None:
+        """The producer quota `topics apply` keeps (-1: none); None when the cluster's quotas are
+        not Conveyor's to manage."""
+        if self.producer_quota is not None:
+            return self.producer_quota
+        return LOGS_PRODUCER_QUOTA if self.purpose is Purpose.logs else None
 
     def broker_ids(self) -> list[int]:
         return list(range(1, self.brokers + 1))

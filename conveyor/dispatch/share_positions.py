@@ -21,7 +21,7 @@ not matter.
 How it is read: confluent-kafka 2.16.1 (the installed client) has no share-group admin call (no
 ``list_share_group_offsets``, no share-group describe), so the state comes from Kafka's own
 ShareGroupCommand (``kafka-share-groups --describe --offsets``, i.e. Java's
-``Admin.listShareGroupOffsets``) through :class:`~conveyor.ops.kafka_tools.KafkaTools`: one short
+``Admin.listShareGroupOffsets``) through :class:`~conveyor.kafka_tools.KafkaTools`: one short
 JVM per reading (about 2 s of CPU), hence a reading every 15 s by default and not on every ack.
 The end offsets are read just before it, so a record arriving meanwhile counts as lag (the state's
 lag includes it) rather than hiding. That alone would publish a position below an earlier one
@@ -46,8 +46,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from conveyor import kafka
 from conveyor.config import Platform
-from conveyor.ops.errors import OpsError
-from conveyor.ops.kafka_tools import KafkaTools, ShareOffsets
+from conveyor.kafka_tools import KafkaToolError, KafkaTools, ShareOffsets
 from conveyor.positions import PositionFeed, group_name
 
 log = logging.getLogger(__name__)
@@ -101,7 +100,7 @@ class SharePositions:
             state = self.tools.share_group_offsets(self.group)
             after = self._ends()
             floor = self.feed.committed() if after != before else {}
-        except (OpsError, KafkaException) as exc:  # the state, the ends or the feed are not readable now
+        except (KafkaToolError, KafkaException) as exc:  # the state, the ends or the feed are not readable now
             log.warning("share group %s: position not read: %s", self.group, exc)
             return {}
         positions = {key: share_position(offsets, before.get(key), after.get(key), floor.get(key))

@@ -27,7 +27,7 @@ from conveyor.files import replace_atomically
 from conveyor.ops.balance.errors import ExecutionError, StalePlanError
 from conveyor.ops.balance.execution import Execution, drift
 from conveyor.ops.balance.live import Metadata, read_metadata
-from conveyor.ops.kafka_tools import KafkaTools
+from conveyor.kafka_tools import KafkaTools
 
 #: Election errors worth another try: the new preferred leader is catching up or just joined.
 _RETRY_ELECTION = {KafkaError.PREFERRED_LEADER_NOT_AVAILABLE, KafkaError.LEADER_NOT_AVAILABLE,

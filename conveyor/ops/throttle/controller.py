@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from conveyor.config import Part, Platform
 from conveyor.files import replace_atomically
-from conveyor.ops.kafka_tools import KafkaTools
+from conveyor.kafka_tools import KafkaTools
 from conveyor.ops.throttle.policy import Action, Decision, Round, ThrottlePolicy, decide
 from conveyor.ops.throttle.signals import SignalReader
 

@@ -17,7 +17,7 @@ from conveyor.config import Platform
 from conveyor_sdk.subscriber import Subscriber
 from conveyor.dispatch.share_positions import STORE
 from conveyor.dispatch.source import CLIENT_ID_PREFIX
-from conveyor.ops.kafka_tools import KafkaTools
+from conveyor.kafka_tools import KafkaTools
 from conveyor.ops.tracker import GroupReport
 from conveyor.ops.watch import ClusterWatch
 from conveyor.positions import client_ids, group_name

@@ -270,6 +270,8 @@ def test_a_cluster_s_purpose_sets_its_defaults_and_what_may_go_with_it() -> None
     platform = parse_platform(data, root=ROOT)
     logs, central = platform.clusters["logs"], platform.clusters["central"]
     assert (logs.default_min_insync, central.default_min_insync) == (1, 2)
+    assert (logs.managed_producer_quota, central.managed_producer_quota) == (32 * 1024 * 1024, None)
+    assert central.model_copy(update={"producer_quota": -1}).managed_producer_quota == -1
     assert platform.topics["ad-events"].replication_on(logs) == (3, 1)
     produced = {k: v for k, v in kafka.producer_config(platform, "logs", "c").items() if k in ("acks", "enable.idempotence")}
     assert produced == {"acks": "1", "enable.idempotence": False}

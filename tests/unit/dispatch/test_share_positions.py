@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conveyor.dispatch.share_positions import share_position
-from conveyor.ops.kafka_tools import ShareOffsets, parse_share_offsets
+from conveyor.kafka_tools import ShareOffsets, parse_share_offsets
 
 # What kafka-share-groups 4.3.1 printed with every record acknowledged (its start offsets trail).
 OUTPUT = """

@@ -24,7 +24,7 @@ from conveyor.cli import app
 from conveyor.config import Platform, load_platform, load_resolved_platform
 from conveyor.ops.balance.executor import state_path
 from conveyor.ops.balance.live import ClusterUnreachableError, read_metadata
-from conveyor.ops.kafka_tools import KafkaTools
+from conveyor.kafka_tools import KafkaTools
 from conveyor.runtime.local import LocalPlatform
 from conveyor.topics.provisioner import ensure_topics
 from tests.balancekit import AckedStream, counts, create_topic, delete_topics, preload, wait_ports_free

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from conveyor import kafka
 from conveyor.cli import app, throttle_cmd
 from conveyor.config import Platform
-from conveyor.ops.kafka_tools import KafkaTools
+from conveyor.kafka_tools import KafkaTools
 from conveyor.ops.throttle.controller import ThrottleController
 from conveyor.ops.throttle.policy import Action, ThrottlePolicy
 from conveyor.positions import PositionFeed, group_name, spark_client_id

@@ -8,8 +8,8 @@ import pytest
 from conveyor.ops.balance import Broker, ClusterModel, Partition, plan
 from conveyor.ops.balance.execution import Execution, drift, fingerprint, make_batches, new_execution
 from conveyor.ops.balance.loads import BrokerCounters, PartitionLoad, counters_from_samples, partition_loads
-from conveyor.ops.errors import OpsError
-from conveyor.ops.kafka_tools import command_config, parse_assignment, parse_quotas, parse_verify, reassignment_json
+from conveyor.kafka_tools import (ToolSettingsError, command_config, parse_assignment, parse_quotas, parse_verify,
+                                  reassignment_json)
 
 A, B, C = ("t", 0), ("t", 1), ("t", 2)
 
@@ -126,5 +126,5 @@ def test_security_settings_for_kafka_tools() -> None:
                                          'username="conveyor" password="p\\"w";')
     assert command_config({"bootstrap.servers": "k:9093", "ssl.ca.location": "/ca.pem"}) == {
         "ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem"}
-    with pytest.raises(OpsError, match="enable.ssl.certificate.verification"):
+    with pytest.raises(ToolSettingsError, match="enable.ssl.certificate.verification"):
         command_config({"security.protocol": "SSL", "enable.ssl.certificate.verification": "false"})

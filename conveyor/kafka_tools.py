@@ -28,7 +28,7 @@ from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.jars import Jars, java_binary, resolve_jars
 from conveyor.java_client import JavaClientSettingError, java_settings
-from conveyor.ops.errors import OpsError
+from conveyor.errors import ConveyorError
 
 REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 CONFIGS = "kafka.admin.ConfigCommand"
@@ -37,17 +37,22 @@ SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 #: A small heap and the client compiler only: these JVMs live for a second or two.
 _JVM_FLAGS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
 _VERIFY_LINE = re.compile(r"^Reassignment of partition (?P<tp>\S+) is (?P<state>completed|still in progress)")
+_PRODUCER_RATE = re.compile(r"\bproducer_byte_rate=(?P<rate>[0-9.]+)")
 _QUOTA_LINE = re.compile(r"^Quota configs for client-id '(?P<client>[^']*)' are (?P<configs>.*)$")
 
 Assignment = Mapping[tuple[str, int], tuple[int, ...]]
 
 
-class KafkaToolError(OpsError):
+class KafkaToolError(ConveyorError):
     """A Kafka tool exited with an error; ``tool`` is its class, ``output`` its last lines."""
 
     def __init__(self, tool: str, returncode: int, output: str) -> None:
         self.tool, self.returncode, self.output = tool, returncode, output
         super().__init__(f"{tool.rsplit('.', 1)[-1]} failed (exit {returncode}):\n{output}")
+
+
+class ToolSettingsError(ConveyorError):
+    """A cluster's client settings have no equivalent the Java tools take."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,7 @@ def command_config(settings: Mapping[str, str]) -> dict[str, str]:
     try:
         props = java_settings({k: v for k, v in settings.items() if k != "bootstrap.servers"})
     except JavaClientSettingError as err:
-        raise OpsError(f"Kafka's tools cannot reach this cluster: {err}") from None
+        raise ToolSettingsError(f"Kafka's tools cannot reach this cluster: {err}") from None
     return props
 
 
@@ -224,6 +229,19 @@ class KafkaTools:
     def remove_consumer_quota(self, client_id: str) -> None:
         self.run(CONFIGS, ["--alter", "--entity-type", "clients", "--entity-name", client_id,
                            "--delete-config", "consumer_byte_rate"])
+
+    def default_producer_quota(self) -> int | None:
+        """The client-id default ``producer_byte_rate``: every producer without a quota of its own
+        has it; None when unset."""
+        described = self.run(CONFIGS, ["--describe", "--entity-type", "clients", "--entity-default"])
+        found = _PRODUCER_RATE.search(described)
+        return int(float(found["rate"])) if found else None
+
+    def set_default_producer_quota(self, bytes_per_second: int | None) -> None:
+        """Set the client-id default ``producer_byte_rate``, or remove it (None)."""
+        change = (["--add-config", f"producer_byte_rate={int(bytes_per_second)}"] if bytes_per_second is not None
+                  else ["--delete-config", "producer_byte_rate"])
+        self.run(CONFIGS, ["--alter", "--entity-type", "clients", "--entity-default", *change])
 
     # -- share groups --------------------------------------------------------------------------
 
