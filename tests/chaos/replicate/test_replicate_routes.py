@@ -1,6 +1,7 @@
 """One replicator service for every route: two worker processes serve both data centres' routes;
-they are SIGKILLed at random and restarted, and a route added to platform.yaml mid-run is served
-by the running processes without a restart. The routes copy an exact topic and one delivered at
+they are SIGKILLed at random and restarted, the central broker coordinating a route's group (the
+controller that assigns its buckets) is SIGKILLed and restarted, and a route added to platform.yaml
+mid-run is served by the running processes without a restart. The routes copy an exact topic and one delivered at
 least once side by side: central must hold exactly the exact topics' source events, each once,
 and every event of the other at least once.
 
@@ -16,10 +17,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.replicate import plan
+from conveyor.runtime.local import LocalPlatform
 from tests.conftest import eventually, platform_variant
 from tests.replicatekit import (Traffic, Workers, copies_of, create_topic, read_records, wait_until_copied,
                                 wait_until_replicated)
@@ -43,14 +46,31 @@ def _routes(platform_data, platform_file: Path, path: Path, late: bool) -> Platf
     return platform_variant(data, path)
 
 
-def _members(platform: Platform, route: str) -> set[str]:
+def _group(platform: Platform, route: str):
     admin = kafka.admin(platform, "central")
-    group = admin.describe_consumer_groups([plan.group_id(route)])[plan.group_id(route)].result()
-    return {m.client_id for m in group.members}
+    return admin.describe_consumer_groups([plan.group_id(route)])[plan.group_id(route)].result()
+
+
+def _members(platform: Platform, route: str) -> set[str]:
+    return {m.client_id for m in _group(platform, route).members}
+
+
+def _kill_coordinator(local: LocalPlatform, platform: Platform, route: str, rng) -> int:
+    """SIGKILL the central broker coordinating the route's group; once another broker coordinates
+    it, start the killed one again. The killed broker's id."""
+    coordinator = _group(platform, route).coordinator.id
+    assert local.kill_broker("central", coordinator) is not None, f"central broker {coordinator} was not running"
+    try:
+        eventually(lambda: _group(platform, route).coordinator.id != coordinator, 90,
+                   f"another broker to coordinate {route}'s group", errors=(KafkaException,), interval=1.0)
+        time.sleep(rng.uniform(1.0, 3.0))
+    finally:
+        local.start_broker("central", coordinator, timeout=180)
+    return coordinator
 
 
 def test_workers_of_every_route_lose_nothing_through_kills_and_take_a_route_added_live(
-        provisioned, platform_data, platform_file, tmp_path, chaos_rng):
+        provisioned, local, platform_data, platform_file, tmp_path, chaos_rng):
     path = tmp_path / "routes.yaml"
     platform = _routes(platform_data, platform_file, path, late=False)
     for dc in ("dc1", "dc2"):
@@ -70,6 +90,7 @@ def test_workers_of_every_route_lose_nothing_through_kills_and_take_a_route_adde
             time.sleep(chaos_rng.uniform(1.0, 3.0))
             killed.append(workers.kill_one())
             workers.start(killed[-1])
+        killed.append(f"central broker {_kill_coordinator(local, platform, 'svc-dc1', chaos_rng)}")
 
         # A route added to the file: the running processes serve it, none restarted.
         running = {name: proc.pid for name, proc in workers.procs.items()}
@@ -88,7 +109,7 @@ def test_workers_of_every_route_lose_nothing_through_kills_and_take_a_route_adde
         time.sleep(2)
     finally:
         traffic.stop()
-    assert len(killed) == ROUNDS
+    assert len(killed) == ROUNDS + 1
     exact = [BASE, LATE]
     expected = wait_until_copied(platform, traffic, [*exact, LOGS], workers)
     landed = copies_of(read_records(platform, [*exact, LOGS]))
@@ -101,5 +122,5 @@ def test_workers_of_every_route_lose_nothing_through_kills_and_take_a_route_adde
     assert "(at-least-once): taken over" in takeovers and "(exactly-once): taken over" in takeovers
     print(f"{sum(of_exact.values())} exact events of 3 routes copied exactly once, and "
           f"{sum(expected.values()) - sum(of_exact.values())} at-least-once events with "
-          f"{sum((landed - expected).values())} copies, through {ROUNDS} kills of every-route workers "
-          f"({', '.join(killed)})")
+          f"{sum((landed - expected).values())} copies, through {ROUNDS} kills of every-route workers and one of "
+          f"a group's coordinator ({', '.join(killed)})")
