@@ -13,18 +13,22 @@
   ``dropDuplicates`` on event_id, then ``MERGE INTO`` the table on event_id within an hour either
   side of the event's time, ``WHEN NOT MATCHED THEN INSERT``; the route the lake's
   de-duplication did not take (docs/benchmarks.md, "Lake ingestion");
+- ``iceberg_sink``: Apache Iceberg's own Kafka Connect sink (bench.iceberg_sink), exactly-once,
+  into the same table as the user's job; the peer a data team deploys for Kafka to Iceberg;
 - ``lake`` and ``lake_no_dedup``: ``conveyor pipeline lake`` (one run of :func:`run_once`): parse
   and check every record against the contract, quarantine, Iceberg commits carrying the offsets,
   with and without the event_id de-duplication window;
 - ``lake_no_dedup_unchecked`` (with ``--stages``): the lake without de-duplication whose parser is
   Spark's ``from_json``, with no contract check: the bound for any check kept in the JVM.
 
-Spark's start is excluded from every Spark figure (one session serves all); each Spark figure is the
-best of ``--rounds`` runs over the whole topic, into fresh output each time, the creation of the
-tables included (the user's jobs create one, the lake three). The platform is the
-demo's central cluster alone (3 brokers, RF 3) on its own ports and folder.
+Spark's start is excluded from every Spark figure (one session serves all), the Connect worker's
+from the sink's; each figure is the best of ``--rounds`` runs over the whole topic, into fresh
+output each time, the creation of the tables included (the user's jobs create one, the lake three;
+the sink's table is created before its run). CPU seconds are the Spark JVM's with its Python
+workers and the bench's own Python, or the Connect JVM's, over the run. The platform is the demo's
+central cluster alone (3 brokers, RF 3) on its own ports and folder.
 
-    python -m bench.lake_ingest [--events 200000] [--rounds 2] [--base-port 31700] [--stages]
+    python -m bench.lake_ingest [--events 200000] [--rounds 2] [--base-port 31700] [--stages] [--no-sink]
 
 Writes bench/results/lake_ingest.json.
 """
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -49,6 +54,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.common import demo_data, provision
+from bench.iceberg_sink import run_sink, tree_cpu_seconds
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
@@ -136,17 +142,27 @@ def _plain_sink(spark, platform: Platform, folder: Path) -> float:
     return seconds
 
 
+def _contract_table(spark, platform: Platform, table: str) -> None:
+    """``table`` created afresh with the contract's columns, partitioned by event hour."""
+    columns = contract_columns(TOPIC, read_schema(platform, TOPIC))
+    spark.sql(f"CREATE TABLE {table} ({', '.join(c.ddl for c in columns)}) USING iceberg "
+              "PARTITIONED BY (hours(event_time))")
+
+
+def _drop(spark, table: str) -> None:
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.bench")
+    spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
+
+
 def _user_job(spark, platform: Platform, folder: Path, events: int, merge: bool = False) -> float:
     from pyspark.sql.functions import col, from_json
 
     columns = contract_columns(TOPIC, read_schema(platform, TOPIC))
     table = "lake.bench.user_job_merge" if merge else "lake.bench.user_job"
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.bench")
-    spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
+    _drop(spark, table)
     # Timed from the table's creation, as the lake's runs are from creating theirs.
     started = time.monotonic()
-    spark.sql(f"CREATE TABLE {table} ({', '.join(c.ddl for c in columns)}) USING iceberg "
-              "PARTITIONED BY (hours(event_time))")
+    _contract_table(spark, platform, table)
     out = folder / f"user-{uuid.uuid4().hex[:6]}"
     stream = (spark.readStream.format("kafka").options(**java_client_options(platform, "central"))
               .option("subscribe", TOPIC).option("startingOffsets", "earliest").load())
@@ -170,6 +186,21 @@ def _user_job(spark, platform: Platform, folder: Path, events: int, merge: bool 
     assert landed == events, f"the user's job landed {landed} of {events}"
     shutil.rmtree(out)
     return seconds
+
+
+def _iceberg_sink(spark, platform: Platform, folder: Path, events: int, rest_port: int) -> tuple[float, float]:
+    """(seconds, CPU seconds) of one run of Iceberg's sink into a fresh table, read back after."""
+    from pyspark.sql.functions import countDistinct
+
+    table = "lake.bench.iceberg_sink"
+    _drop(spark, table)
+    _contract_table(spark, platform, table)
+    run = run_sink(platform, folder, folder / "warehouse", TOPIC, table.removeprefix("lake."), events, rest_port)
+    spark.sql(f"REFRESH TABLE {table}")
+    landed = spark.table(table).agg(countDistinct("event_id").alias("ids")).first()["ids"]
+    rows = spark.table(table).count()
+    assert (rows, landed) == (events, events), f"Iceberg's sink landed {rows} rows, {landed} events, of {events}"
+    return run.seconds, run.cpu_seconds
 
 
 def lake_seconds(spark, platform: Platform, events: int, steps: dict[str, float] | None = None) -> float:
@@ -230,7 +261,14 @@ def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
     return seconds
 
 
-def run(events: int, size: int, rounds: int, base_port: int, stages: bool = False) -> dict:
+def _spark_cpu(spark) -> float:
+    """CPU seconds so far of the Spark JVM with its Python workers, and of this process."""
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    own = os.times()
+    return tree_cpu_seconds(jvm) + own.user + own.system
+
+
+def run(events: int, size: int, rounds: int, base_port: int, stages: bool = False, sink: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix="conveyor-lake-bench-") as tmp:
         folder = Path(tmp)
         platform = lake_platform(folder, base_port, "1h")
@@ -243,14 +281,26 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
             produced_bytes = produce(platform, events, size)
             spark = spark_session(platform, "lake-bench")
             seconds = {"librdkafka": _librdkafka(platform, events)}
-            for name, measure in (
-                ("plain_sink", lambda: _plain_sink(spark, platform, folder)),
-                ("user_job", lambda: _user_job(spark, platform, folder, events)),
-                ("user_job_merge", lambda: _user_job(spark, platform, folder, events, merge=True)),
-                ("lake", lambda: lake_seconds(spark, platform, events)),
-                ("lake_no_dedup", lambda: lake_seconds(spark, no_dedup, events)),
-            ):
-                seconds[name] = min(measure() for _ in range(rounds))
+            cpu: dict[str, float] = {}
+
+            def spark_run(measure) -> tuple[float, float]:
+                before = _spark_cpu(spark)
+                took = measure()
+                return took, _spark_cpu(spark) - before
+
+            measures = [
+                ("plain_sink", lambda: spark_run(lambda: _plain_sink(spark, platform, folder))),
+                ("user_job", lambda: spark_run(lambda: _user_job(spark, platform, folder, events))),
+                ("user_job_merge", lambda: spark_run(lambda: _user_job(spark, platform, folder, events, merge=True))),
+                ("lake", lambda: spark_run(lambda: lake_seconds(spark, platform, events))),
+                ("lake_no_dedup", lambda: spark_run(lambda: lake_seconds(spark, no_dedup, events))),
+            ]
+            if sink:
+                measures.insert(3, ("iceberg_sink", lambda: _iceberg_sink(spark, platform, folder, events,
+                                                                          base_port + 90)))
+            for name, measure in measures:
+                # The fastest run's seconds, and its CPU seconds.
+                seconds[name], cpu[name] = min(measure() for _ in range(rounds))
             breakdown: dict[str, float] = {}
             if stages:
                 with mock.patch("conveyor.pipeline.lake.parsed_range", _from_json_range):
@@ -271,6 +321,8 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
         "rounds": rounds,
         "seconds": {k: round(v, 2) for k, v in seconds.items()},
         "events_per_second": {k: round(events / v) for k, v in seconds.items()},
+        "cpu_seconds": {k: round(v, 2) for k, v in cpu.items()},
+        "events_per_cpu_second": {k: round(events / v) for k, v in cpu.items() if v > 0},
         "ratio_to_user_job": {k: round(seconds["user_job"] / v, 2) for k, v in seconds.items()},
     }
 
@@ -285,17 +337,20 @@ def main() -> None:
                         help="also time Spark's read alone, with the values sent to Python, with the parser, and each "
                              "step of one more lake run with de-duplication and one without; and the lake without "
                              "de-duplication with from_json in place of its parser and check (lake_no_dedup_unchecked)")
+    parser.add_argument("--no-sink", action="store_true", help="leave Iceberg's Kafka Connect sink out")
     args = parser.parse_args()
-    result = run(args.events, args.size, args.rounds, args.base_port, args.stages)
+    result = run(args.events, args.size, args.rounds, args.base_port, args.stages, not args.no_sink)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
     table = Table(title=f"lake ingestion: {result['events']:,} events of ~{result['event_bytes']} bytes")
-    for column in ("path", "seconds", "events/s", "MB/s", "x user's job"):
+    for column in ("path", "seconds", "events/s", "MB/s", "x user's job", "CPU s", "events/CPU-s"):
         table.add_column(column)
     for name, seconds in result["seconds"].items():
         rate = result["events_per_second"][name]
+        per_cpu = result["events_per_cpu_second"].get(name)
         table.add_row(name, f"{seconds:.2f}", f"{rate:,}", f"{rate * result['event_bytes'] / 1e6:.1f}",
-                      f"{result['ratio_to_user_job'][name]:.2f}")
+                      f"{result['ratio_to_user_job'][name]:.2f}", f"{result['cpu_seconds'].get(name, 0):.1f}",
+                      f"{per_cpu:,}" if per_cpu else "")
     Console().print(table)
     if "stages" in result:
         stages = Table(title="where the lake's time goes (seconds)")

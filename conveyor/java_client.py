@@ -94,3 +94,13 @@ def _oauthbearer(rest: dict[str, str]) -> dict[str, str]:
     return {"sasl.login.callback.handler.class": _OAUTH_HANDLER,
             "sasl.oauthbearer.token.endpoint.url": endpoint,
             "sasl.jaas.config": f"{_OAUTH_MODULE} required {options};"}
+
+
+def properties_text(props: Mapping[str, str]) -> str:
+    """``props`` as a Java properties file, each value as java.util.Properties reads it back (PEM
+    content spans lines)."""
+    return "".join(f"{key}={_escaped(value)}\n" for key, value in props.items())
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")

@@ -27,7 +27,7 @@ from pathlib import Path
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.jars import Jars, java_binary, resolve_jars
-from conveyor.java_client import JavaClientSettingError, java_settings
+from conveyor.java_client import JavaClientSettingError, java_settings, properties_text
 from conveyor.errors import ConveyorError
 
 REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
@@ -138,11 +138,6 @@ def command_config(settings: Mapping[str, str]) -> dict[str, str]:
     return props
 
 
-def _escaped(value: str) -> str:
-    """A value as java.util.Properties reads it back (PEM content spans lines)."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-
 class KafkaTools:
     """Kafka's tools against one cluster. Constructing it does no I/O."""
 
@@ -166,7 +161,7 @@ class KafkaTools:
             props = command_config(kafka.client_config(self.platform, self.cluster))
             if props:
                 path = Path(tmp) / "client.properties"
-                path.write_text("".join(f"{k}={_escaped(v)}\n" for k, v in props.items()))
+                path.write_text(properties_text(props))
                 argv += ["--command-config", str(path)]
             try:
                 result = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=self.timeout)

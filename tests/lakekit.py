@@ -426,3 +426,31 @@ def read_back(server: PostgresLayout, warehouse: str, topic: str,
         return rows.column("event_id").to_pylist(), lost, lineage
     finally:
         catalog.engine.dispose()
+
+
+#: A lake run as `conveyor pipeline lake --once` makes it, which starts only once every racer's
+#: Spark runs (a JVM starts in 10 to 60 s here): both then read the positions at the same moment.
+_RACER = """
+import os, sys, time
+from pathlib import Path
+from conveyor.config import load_resolved_platform
+from conveyor.pipeline.lake import run_once
+from conveyor.pipeline.spark import spark_session
+platform = load_resolved_platform(sys.argv[1])
+spark = spark_session(platform, "racer")
+barrier = Path(sys.argv[2])
+(barrier / str(os.getpid())).touch()
+deadline = time.monotonic() + 600
+while len(list(barrier.iterdir())) < int(sys.argv[3]) and time.monotonic() < deadline:
+    time.sleep(0.02)
+summary = run_once(spark, platform)
+print(sys.argv[1], "landed", sum(t.landed for t in summary.topics))
+"""
+
+
+def racing_run(path: Path, barrier: Path, racers: int, log: Path) -> subprocess.Popen[bytes]:
+    """One of ``racers`` lake runs of the platform file ``path`` that start reading together: each
+    waits in the folder ``barrier`` until every racer's Spark is up."""
+    with log.open("ab") as out:
+        return subprocess.Popen([sys.executable, "-c", _RACER, str(path), str(barrier), str(racers)],
+                                stdout=out, stderr=out)

@@ -38,6 +38,7 @@ from tests.lakekit import (  # noqa: F401
     lake_spark,
     lake_database,
     postgres_server,
+    racing_run,
     produce,
     read_back,
     rows_of,
@@ -46,25 +47,6 @@ from tests.lakekit import (  # noqa: F401
 pytestmark = pytest.mark.integration
 
 RACES = int(os.environ.get("CONVEYOR_LAKE_RACE_RUNS", "1"))
-
-#: A lake run as `conveyor pipeline lake --once` makes it, which starts only once every racer's
-#: Spark runs (a JVM starts in 10 to 60 s here): both then read the positions at the same moment.
-_RACER = """
-import sys, time
-from pathlib import Path
-from conveyor.config import load_resolved_platform
-from conveyor.pipeline.lake import run_once
-from conveyor.pipeline.spark import spark_session
-platform = load_resolved_platform(sys.argv[1])
-spark = spark_session(platform, "racer")
-barrier = Path(sys.argv[2])
-(barrier / Path(sys.argv[1]).stem).touch()
-deadline = time.monotonic() + 600
-while len(list(barrier.iterdir())) < int(sys.argv[3]) and time.monotonic() < deadline:
-    time.sleep(0.02)
-summary = run_once(spark, platform)
-print(sys.argv[1], "landed", sum(t.landed for t in summary.topics))
-"""
 
 #: What `conveyor lake status` and `conveyor pipeline audit` compute, in one Spark session.
 _STATUS_AND_AUDIT = """
@@ -102,12 +84,6 @@ def _platform_files(platform_data: dict[str, Any], platform_file: Path, folder: 
     return paths
 
 
-def _lake_run(path: Path, barrier: Path, racers: int, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-c", _RACER, str(path), str(barrier), str(racers)],
-                                stdout=out, stderr=out)
-
-
 def test_racing_runs_on_the_jdbc_catalog_and_object_storage_land_each_event_once_for_any_reader(
     platform_data, platform_file, lake_database, s3_server, topic_factory, provisioned, tmp_path
 ):
@@ -128,7 +104,7 @@ def test_racing_runs_on_the_jdbc_catalog_and_object_storage_land_each_event_once
         sent += [e["event_id"] for e in events]
         barrier = tmp_path / f"barrier-{race}"
         barrier.mkdir()
-        runs = [_lake_run(path, barrier, len(paths), log) for path in paths]  # each with its own folder
+        runs = [racing_run(path, barrier, len(paths), log) for path in paths]  # each with its own folder
         codes = [run.wait(600) for run in runs]
         context = f"seed {seed}, race {race + 1}/{RACES}"
         assert codes == [0, 0], (context, log.read_text()[-4000:])

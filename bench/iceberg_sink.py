@@ -1,0 +1,157 @@
+"""Apache Iceberg's own Kafka Connect sink, the lake's peer in ``bench.lake_ingest``: what a data
+team deploys for Kafka to Iceberg with exactly-once.
+
+``org.apache.iceberg:iceberg-kafka-connect`` runs in a Kafka Connect standalone worker (the jars of
+``bench/iceberg_sink.pom.xml``, from Maven Central), reading the bench's topic with the cluster's
+own client settings and writing the same table the user's job writes (the contract's columns,
+partitioned by event hour, created beforehand in the same Hadoop catalog), its JSON values mapped
+to those columns by name. Its commits go through its control topic; ``commit_interval`` is set so
+that it commits within the run. Timed from the connector's creation (the worker already up, as the
+Spark session is for the other paths) to the commit that makes the last event visible to a reader;
+its CPU is the Connect JVM's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from confluent_kafka.admin import NewTopic
+
+from conveyor import kafka
+from conveyor.config import Platform
+from conveyor.jars import java_binary, maven_classpath
+from conveyor.java_client import java_settings, properties_text
+
+POM = Path(__file__).with_name("iceberg_sink.pom.xml")
+CONNECTOR = "org.apache.iceberg.connect.IcebergSinkConnector"
+CONTROL_TOPIC = "bench-iceberg-control"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class SinkRun:
+    seconds: float
+    cpu_seconds: float
+    commits: int
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and every live descendant, with the children they have waited for
+    (utime, stime, cutime, cstime of /proc/<pid>/stat)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(v) for v in fields[11:15]) / _CLK_TCK
+        todo += children.get(current, [])
+    return total
+
+
+def _snapshot(table_folder: Path) -> dict | None:
+    """The table's current snapshot, read from its metadata as a reader finds it (Hadoop catalog)."""
+    hint = table_folder / "metadata" / "version-hint.text"
+    if not hint.is_file():
+        return None
+    metadata = json.loads((table_folder / "metadata" / f"v{hint.read_text().strip()}.metadata.json").read_text())
+    current = metadata.get("current-snapshot-id")
+    return next((s for s in metadata.get("snapshots", []) if s["snapshot-id"] == current), None)
+
+
+def _worker_properties(client: dict[str, str], folder: Path, rest_port: int) -> str:
+    security = {k: v for k, v in client.items() if k != "bootstrap.servers"}
+    props = {
+        **client,
+        **{f"{role}.{k}": v for role in ("producer", "consumer", "admin") for k, v in security.items()},
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable": "false",
+        "value.converter.schemas.enable": "false",
+        "offset.storage.file.filename": str(folder / "connect.offsets"),
+        "listeners": f"http://127.0.0.1:{rest_port}",
+        "consumer.auto.offset.reset": "earliest",
+    }
+    return properties_text(props)
+
+
+def run_sink(platform: Platform, folder: Path, warehouse: Path, topic: str, table: str, events: int,
+             rest_port: int, tasks: int = 2, commit_interval_ms: int = 1000) -> SinkRun:
+    """One run of the sink over the whole of ``topic`` into ``table`` (``namespace.name``, already
+    created empty in the Hadoop catalog at ``warehouse``)."""
+    classpath = maven_classpath(POM, "Iceberg's Kafka Connect sink")
+    client = java_settings(kafka.client_config(platform, "central"))
+    admin = kafka.admin(platform, "central")
+    if CONTROL_TOPIC not in admin.list_topics(timeout=10).topics:
+        factor = platform.cluster("central").default_replication_factor
+        admin.create_topics([NewTopic(CONTROL_TOPIC, 1, factor)])[CONTROL_TOPIC].result()
+    worker_file = folder / "connect-worker.properties"
+    worker_file.write_text(_worker_properties(client, folder, rest_port))
+    log = open(folder / "connect.log", "ab")
+    worker = subprocess.Popen([java_binary(), "-Xmx1g", "-cp", os.pathsep.join(classpath),
+                               "org.apache.kafka.connect.cli.ConnectStandalone", str(worker_file)],
+                              stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{rest_port}"
+    try:
+        _wait(lambda: httpx.get(url, timeout=2).status_code == 200, 120, "the Connect worker's REST API", worker)
+        name = f"iceberg-{table.replace('.', '-')}"
+        config = {
+            "connector.class": CONNECTOR, "tasks.max": str(tasks), "topics": topic,
+            "iceberg.tables": table, "iceberg.control.topic": CONTROL_TOPIC,
+            "iceberg.control.commit.interval-ms": str(commit_interval_ms),
+            "iceberg.catalog.type": "hadoop", "iceberg.catalog.warehouse": str(warehouse),
+            **{f"iceberg.kafka.{k}": v for k, v in client.items()},
+        }
+        cpu_before = tree_cpu_seconds(worker.pid)
+        started = time.monotonic()
+        created = httpx.post(f"{url}/connectors", json={"name": name, "config": config}, timeout=30)
+        if created.status_code >= 300:
+            raise RuntimeError(f"the Iceberg sink was refused: {created.status_code} {created.text}")
+        table_folder = warehouse.joinpath(*table.split("."))
+
+        def landed() -> bool:
+            snapshot = _snapshot(table_folder)
+            return snapshot is not None and int(snapshot["summary"].get("total-records", 0)) >= events
+
+        _wait(landed, 1800, f"the Iceberg sink to commit {events:,} events", worker, interval=0.2)
+        seconds = time.monotonic() - started
+        cpu = tree_cpu_seconds(worker.pid) - cpu_before
+        snapshot = _snapshot(table_folder) or {}
+        commits = int(snapshot.get("sequence-number", 0))
+        return SinkRun(seconds, cpu, commits)
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        log.close()
+
+
+def _wait(check, timeout: float, what: str, worker: subprocess.Popen, interval: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise RuntimeError(f"the Connect worker exited with {worker.returncode} waiting for {what}")
+        try:
+            if check():
+                return
+        except (httpx.HTTPError, OSError, ValueError):
+            pass
+        time.sleep(interval)
+    raise TimeoutError(f"{what}: not within {timeout:.0f} s")
