@@ -34,6 +34,10 @@ CONTROL_TOPIC = "bench-iceberg-control"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+class SinkFailed(RuntimeError):
+    """A task of the connector failed (its trace is in the message)."""
+
+
 @dataclass(frozen=True)
 class SinkRun:
     seconds: float
@@ -79,9 +83,9 @@ def _worker_properties(client: dict[str, str], folder: Path, rest_port: int) -> 
     props = {
         **client,
         **{f"{role}.{k}": v for role in ("producer", "consumer", "admin") for k, v in security.items()},
-        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        # The bench's keys are plain strings (user ids), its values JSON objects without a schema.
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",
-        "key.converter.schemas.enable": "false",
         "value.converter.schemas.enable": "false",
         "offset.storage.file.filename": str(folder / "connect.offsets"),
         "listeners": f"http://127.0.0.1:{rest_port}",
@@ -125,6 +129,10 @@ def run_sink(platform: Platform, folder: Path, warehouse: Path, topic: str, tabl
         table_folder = warehouse.joinpath(*table.split("."))
 
         def landed() -> bool:
+            tasks = httpx.get(f"{url}/connectors/{name}/status", timeout=10).json().get("tasks", [])
+            failed = [t for t in tasks if t.get("state") == "FAILED"]
+            if failed:
+                raise SinkFailed(f"task {failed[0]['id']} failed: {failed[0].get('trace', '')[:2000]}")
             snapshot = _snapshot(table_folder)
             return snapshot is not None and int(snapshot["summary"].get("total-records", 0)) >= events
 
