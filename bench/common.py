@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
 RESULTS = Path(__file__).resolve().parent / "results"
 DEMO_PLATFORM = Path(__file__).resolve().parent.parent / "platform.yaml"
 
@@ -86,3 +87,24 @@ def routes_platform(folder: Path, base_port: int, routes: dict[str, Any]) -> tup
     path = folder / "platform.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return parse_platform(data, root=DEMO_PLATFORM.parent), path
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and every live descendant, with the children they have waited for
+    (utime, stime, cutime, cstime of /proc/<pid>/stat), from one pass over /proc."""
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # ended meanwhile
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            cpu[int(entry.name)] = sum(int(v) for v in fields[11:15]) / _CLK_TCK
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += cpu.get(current, 0.0)
+        todo += children.get(current, [])
+    return total

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka.admin import NewTopic
 
+from bench.common import tree_cpu_seconds
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.jars import java_binary, maven_classpath
@@ -31,7 +32,6 @@ from conveyor.java_client import java_settings, properties_text
 POM = Path(__file__).with_name("iceberg_sink.pom.xml")
 CONNECTOR = "org.apache.iceberg.connect.IcebergSinkConnector"
 CONTROL_TOPIC = "bench-iceberg-control"
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class SinkFailed(RuntimeError):
@@ -42,30 +42,6 @@ class SinkFailed(RuntimeError):
 class SinkRun:
     seconds: float
     cpu_seconds: float
-    commits: int
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds of a process and every live descendant, with the children they have waited for
-    (utime, stime, cutime, cstime of /proc/<pid>/stat)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(v) for v in fields[11:15]) / _CLK_TCK
-        todo += children.get(current, [])
-    return total
 
 
 def _snapshot(table_folder: Path) -> dict | None:
@@ -138,10 +114,7 @@ def run_sink(platform: Platform, folder: Path, warehouse: Path, topic: str, tabl
 
         _wait(landed, 1800, f"the Iceberg sink to commit {events:,} events", worker, interval=0.2)
         seconds = time.monotonic() - started
-        cpu = tree_cpu_seconds(worker.pid) - cpu_before
-        snapshot = _snapshot(table_folder) or {}
-        commits = int(snapshot.get("sequence-number", 0))
-        return SinkRun(seconds, cpu, commits)
+        return SinkRun(seconds, tree_cpu_seconds(worker.pid) - cpu_before)
     finally:
         worker.terminate()
         try:

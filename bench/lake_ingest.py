@@ -43,6 +43,7 @@ import tempfile
 import time
 import uuid
 from datetime import datetime, timezone
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from unittest import mock
@@ -53,8 +54,8 @@ from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import demo_data, provision
-from bench.iceberg_sink import run_sink, tree_cpu_seconds
+from bench.common import demo_data, provision, tree_cpu_seconds
+from bench.iceberg_sink import run_sink
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
@@ -268,6 +269,15 @@ def _spark_cpu(spark) -> float:
     return tree_cpu_seconds(jvm) + own.user + own.system
 
 
+def _with_spark_cpu(spark, measure: Callable[[], float]) -> Callable[[], tuple[float, float]]:
+    """``measure`` (a Spark path's seconds) made to answer (seconds, CPU seconds)."""
+    def measured() -> tuple[float, float]:
+        before = _spark_cpu(spark)
+        seconds = measure()
+        return seconds, _spark_cpu(spark) - before
+    return measured
+
+
 def run(events: int, size: int, rounds: int, base_port: int, stages: bool = False, sink: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix="conveyor-lake-bench-") as tmp:
         folder = Path(tmp)
@@ -283,19 +293,14 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
             seconds = {"librdkafka": _librdkafka(platform, events)}
             cpu: dict[str, float] = {}
 
-            def spark_run(measure) -> tuple[float, float]:
-                before = _spark_cpu(spark)
-                took = measure()
-                return took, _spark_cpu(spark) - before
-
             measures = [
-                ("plain_sink", lambda: spark_run(lambda: _plain_sink(spark, platform, folder))),
-                ("user_job", lambda: spark_run(lambda: _user_job(spark, platform, folder, events))),
-                ("user_job_merge", lambda: spark_run(lambda: _user_job(spark, platform, folder, events, merge=True))),
-                ("lake", lambda: spark_run(lambda: lake_seconds(spark, platform, events))),
-                ("lake_no_dedup", lambda: spark_run(lambda: lake_seconds(spark, no_dedup, events))),
+                ("plain_sink", _with_spark_cpu(spark, lambda: _plain_sink(spark, platform, folder))),
+                ("user_job", _with_spark_cpu(spark, lambda: _user_job(spark, platform, folder, events))),
+                ("user_job_merge", _with_spark_cpu(spark, lambda: _user_job(spark, platform, folder, events, True))),
+                ("lake", _with_spark_cpu(spark, lambda: lake_seconds(spark, platform, events))),
+                ("lake_no_dedup", _with_spark_cpu(spark, lambda: lake_seconds(spark, no_dedup, events))),
             ]
-            if sink:
+            if sink:  # measured in its own JVM
                 measures.insert(3, ("iceberg_sink", lambda: _iceberg_sink(spark, platform, folder, events,
                                                                           base_port + 90)))
             for name, measure in measures:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from conveyor import kafka
 from conveyor.config import Platform
+from conveyor.errors import ConveyorError
 from conveyor.jars import Jars, java_binary, resolve_jars
 from conveyor.java_client import JavaClientSettingError, java_settings, properties_text
-from conveyor.errors import ConveyorError
 
 REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 CONFIGS = "kafka.admin.ConfigCommand"

@@ -9,6 +9,7 @@ clusters that already run (the tests that kill brokers are then skipped: they ne
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import shutil
@@ -192,6 +193,22 @@ def platform_variant(data: dict[str, Any], path: Path) -> Platform:
     platform = load_resolved_platform(path)
     acls.apply_secured(platform)
     return platform
+
+
+def logs_dc2_variant(platform_data: dict[str, Any], platform_file: Path, path: Path,
+                     **settings: Any) -> Platform:
+    """The session's platform with dc2 serving logs (``settings`` laid over its cluster, and the
+    top-level sections given as ``gateway=...``), written to ``path`` as `platform_variant` does."""
+    data = copy.deepcopy(platform_data)
+    for spec in data["topics"].values():
+        if spec.get("contract"):
+            spec["contract"] = str(platform_file.parent / spec["contract"])
+    gateway = settings.pop("gateway", None)
+    data["clusters"]["dc2"] = {**data["clusters"]["dc2"], "purpose": "logs", **settings}
+    data["clusters"]["dc2"].pop("failover", None)  # a logs cluster sheds instead of failing over
+    if gateway is not None:
+        data["gateway"] = {**data.get("gateway", {}), **gateway}
+    return platform_variant(data, path)
 
 
 @pytest.fixture

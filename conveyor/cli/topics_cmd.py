@@ -95,8 +95,8 @@ def plan(
     strict: StrictOption = False,
 ) -> None:
     """Show what `apply` would change: missing topics, fewer partitions than declared, config
-    drift, a producer quota to set, and what Kafka cannot change; then the durability warnings (settings that stop writes
-    or lose records once a broker fails). Exit status, as Terraform's -detailed-exitcode: 0 when
+    drift, a producer quota to set, and what Kafka cannot change; then the durability warnings
+    (settings that stop writes or lose records once a broker fails). Exit status, as Terraform's -detailed-exitcode: 0 when
     every cluster matches platform.yaml, 2 when `apply` would change something, 1 on an error, when
     the plan holds something Kafka cannot apply, or with --strict on a warning."""
     model = platform_from(platform)
@@ -132,8 +132,8 @@ def apply(
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Create missing topics, add partitions, fix config drift and set producer quotas on every
-    cluster. Deletes only
-    with --prune, after a typed confirmation (or --yes). Changes nothing if any part cannot apply."""
+    cluster. Deletes only with --prune, after a typed confirmation (or --yes). Changes nothing if
+    any part cannot apply."""
     platform_model = platform_to_apply(platform, keep=True)
     plans = provisioner.plan(platform_model, cluster, prune)
     deletions = [(p.cluster, c.topic) for p in plans for c in p.changes if c.kind == ChangeKind.delete]

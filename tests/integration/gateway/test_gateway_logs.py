@@ -5,7 +5,6 @@ as accepted; thawed, the same events are accepted."""
 
 from __future__ import annotations
 
-import copy
 import os
 import signal
 import time
@@ -16,7 +15,7 @@ import orjson
 import pytest
 
 from conveyor.runtime import processes
-from tests.conftest import demo_event, eventually, platform_variant
+from tests.conftest import demo_event, eventually, logs_dc2_variant
 
 pytestmark = pytest.mark.integration
 ADSERVER = {"Authorization": "Bearer demo-adserver-token", "Content-Type": "application/json"}
@@ -24,14 +23,8 @@ ADSERVER = {"Authorization": "Bearer demo-adserver-token", "Content-Type": "appl
 
 @pytest.fixture
 def logs_platform(provisioned, platform_data, platform_file: Path, tmp_path: Path):
-    data = copy.deepcopy(platform_data)
-    for spec in data["topics"].values():
-        if spec.get("contract"):
-            spec["contract"] = str(platform_file.parent / spec["contract"])
-    data["clusters"]["dc2"] = {**data["clusters"]["dc2"], "purpose": "logs"}
-    data["clusters"]["dc2"].pop("failover", None)  # a logs cluster sheds instead of failing over
-    data["gateway"] = {**data.get("gateway", {}), "logs_wait": "1s", "audit_interval": "1s"}
-    return platform_variant(data, tmp_path / "logs.yaml")
+    return logs_dc2_variant(platform_data, platform_file, tmp_path / "logs.yaml",
+                            gateway={"logs_wait": "1s", "audit_interval": "1s"})
 
 
 def _shed(url: str) -> float:

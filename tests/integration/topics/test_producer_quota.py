@@ -4,7 +4,6 @@ with Kafka's own kafka-configs, and the broker then throttles a producer writing
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import subprocess
@@ -17,20 +16,10 @@ import pytest
 
 from conveyor import kafka
 from conveyor.kafka_tools import KafkaTools
-from tests.conftest import platform_variant
+from tests.conftest import logs_dc2_variant
 
 pytestmark = pytest.mark.integration
 QUOTA = 256 * 1024
-
-
-def _logs_variant(platform_data, platform_file: Path, path: Path, quota: str | int):
-    data = copy.deepcopy(platform_data)
-    for spec in data["topics"].values():
-        if spec.get("contract"):
-            spec["contract"] = str(platform_file.parent / spec["contract"])
-    data["clusters"]["dc2"] = {**data["clusters"]["dc2"], "purpose": "logs", "producer_quota": quota}
-    data["clusters"]["dc2"].pop("failover", None)
-    return platform_variant(data, path)
 
 
 def _topics(command: str, path: Path) -> subprocess.CompletedProcess:
@@ -62,7 +51,7 @@ def _most_throttled_ms(platform, topic: str) -> float:
 def test_a_logs_cluster_gets_its_producer_quota_and_throttles_a_producer_past_it(
         provisioned, platform_data, platform_file, tmp_path, topic_factory):
     path = tmp_path / "logs.yaml"
-    platform = _logs_variant(platform_data, platform_file, path, "256KiB")
+    platform = logs_dc2_variant(platform_data, platform_file, path, producer_quota="256KiB")
     tools = KafkaTools(platform, "dc2")
     assert tools.default_producer_quota() is None
     topic = topic_factory("dc2", 1)
@@ -81,7 +70,7 @@ def test_a_logs_cluster_gets_its_producer_quota_and_throttles_a_producer_past_it
         assert unthrottled == 0 and throttled > 0, (unthrottled, throttled)
 
         # -1: the quota is removed.
-        _logs_variant(platform_data, platform_file, path, -1)
+        logs_dc2_variant(platform_data, platform_file, path, producer_quota=-1)
         assert _topics("apply", path).returncode == 0
         assert tools.default_producer_quota() is None
     finally:  # the session's dc2 serves the other tests without one
