@@ -38,8 +38,9 @@ def _most_throttled_ms(platform, topic: str) -> float:
 
     producer = kafka.producer(platform, "dc2", "quota-test", {"statistics.interval.ms": 200, "stats_cb": stats,
                                                               "linger.ms": 20})
+    payloads = random.Random(768)  # incompressible bytes, the same in every run
     for i in range(768):
-        producer.produce(topic, random.randbytes(4096), f"k{i}".encode())  # incompressible
+        producer.produce(topic, payloads.randbytes(4096), f"k{i}".encode())
         producer.poll(0)
     assert producer.flush(120) == 0
     deadline = time.monotonic() + 1
