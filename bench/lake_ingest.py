@@ -22,13 +22,17 @@
   Spark's ``from_json``, with no contract check: the bound for any check kept in the JVM.
 
 Spark's start is excluded from every Spark figure (one session serves all), the Connect worker's
-from the sink's; each figure is the best of ``--rounds`` runs over the whole topic, into fresh
-output each time, the creation of the tables included (the user's jobs create one, the lake three;
-the sink's table is created before its run). CPU seconds are the Spark JVM's with its Python
+from the sink's; each figure is the median of ``--rounds`` runs over the whole topic (every run
+listed beside it), into fresh output each time, the creation of the tables included (the user's
+jobs create one, the lake three; the sink's table is created before its run). CPU seconds are the Spark JVM's with its Python
 workers and the bench's own Python, or the Connect JVM's, over the run. The platform is the demo's
 central cluster alone (3 brokers, RF 3) on its own ports and folder.
 
-    python -m bench.lake_ingest [--events 200000] [--rounds 2] [--base-port 31700] [--stages] [--no-sink]
+    python -m bench.lake_ingest [--events 200000[,1000000,...]] [--rounds 3] [--paths user_job,iceberg_sink,...]
+                                [--base-port 31700] [--stages]
+
+With several sizes the topic grows to each in turn (to 1,000,000 events, then to 5,000,000...),
+and every path reads all of it at each size.
 
 Writes bench/results/lake_ingest.json.
 """
@@ -39,9 +43,11 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import time
 import uuid
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from collections.abc import Callable
 from pathlib import Path
@@ -54,7 +60,7 @@ from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import demo_data, provision, tree_cpu_seconds
+from bench.common import demo_data, host, provision, tree_cpu_seconds, write_results
 from bench.iceberg_sink import run_sink
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
@@ -73,7 +79,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "lake_ingest.json"
 TOPIC = "bench-events"
 PARTITIONS = 6
 
@@ -94,11 +99,12 @@ def lake_platform(folder: Path, base_port: int, dedup: str, spark: dict | None =
     return parse_platform(data, root=folder)
 
 
-def produce(platform: Platform, events: int, size: int) -> int:
+def produce(platform: Platform, events: int, size: int, first: int = 0) -> int:
+    """``events`` more events of about ``size`` bytes, numbered from ``first``; the bytes sent."""
     producer = kafka.producer(platform, "central", "lake-bench", {"linger.ms": 50, "batch.size": 1_000_000})
     now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
     total = 0
-    for i in range(events):
+    for i in range(first, first + events):
         event = {"event_id": str(uuid.uuid4()), "event_time": now, "type": "impression", "site_id": f"site-{i % 50}",
                  "user_id": f"user-{i % 5000}", "price_micros": i, "payload": ""}
         event["payload"] = "x" * max(0, size - len(orjson.dumps(event)))  # outside the contract: raw value only
@@ -189,8 +195,8 @@ def _user_job(spark, platform: Platform, folder: Path, events: int, merge: bool 
     return seconds
 
 
-def _iceberg_sink(spark, platform: Platform, folder: Path, events: int, rest_port: int) -> tuple[float, float]:
-    """(seconds, CPU seconds) of one run of Iceberg's sink into a fresh table, read back after."""
+def _iceberg_sink(spark, platform: Platform, folder: Path, events: int, rest_port: int) -> Round:
+    """One run of Iceberg's sink into a fresh table, read back after."""
     from pyspark.sql.functions import countDistinct
 
     table = "lake.bench.iceberg_sink"
@@ -201,7 +207,7 @@ def _iceberg_sink(spark, platform: Platform, folder: Path, events: int, rest_por
     landed = spark.table(table).agg(countDistinct("event_id").alias("ids")).first()["ids"]
     rows = spark.table(table).count()
     assert (rows, landed) == (events, events), f"Iceberg's sink landed {rows} rows, {landed} events, of {events}"
-    return run.seconds, run.cpu_seconds
+    return Round(run.seconds, run.cpu_seconds, run.first_commit_seconds, run.commits)
 
 
 def lake_seconds(spark, platform: Platform, events: int, steps: dict[str, float] | None = None) -> float:
@@ -258,7 +264,7 @@ def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
             started = time.monotonic()
             frame.write.format("noop").mode("overwrite").save()
             runs.append(time.monotonic() - started)
-        seconds[name] = min(runs)
+        seconds[name] = statistics.median(runs)
     return seconds
 
 
@@ -269,16 +275,58 @@ def _spark_cpu(spark) -> float:
     return tree_cpu_seconds(jvm) + own.user + own.system
 
 
-def _with_spark_cpu(spark, measure: Callable[[], float]) -> Callable[[], tuple[float, float]]:
-    """``measure`` (a Spark path's seconds) made to answer (seconds, CPU seconds)."""
-    def measured() -> tuple[float, float]:
-        before = _spark_cpu(spark)
-        seconds = measure()
-        return seconds, _spark_cpu(spark) - before
-    return measured
+def _timed_in_spark(spark, measure: Callable[[], float]) -> Round:
+    """``measure``, a Spark path that answers its seconds, with its CPU seconds."""
+    before = _spark_cpu(spark)
+    seconds = measure()
+    return Round(seconds, _spark_cpu(spark) - before)
 
 
-def run(events: int, size: int, rounds: int, base_port: int, stages: bool = False, sink: bool = True) -> dict:
+#: Wide enough for the tables when the output is a file.
+CONSOLE = Console(width=150)
+PATHS = ("plain_sink", "user_job", "user_job_merge", "iceberg_sink", "lake", "lake_no_dedup")
+
+
+@dataclass(frozen=True)
+class Round:
+    """One run of one path over the whole topic; the sink's also say when it first committed and
+    how many commits it made (bench.iceberg_sink.SinkRun)."""
+    seconds: float
+    cpu_seconds: float
+    first_commit_seconds: float | None = None
+    commits: int | None = None
+
+    def figures(self) -> dict[str, float]:
+        return {k: round(v, 2) for k, v in asdict(self).items() if v is not None}
+
+
+def size_result(events: int, event_bytes: int, rounds: dict[str, list[Round]], librdkafka: float,
+                breakdown: dict[str, float]) -> dict:
+    """One size's figures: each path's median seconds and CPU seconds over its rounds (taken
+    separately), every round beside them, and the rates and ratios of the medians."""
+    seconds = {"librdkafka": librdkafka, **{k: statistics.median([r.seconds for r in v]) for k, v in rounds.items()}}
+    cpu = {k: statistics.median([r.cpu_seconds for r in v]) for k, v in rounds.items()}
+    return {
+        **({"stages": {k: round(v, 2) for k, v in breakdown.items()}} if breakdown else {}),
+        "events": events,
+        "event_bytes": event_bytes,
+        "rounds": {k: [r.figures() for r in v] for k, v in rounds.items()},
+        "seconds": {k: round(v, 2) for k, v in seconds.items()},
+        "events_per_second": {k: round(events / v) for k, v in seconds.items()},
+        "cpu_seconds": {k: round(v, 2) for k, v in cpu.items()},
+        "events_per_cpu_second": {k: round(events / v) for k, v in cpu.items() if v > 0},
+        "ratio_to_user_job": ({k: round(seconds["user_job"] / v, 2) for k, v in seconds.items()}
+                              if "user_job" in seconds else {}),
+        "lake_per_cpu_second_to_sink": ({k: round(cpu["iceberg_sink"] / cpu[k], 2) for k in ("lake", "lake_no_dedup")
+                                         if k in cpu} if "iceberg_sink" in cpu else {}),
+    }
+
+
+def run(sizes: list[int], size: int, rounds: int, base_port: int, paths: tuple[str, ...] = PATHS,
+        stages: bool = False, progress: Callable[[str], None] = print) -> list[dict]:
+    """Every path at each of ``sizes`` (ascending): the topic grows to each size in turn and each
+    path reads all of it, ``rounds`` times; one result per size."""
+    results = []
     with tempfile.TemporaryDirectory(prefix="conveyor-lake-bench-") as tmp:
         folder = Path(tmp)
         platform = lake_platform(folder, base_port, "1h")
@@ -288,82 +336,115 @@ def run(events: int, size: int, rounds: int, base_port: int, stages: bool = Fals
         platform, no_dedup = local.clients, resolved(no_dedup)
         try:
             provision(platform)
-            produced_bytes = produce(platform, events, size)
             spark = spark_session(platform, "lake-bench")
-            seconds = {"librdkafka": _librdkafka(platform, events)}
-            cpu: dict[str, float] = {}
-
-            measures = [
-                ("plain_sink", _with_spark_cpu(spark, lambda: _plain_sink(spark, platform, folder))),
-                ("user_job", _with_spark_cpu(spark, lambda: _user_job(spark, platform, folder, events))),
-                ("user_job_merge", _with_spark_cpu(spark, lambda: _user_job(spark, platform, folder, events, True))),
-                ("lake", _with_spark_cpu(spark, lambda: lake_seconds(spark, platform, events))),
-                ("lake_no_dedup", _with_spark_cpu(spark, lambda: lake_seconds(spark, no_dedup, events))),
-            ]
-            if sink:  # measured in its own JVM
-                measures.insert(3, ("iceberg_sink", lambda: _iceberg_sink(spark, platform, folder, events,
-                                                                          base_port + 90)))
-            for name, measure in measures:
-                # The fastest run's seconds, and its CPU seconds.
-                seconds[name], cpu[name] = min(measure() for _ in range(rounds))
-            breakdown: dict[str, float] = {}
-            if stages:
-                with mock.patch("conveyor.pipeline.lake.parsed_range", _from_json_range):
-                    seconds["lake_no_dedup_unchecked"] = min(lake_seconds(spark, no_dedup, events)
-                                                             for _ in range(rounds))
-                breakdown = _stages(spark, platform, rounds)
-                for label, variant in (("de-dup on", platform), ("de-dup off", no_dedup)):
-                    steps: dict[str, float] = {}
-                    lake_seconds(spark, variant, events, steps)
-                    breakdown.update({f"lake step ({label}): {k}": v for k, v in steps.items()})
+            measures: dict[str, Callable[[int], Round]] = {
+                "plain_sink": lambda _: _timed_in_spark(spark, lambda: _plain_sink(spark, platform, folder)),
+                "user_job": lambda n: _timed_in_spark(spark, lambda: _user_job(spark, platform, folder, n)),
+                "user_job_merge": lambda n: _timed_in_spark(
+                    spark, lambda: _user_job(spark, platform, folder, n, True)),
+                # Measured in its own JVM.
+                "iceberg_sink": lambda n: _iceberg_sink(spark, platform, folder, n, base_port + 90),
+                "lake": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, platform, n)),
+                "lake_no_dedup": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, no_dedup, n)),
+            }
+            produced, produced_bytes = 0, 0
+            for events in sizes:
+                progress(f"producing up to {events:,} events")
+                produced_bytes += produce(platform, events - produced, size, first=produced)
+                produced = events
+                librdkafka = _librdkafka(platform, events)
+                measured: dict[str, list[Round]] = {}
+                for name in paths:
+                    for i in range(rounds):
+                        measured.setdefault(name, []).append(measures[name](events))
+                        progress(f"{events:,} events, {name} round {i + 1}: {measured[name][-1]}")
+                breakdown = _breakdown(spark, platform, no_dedup, events, rounds) if stages else {}
+                results.append(size_result(events, round(produced_bytes / events), measured, librdkafka, breakdown))
         finally:
             local.down()
-    return {
-        **({"stages": {k: round(v, 2) for k, v in breakdown.items()}} if breakdown else {}),
-        "events": events,
-        "event_bytes": round(produced_bytes / events),
-        "partitions": PARTITIONS,
-        "rounds": rounds,
-        "seconds": {k: round(v, 2) for k, v in seconds.items()},
-        "events_per_second": {k: round(events / v) for k, v in seconds.items()},
-        "cpu_seconds": {k: round(v, 2) for k, v in cpu.items()},
-        "events_per_cpu_second": {k: round(events / v) for k, v in cpu.items() if v > 0},
-        "ratio_to_user_job": {k: round(seconds["user_job"] / v, 2) for k, v in seconds.items()},
-    }
+    return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=200_000)
-    parser.add_argument("--size", type=int, default=1024, help="bytes per event (JSON)")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--base-port", type=int, default=31700)
-    parser.add_argument("--stages", action="store_true",
-                        help="also time Spark's read alone, with the values sent to Python, with the parser, and each "
-                             "step of one more lake run with de-duplication and one without; and the lake without "
-                             "de-duplication with from_json in place of its parser and check (lake_no_dedup_unchecked)")
-    parser.add_argument("--no-sink", action="store_true", help="leave Iceberg's Kafka Connect sink out")
-    args = parser.parse_args()
-    result = run(args.events, args.size, args.rounds, args.base_port, args.stages, not args.no_sink)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
-    table = Table(title=f"lake ingestion: {result['events']:,} events of ~{result['event_bytes']} bytes")
-    for column in ("path", "seconds", "events/s", "MB/s", "x user's job", "CPU s", "events/CPU-s"):
+def _breakdown(spark, platform: Platform, no_dedup: Platform, events: int, rounds: int) -> dict[str, float]:
+    """--stages: the lake without its check, the read's pieces, and each step of a lake run."""
+    with mock.patch("conveyor.pipeline.lake.parsed_range", _from_json_range):
+        breakdown = {"lake_no_dedup_unchecked": statistics.median([lake_seconds(spark, no_dedup, events)
+                                                         for _ in range(rounds)])}
+    breakdown.update(_stages(spark, platform, rounds))
+    for label, variant in (("de-dup on", platform), ("de-dup off", no_dedup)):
+        steps: dict[str, float] = {}
+        lake_seconds(spark, variant, events, steps)
+        breakdown.update({f"lake step ({label}): {k}": v for k, v in steps.items()})
+    return breakdown
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(part.replace("_", "")) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--events takes counts separated by commas, not {text!r}") from None
+    if not sizes or sizes[0] <= 0:
+        raise argparse.ArgumentTypeError("--events takes positive counts")
+    return sizes
+
+
+def _paths(text: str) -> tuple[str, ...]:
+    paths = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown or not paths:
+        raise argparse.ArgumentTypeError(f"unknown path {unknown or text!r}: choose from {', '.join(PATHS)}")
+    return tuple(p for p in PATHS if p in paths)
+
+
+def _show(result: dict) -> None:
+    table = Table(title=f"lake ingestion: {result['events']:,} events of ~{result['event_bytes']} bytes "
+                        "(medians of the rounds)")
+    for column in ("path", "seconds", "rounds (s)", "events/s", "x user's job", "CPU s", "rounds (CPU s)",
+                   "events/CPU-s"):
         table.add_column(column)
     for name, seconds in result["seconds"].items():
-        rate = result["events_per_second"][name]
+        rounds = result["rounds"].get(name, [])
         per_cpu = result["events_per_cpu_second"].get(name)
-        table.add_row(name, f"{seconds:.2f}", f"{rate:,}", f"{rate * result['event_bytes'] / 1e6:.1f}",
-                      f"{result['ratio_to_user_job'][name]:.2f}", f"{result['cpu_seconds'].get(name, 0):.1f}",
-                      f"{per_cpu:,}" if per_cpu else "")
-    Console().print(table)
+        table.add_row(name, f"{seconds:.2f}", ", ".join(f"{r['seconds']:.2f}" for r in rounds),
+                      f"{result['events_per_second'][name]:,}",
+                      f"{result['ratio_to_user_job'][name]:.2f}" if result["ratio_to_user_job"] else "",
+                      f"{result['cpu_seconds'][name]:.1f}" if name in result["cpu_seconds"] else "",
+                      ", ".join(f"{r['cpu_seconds']:.1f}" for r in rounds), f"{per_cpu:,}" if per_cpu else "")
+    CONSOLE.print(table)
+    sink = result["rounds"].get("iceberg_sink", [])
+    if sink:
+        CONSOLE.print("iceberg_sink: first commit after " + ", ".join(f"{r['first_commit_seconds']:.1f}" for r in sink)
+                        + " s; commits " + ", ".join(str(r["commits"]) for r in sink))
+    for name, ratio in result["lake_per_cpu_second_to_sink"].items():
+        CONSOLE.print(f"{name}: {ratio:.2f}x Iceberg's sink's events per CPU-second")
     if "stages" in result:
         stages = Table(title="where the lake's time goes (seconds)")
         stages.add_column("stage")
         stages.add_column("seconds")
         for name, seconds in result["stages"].items():
             stages.add_row(name, f"{seconds:.2f}")
-        Console().print(stages)
+        CONSOLE.print(stages)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=_sizes, default=[200_000],
+                        help="events in the topic, or several sizes separated by commas (1000000,5000000): the "
+                             "topic grows to each in turn and every path reads all of it (default 200000)")
+    parser.add_argument("--size", type=int, default=1024, help="bytes per event (JSON)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each path at each size; the median is shown")
+    parser.add_argument("--paths", type=_paths, default=PATHS,
+                        help=f"the paths to run, separated by commas (default all: {','.join(PATHS)})")
+    parser.add_argument("--base-port", type=int, default=31700)
+    parser.add_argument("--stages", action="store_true",
+                        help="also time Spark's read alone, with the values sent to Python, with the parser, and each "
+                             "step of one more lake run with de-duplication and one without; and the lake without "
+                             "de-duplication with from_json in place of its parser and check (lake_no_dedup_unchecked)")
+    args = parser.parse_args()
+    sizes = run(args.events, args.size, args.rounds, args.base_port, args.paths, args.stages)
+    write_results("lake_ingest", {"sizes": sizes, "rounds": args.rounds, "partitions": PARTITIONS, "host": host()})
+    for result in sizes:
+        _show(result)
 
 
 if __name__ == "__main__":
