@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
-RESULTS = Path(__file__).resolve().parent / "results"
+#: Where the figures go: bench/results, or CONVEYOR_BENCH_RESULTS (the smoke tests' own folder).
+RESULTS = Path(os.environ.get("CONVEYOR_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 DEMO_PLATFORM = Path(__file__).resolve().parent.parent / "platform.yaml"
 
 

@@ -6,9 +6,9 @@ team deploys for Kafka to Iceberg with exactly-once.
 own client settings and writing the same table the user's job writes (the contract's columns,
 partitioned by event hour, created beforehand in the same Hadoop catalog), its JSON values mapped
 to those columns by name. Its commits go through its control topic; ``commit_interval`` is set so
-that it commits within the run. Timed from the connector's creation (the worker already up, as the
-Spark session is for the other paths) to the commit that makes the last event visible to a reader;
-its CPU is the Connect JVM's.
+that it commits within the run. The worker stays up for the whole bench, as the Spark session does
+for the other paths; each run is a connector (and control topic) of its own, timed from its
+creation to the commit that makes the last event visible to a reader. Its CPU is the Connect JVM's.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,6 @@ from conveyor.java_client import java_settings, properties_text
 
 POM = Path(__file__).with_name("iceberg_sink.pom.xml")
 CONNECTOR = "org.apache.iceberg.connect.IcebergSinkConnector"
-CONTROL_TOPIC = "bench-iceberg-control"
 
 
 class SinkFailed(RuntimeError):
@@ -89,43 +89,72 @@ def _worker_properties(client: dict[str, str], folder: Path, rest_port: int, com
     return properties_text(props)
 
 
-def run_sink(platform: Platform, folder: Path, warehouse: Path, topic: str, table: str, events: int,
-             rest_port: int, tasks: int = 2, commit_interval_ms: int = 1000) -> SinkRun:
-    """One run of the sink over the whole of ``topic`` into ``table`` (``namespace.name``, already
-    created empty in the Hadoop catalog at ``warehouse``)."""
-    classpath = maven_classpath(POM, "Iceberg's Kafka Connect sink")
-    client = java_settings(kafka.client_config(platform, "central"))
-    admin = kafka.admin(platform, "central")
-    if CONTROL_TOPIC not in admin.list_topics(timeout=10).topics:
-        factor = platform.cluster("central").default_replication_factor
-        admin.create_topics([NewTopic(CONTROL_TOPIC, 1, factor)])[CONTROL_TOPIC].result()
-    worker_file = folder / "connect-worker.properties"
-    worker_file.write_text(_worker_properties(client, folder, rest_port, commit_interval_ms))
-    log = open(folder / "connect.log", "ab")
-    worker = subprocess.Popen([java_binary(), "-Xmx1g", "-cp", os.pathsep.join(classpath),
-                               "org.apache.kafka.connect.cli.ConnectStandalone", str(worker_file)],
-                              stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{rest_port}"
-    try:
-        _wait(lambda: httpx.get(url, timeout=2).status_code == 200, 120, "the Connect worker's REST API", worker)
-        name = f"iceberg-{table.replace('.', '-')}"
+class ConnectWorker:
+    """A Kafka Connect standalone worker with the sink's jars, up for the whole bench (as a data
+    team's runs for months): each :meth:`run` is a connector of its own on the warm JVM, removed
+    after it, as the Spark paths' rounds share one warm Spark session."""
+
+    def __init__(self, platform: Platform, folder: Path, warehouse: Path, rest_port: int, tasks: int = 2,
+                 commit_interval_ms: int = 1000) -> None:
+        self.platform, self.warehouse, self.tasks = platform, warehouse, tasks
+        self.commit_interval_ms = commit_interval_ms
+        self.client = java_settings(kafka.client_config(platform, "central"))
+        self.url = f"http://127.0.0.1:{rest_port}"
+        classpath = maven_classpath(POM, "Iceberg's Kafka Connect sink")
+        worker_file = folder / "connect-worker.properties"
+        worker_file.write_text(_worker_properties(self.client, folder, rest_port, commit_interval_ms))
+        self._log = open(folder / "connect.log", "ab")
+        self.process = subprocess.Popen([java_binary(), "-Xmx1g", "-cp", os.pathsep.join(classpath),
+                                         "org.apache.kafka.connect.cli.ConnectStandalone", str(worker_file)],
+                                        stdout=self._log, stderr=subprocess.STDOUT)
+        try:
+            _wait(lambda: httpx.get(self.url, timeout=2).status_code == 200, 120, "the Connect worker's REST API",
+                  self.process)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> ConnectWorker:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()
+
+    def run(self, topic: str, table: str, events: int) -> SinkRun:
+        """One run of the sink over the whole of ``topic`` into ``table`` (``namespace.name``,
+        already created empty in the Hadoop catalog at the warehouse)."""
+        # A connector and control topic of the run's own: the sink keeps its source offsets in the
+        # connector's consumer group, so a second run under the same name would start at the end.
+        name = f"iceberg-{table.replace('.', '-')}-{uuid.uuid4().hex[:8]}"
+        control_topic = f"{name}-control"
+        factor = self.platform.cluster("central").default_replication_factor
+        admin = kafka.admin(self.platform, "central")
+        admin.create_topics([NewTopic(control_topic, 1, factor)])[control_topic].result()
         config = {
-            "connector.class": CONNECTOR, "tasks.max": str(tasks), "topics": topic,
-            "iceberg.tables": table, "iceberg.control.topic": CONTROL_TOPIC,
-            "iceberg.control.commit.interval-ms": str(commit_interval_ms),
-            "iceberg.catalog.type": "hadoop", "iceberg.catalog.warehouse": str(warehouse),
-            **{f"iceberg.kafka.{k}": v for k, v in client.items()},
+            "connector.class": CONNECTOR, "tasks.max": str(self.tasks), "topics": topic,
+            "iceberg.tables": table, "iceberg.control.topic": control_topic,
+            "iceberg.control.commit.interval-ms": str(self.commit_interval_ms),
+            "iceberg.catalog.type": "hadoop", "iceberg.catalog.warehouse": str(self.warehouse),
+            **{f"iceberg.kafka.{k}": v for k, v in self.client.items()},
         }
-        cpu_before = tree_cpu_seconds(worker.pid)
+        cpu_before = tree_cpu_seconds(self.process.pid)
         started = time.monotonic()
-        created = httpx.post(f"{url}/connectors", json={"name": name, "config": config}, timeout=30)
+        created = httpx.post(f"{self.url}/connectors", json={"name": name, "config": config}, timeout=30)
         if created.status_code >= 300:
             raise RuntimeError(f"the Iceberg sink was refused: {created.status_code} {created.text}")
-        table_folder = warehouse.joinpath(*table.split("."))
+        table_folder = self.warehouse.joinpath(*table.split("."))
         first_commit: list[float] = []
 
         def landed() -> bool:
-            tasks = httpx.get(f"{url}/connectors/{name}/status", timeout=10).json().get("tasks", [])
+            tasks = httpx.get(f"{self.url}/connectors/{name}/status", timeout=10).json().get("tasks", [])
             failed = [t for t in tasks if t.get("state") == "FAILED"]
             if failed:
                 raise SinkFailed(f"task {failed[0]['id']} failed: {failed[0].get('trace', '')[:2000]}")
@@ -134,17 +163,14 @@ def run_sink(platform: Platform, folder: Path, warehouse: Path, topic: str, tabl
                 first_commit.append(time.monotonic() - started)
             return snapshot is not None and int(snapshot["summary"].get("total-records", 0)) >= events
 
-        _wait(landed, 1800, f"the Iceberg sink to commit {events:,} events", worker, interval=0.2)
-        seconds = time.monotonic() - started
-        return SinkRun(seconds, tree_cpu_seconds(worker.pid) - cpu_before, first_commit[0],
-                       _snapshot_count(table_folder))
-    finally:
-        worker.terminate()
         try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-        log.close()
+            _wait(landed, 1800, f"the Iceberg sink to commit {events:,} events", self.process, interval=0.2)
+            seconds = time.monotonic() - started
+            return SinkRun(seconds, tree_cpu_seconds(self.process.pid) - cpu_before, first_commit[0],
+                           _snapshot_count(table_folder))
+        finally:
+            httpx.delete(f"{self.url}/connectors/{name}", timeout=60)
+            admin.delete_topics([control_topic])
 
 
 def _wait(check, timeout: float, what: str, worker: subprocess.Popen, interval: float = 0.5) -> None:

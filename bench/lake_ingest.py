@@ -50,6 +50,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 from unittest import mock
@@ -61,7 +62,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.common import demo_data, host, provision, tree_cpu_seconds, write_results
-from bench.iceberg_sink import run_sink
+from bench.iceberg_sink import ConnectWorker
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
@@ -195,14 +196,14 @@ def _user_job(spark, platform: Platform, folder: Path, events: int, merge: bool 
     return seconds
 
 
-def _iceberg_sink(spark, platform: Platform, folder: Path, events: int, rest_port: int) -> Round:
+def _iceberg_sink(spark, platform: Platform, worker: ConnectWorker, events: int) -> Round:
     """One run of Iceberg's sink into a fresh table, read back after."""
     from pyspark.sql.functions import countDistinct
 
     table = "lake.bench.iceberg_sink"
     _drop(spark, table)
     _contract_table(spark, platform, table)
-    run = run_sink(platform, folder, folder / "warehouse", TOPIC, table.removeprefix("lake."), events, rest_port)
+    run = worker.run(TOPIC, table.removeprefix("lake."), events)
     spark.sql(f"REFRESH TABLE {table}")
     landed = spark.table(table).agg(countDistinct("event_id").alias("ids")).first()["ids"]
     rows = spark.table(table).count()
@@ -323,45 +324,49 @@ def size_result(events: int, event_bytes: int, rounds: dict[str, list[Round]], l
 
 
 def run(sizes: list[int], size: int, rounds: int, base_port: int, paths: tuple[str, ...] = PATHS,
-        stages: bool = False, progress: Callable[[str], None] = print) -> list[dict]:
+        stages: bool = False, progress: Callable[[str], None] = print,
+        measured_size: Callable[[list[dict]], None] = lambda _: None) -> list[dict]:
     """Every path at each of ``sizes`` (ascending): the topic grows to each size in turn and each
-    path reads all of it, ``rounds`` times; one result per size."""
+    path reads all of it, ``rounds`` times; one result per size, each also handed to
+    ``measured_size`` with those before it as soon as it is measured."""
     results = []
-    with tempfile.TemporaryDirectory(prefix="conveyor-lake-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="conveyor-lake-bench-") as tmp, ExitStack() as stack:
         folder = Path(tmp)
         platform = lake_platform(folder, base_port, "1h")
         no_dedup = lake_platform(folder, base_port, "0s")  # the same platform, de-duplication off
         local = LocalPlatform(platform)
         local.up()
+        stack.callback(local.down)
         platform, no_dedup = local.clients, resolved(no_dedup)
-        try:
-            provision(platform)
-            spark = spark_session(platform, "lake-bench")
-            measures: dict[str, Callable[[int], Round]] = {
-                "plain_sink": lambda _: _timed_in_spark(spark, lambda: _plain_sink(spark, platform, folder)),
-                "user_job": lambda n: _timed_in_spark(spark, lambda: _user_job(spark, platform, folder, n)),
-                "user_job_merge": lambda n: _timed_in_spark(
-                    spark, lambda: _user_job(spark, platform, folder, n, True)),
-                # Measured in its own JVM.
-                "iceberg_sink": lambda n: _iceberg_sink(spark, platform, folder, n, base_port + 90),
-                "lake": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, platform, n)),
-                "lake_no_dedup": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, no_dedup, n)),
-            }
-            produced, produced_bytes = 0, 0
-            for events in sizes:
-                progress(f"producing up to {events:,} events")
-                produced_bytes += produce(platform, events - produced, size, first=produced)
-                produced = events
-                librdkafka = _librdkafka(platform, events)
-                measured: dict[str, list[Round]] = {}
-                for name in paths:
-                    for i in range(rounds):
-                        measured.setdefault(name, []).append(measures[name](events))
-                        progress(f"{events:,} events, {name} round {i + 1}: {measured[name][-1]}")
-                breakdown = _breakdown(spark, platform, no_dedup, events, rounds) if stages else {}
-                results.append(size_result(events, round(produced_bytes / events), measured, librdkafka, breakdown))
-        finally:
-            local.down()
+        provision(platform)
+        spark = spark_session(platform, "lake-bench")
+        # Up for the whole bench, warm after its first round as the Spark session is.
+        worker = (stack.enter_context(ConnectWorker(platform, folder, folder / "warehouse", base_port + 90))
+                  if "iceberg_sink" in paths else None)
+        measures: dict[str, Callable[[int], Round]] = {
+            "plain_sink": lambda _: _timed_in_spark(spark, lambda: _plain_sink(spark, platform, folder)),
+            "user_job": lambda n: _timed_in_spark(spark, lambda: _user_job(spark, platform, folder, n)),
+            "user_job_merge": lambda n: _timed_in_spark(
+                spark, lambda: _user_job(spark, platform, folder, n, True)),
+            # Measured in its own JVM.
+            "iceberg_sink": lambda n: _iceberg_sink(spark, platform, worker, n),
+            "lake": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, platform, n)),
+            "lake_no_dedup": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, no_dedup, n)),
+        }
+        produced, produced_bytes = 0, 0
+        for events in sizes:
+            progress(f"producing up to {events:,} events")
+            produced_bytes += produce(platform, events - produced, size, first=produced)
+            produced = events
+            librdkafka = _librdkafka(platform, events)
+            measured: dict[str, list[Round]] = {}
+            for name in paths:
+                for i in range(rounds):
+                    measured.setdefault(name, []).append(measures[name](events))
+                    progress(f"{events:,} events, {name} round {i + 1}: {measured[name][-1]}")
+            breakdown = _breakdown(spark, platform, no_dedup, events, rounds) if stages else {}
+            results.append(size_result(events, round(produced_bytes / events), measured, librdkafka, breakdown))
+            measured_size(results)
     return results
 
 
@@ -441,10 +446,13 @@ def main() -> None:
                              "step of one more lake run with de-duplication and one without; and the lake without "
                              "de-duplication with from_json in place of its parser and check (lake_no_dedup_unchecked)")
     args = parser.parse_args()
-    sizes = run(args.events, args.size, args.rounds, args.base_port, args.paths, args.stages)
-    write_results("lake_ingest", {"sizes": sizes, "rounds": args.rounds, "partitions": PARTITIONS, "host": host()})
-    for result in sizes:
-        _show(result)
+
+    def written(sizes: list[dict]) -> None:  # each size as soon as it is measured: a long run keeps what it did
+        write_results("lake_ingest", {"sizes": sizes, "rounds": args.rounds, "partitions": PARTITIONS,
+                                      "host": host()})
+        _show(sizes[-1])
+
+    run(args.events, args.size, args.rounds, args.base_port, args.paths, args.stages, measured_size=written)
 
 
 if __name__ == "__main__":
