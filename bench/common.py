@@ -90,9 +90,9 @@ def routes_platform(folder: Path, base_port: int, routes: dict[str, Any]) -> tup
     return parse_platform(data, root=DEMO_PLATFORM.parent), path
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds of a process and every live descendant, with the children they have waited for
-    (utime, stime, cutime, cstime of /proc/<pid>/stat), from one pass over /proc."""
+def tree_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of a process and of every live descendant, each with the children it has waited
+    for (utime, stime, cutime, cstime of /proc/<pid>/stat), by pid, from one pass over /proc."""
     children: dict[int, list[int]] = {}
     cpu: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
@@ -103,9 +103,17 @@ def tree_cpu_seconds(pid: int) -> float:
                 continue
             children.setdefault(int(fields[1]), []).append(int(entry.name))
             cpu[int(entry.name)] = sum(int(v) for v in fields[11:15]) / _CLK_TCK
-    total, todo = 0.0, [pid]
+    tree, todo = {}, [pid]
     while todo:
         current = todo.pop()
-        total += cpu.get(current, 0.0)
+        tree[current] = cpu.get(current, 0.0)
         todo += children.get(current, [])
-    return total
+    return tree
+
+
+def cpu_since(before: dict[int, float], pid: int) -> float:
+    """CPU seconds ``pid``'s process tree spent since ``before`` (:func:`tree_cpu`): what each
+    live process added, all of a new one's. A process that ended meanwhile adds nothing: Spark's
+    Python daemon ignores SIGCHLD, so an idle worker it stops leaves no trace in any parent's
+    times, and a sum over the tree would lose its whole history, not only what it did since."""
+    return sum(seconds - before.get(p, 0.0) for p, seconds in tree_cpu(pid).items())

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka.admin import NewTopic
 
-from bench.common import tree_cpu_seconds
+from bench.common import cpu_since, tree_cpu
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.jars import java_binary, maven_classpath
@@ -145,7 +145,7 @@ class ConnectWorker:
             "iceberg.catalog.type": "hadoop", "iceberg.catalog.warehouse": str(self.warehouse),
             **{f"iceberg.kafka.{k}": v for k, v in self.client.items()},
         }
-        cpu_before = tree_cpu_seconds(self.process.pid)
+        cpu_before = tree_cpu(self.process.pid)
         started = time.monotonic()
         created = httpx.post(f"{self.url}/connectors", json={"name": name, "config": config}, timeout=30)
         if created.status_code >= 300:
@@ -166,7 +166,7 @@ class ConnectWorker:
         try:
             _wait(landed, 1800, f"the Iceberg sink to commit {events:,} events", self.process, interval=0.2)
             seconds = time.monotonic() - started
-            return SinkRun(seconds, tree_cpu_seconds(self.process.pid) - cpu_before, first_commit[0],
+            return SinkRun(seconds, cpu_since(cpu_before, self.process.pid), first_commit[0],
                            _snapshot_count(table_folder))
         finally:
             httpx.delete(f"{self.url}/connectors/{name}", timeout=60)

@@ -61,7 +61,7 @@ from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import demo_data, host, provision, tree_cpu_seconds, write_results
+from bench.common import cpu_since, demo_data, host, provision, tree_cpu, write_results
 from bench.iceberg_sink import ConnectWorker
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
@@ -269,18 +269,14 @@ def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
     return seconds
 
 
-def _spark_cpu(spark) -> float:
-    """CPU seconds so far of the Spark JVM with its Python workers, and of this process."""
-    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-    own = os.times()
-    return tree_cpu_seconds(jvm) + own.user + own.system
-
-
 def _timed_in_spark(spark, measure: Callable[[], float]) -> Round:
-    """``measure``, a Spark path that answers its seconds, with its CPU seconds."""
-    before = _spark_cpu(spark)
+    """``measure``, a Spark path that answers its seconds, with the CPU seconds of the Spark JVM
+    with its Python workers, and of this process, over it."""
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    before, own = tree_cpu(jvm), os.times()
     seconds = measure()
-    return Round(seconds, _spark_cpu(spark) - before)
+    after = os.times()
+    return Round(seconds, cpu_since(before, jvm) + after.user + after.system - own.user - own.system)
 
 
 #: Wide enough for the tables when the output is a file.
