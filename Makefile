@@ -33,8 +33,9 @@ system-deps:
 
 # The demo platform end to end: clusters up, topics everywhere, a round trip through each cluster,
 # a gateway per data centre, a topic asked for through the bus (on every cluster and in both
-# routes, copied at least once beside the exact topics), and realistic ad traffic through both gateways. Every component serves its
-# metrics where platform.yaml's ops.components says, so the dashboard's panels fill.
+# routes, copied at least once beside the exact topics), and realistic ad traffic through both
+# gateways. Every component serves its metrics where platform.yaml's ops.components says, so the
+# dashboard's panels fill.
 demo: setup
 	$(BIN)/conveyor up
 	$(BIN)/conveyor topics apply

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,20 @@ def routes_platform(folder: Path, base_port: int, routes: dict[str, Any]) -> tup
     path = folder / "platform.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return parse_platform(data, root=DEMO_PLATFORM.parent), path
+
+
+@dataclass(frozen=True)
+class Round:
+    """One run of one path of a bench over its whole input; a sink that commits on its own
+    (bench.iceberg_sink) also says when it first committed and how many commits it made."""
+    seconds: float
+    cpu_seconds: float
+    #: From the sink's start to its first commit a reader sees: its fixed cost per start.
+    first_commit_seconds: float | None = None
+    commits: int | None = None
+
+    def figures(self) -> dict[str, float]:
+        return {k: round(v, 2) for k, v in asdict(self).items() if v is not None}
 
 
 def tree_cpu(pid: int) -> dict[int, float]:

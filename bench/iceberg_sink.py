@@ -18,13 +18,12 @@ import os
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 from confluent_kafka.admin import NewTopic
 
-from bench.common import cpu_since, tree_cpu
+from bench.common import Round, cpu_since, tree_cpu
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.jars import java_binary, maven_classpath
@@ -36,17 +35,6 @@ CONNECTOR = "org.apache.iceberg.connect.IcebergSinkConnector"
 
 class SinkFailed(RuntimeError):
     """A task of the connector failed (its trace is in the message)."""
-
-
-@dataclass(frozen=True)
-class SinkRun:
-    seconds: float
-    cpu_seconds: float
-    #: From the connector's creation to its first commit a reader sees (the tasks' start, the
-    #: coordinator's election, the first commit interval): the sink's fixed cost per start.
-    first_commit_seconds: float
-    #: Snapshots it committed to reach every event.
-    commits: int
 
 
 def _metadata(table_folder: Path) -> dict | None:
@@ -128,7 +116,7 @@ class ConnectWorker:
             self.process.kill()
         self._log.close()
 
-    def run(self, topic: str, table: str, events: int) -> SinkRun:
+    def run(self, topic: str, table: str, events: int) -> Round:
         """One run of the sink over the whole of ``topic`` into ``table`` (``namespace.name``,
         already created empty in the Hadoop catalog at the warehouse)."""
         # A connector and control topic of the run's own: the sink keeps its source offsets in the
@@ -166,7 +154,7 @@ class ConnectWorker:
         try:
             _wait(landed, 1800, f"the Iceberg sink to commit {events:,} events", self.process, interval=0.2)
             seconds = time.monotonic() - started
-            return SinkRun(seconds, cpu_since(cpu_before, self.process.pid), first_commit[0],
+            return Round(seconds, cpu_since(cpu_before, self.process.pid), first_commit[0],
                            _snapshot_count(table_folder))
         finally:
             httpx.delete(f"{self.url}/connectors/{name}", timeout=60)

@@ -47,7 +47,6 @@ import statistics
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -61,7 +60,7 @@ from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import cpu_since, demo_data, host, provision, tree_cpu, write_results
+from bench.common import Round, cpu_since, demo_data, host, provision, tree_cpu, write_results
 from bench.iceberg_sink import ConnectWorker
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
@@ -198,17 +197,16 @@ def _user_job(spark, platform: Platform, folder: Path, events: int, merge: bool 
 
 def _iceberg_sink(spark, platform: Platform, worker: ConnectWorker, events: int) -> Round:
     """One run of Iceberg's sink into a fresh table, read back after."""
-    from pyspark.sql.functions import countDistinct
+    from pyspark.sql.functions import count, countDistinct, lit
 
     table = "lake.bench.iceberg_sink"
     _drop(spark, table)
     _contract_table(spark, platform, table)
     run = worker.run(TOPIC, table.removeprefix("lake."), events)
     spark.sql(f"REFRESH TABLE {table}")
-    landed = spark.table(table).agg(countDistinct("event_id").alias("ids")).first()["ids"]
-    rows = spark.table(table).count()
+    rows, landed = spark.table(table).agg(count(lit(1)), countDistinct("event_id")).first()
     assert (rows, landed) == (events, events), f"Iceberg's sink landed {rows} rows, {landed} events, of {events}"
-    return Round(run.seconds, run.cpu_seconds, run.first_commit_seconds, run.commits)
+    return run
 
 
 def lake_seconds(spark, platform: Platform, events: int, steps: dict[str, float] | None = None) -> float:
@@ -282,19 +280,6 @@ def _timed_in_spark(spark, measure: Callable[[], float]) -> Round:
 #: Wide enough for the tables when the output is a file.
 CONSOLE = Console(width=150)
 PATHS = ("plain_sink", "user_job", "user_job_merge", "iceberg_sink", "lake", "lake_no_dedup")
-
-
-@dataclass(frozen=True)
-class Round:
-    """One run of one path over the whole topic; the sink's also say when it first committed and
-    how many commits it made (bench.iceberg_sink.SinkRun)."""
-    seconds: float
-    cpu_seconds: float
-    first_commit_seconds: float | None = None
-    commits: int | None = None
-
-    def figures(self) -> dict[str, float]:
-        return {k: round(v, 2) for k, v in asdict(self).items() if v is not None}
 
 
 def size_result(events: int, event_bytes: int, rounds: dict[str, list[Round]], librdkafka: float,

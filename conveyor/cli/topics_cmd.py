@@ -96,9 +96,10 @@ def plan(
 ) -> None:
     """Show what `apply` would change: missing topics, fewer partitions than declared, config
     drift, a producer quota to set, and what Kafka cannot change; then the durability warnings
-    (settings that stop writes or lose records once a broker fails). Exit status, as Terraform's -detailed-exitcode: 0 when
-    every cluster matches platform.yaml, 2 when `apply` would change something, 1 on an error, when
-    the plan holds something Kafka cannot apply, or with --strict on a warning."""
+    (settings that stop writes or lose records once a broker fails). Exit status, as Terraform's
+    -detailed-exitcode: 0 when every cluster matches platform.yaml, 2 when `apply` would change
+    something, 1 on an error, when the plan holds something Kafka cannot apply, or with --strict on
+    a warning."""
     model = platform_from(platform)
     plans = provisioner.plan(model, cluster, prune)
     quotas = plan_quotas(model, cluster)
