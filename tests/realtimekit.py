@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from conveyor.config import Platform
+from conveyor.pipeline.realtime.plan import is_counter
 from conveyor.pipeline.realtime.store import RedisTarget, connect, connect_to
 from conveyor.runtime.redis_access import WRITER, acl_file, passwords, redis_url
 from conveyor.runtime.security import local_security, write_private
@@ -189,7 +190,7 @@ def counters_in_redis(platform: Platform, view: str) -> dict[str, dict[str, int]
     client = connect(platform)
     found = {}
     for key in client.scan_iter(match=f"t:{view}:*", count=1000):
-        found[key] = {f: int(v) for f, v in client.hgetall(key).items() if f != "_batch"}
+        found[key] = {f: int(v) for f, v in client.hgetall(key).items() if is_counter(f)}
     return found
 
 

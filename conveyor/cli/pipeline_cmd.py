@@ -42,6 +42,11 @@ class StartingOffsets(str, Enum):
     latest = "latest"
 
 
+class RealtimeMode(str, Enum):
+    micro_batch = "micro-batch"
+    real_time = "real-time"
+
+
 TopicsOption = Annotated[
     list[str] | None,
     typer.Option("--topics", "-t", envvar="CONVEYOR_TOPICS",
@@ -266,6 +271,10 @@ def realtime(
         "--from", help="Where a new job (no checkpoint yet) starts reading: earliest or latest (default: "
                        "pipeline.realtime.starting_offsets). A job with a checkpoint always resumes from it.")]
         = None,
+    mode: Annotated[RealtimeMode | None, typer.Option(
+        "--mode", help="micro-batch (a batch every pipeline.realtime.trigger) or real-time (Spark's real-time "
+                       "mode: tasks stay up and write as records arrive; a slot per partition). Default: "
+                       "pipeline.realtime.mode. A job keeps its mode until --rebuild.")] = None,
     rebuild_views: Annotated[bool, typer.Option(
         "--rebuild", help="Start the job over, as after Redis lost data: delete its checkpoint and its views, "
                           "state and event id claims in Redis, then count the topics again from the earliest "
@@ -289,9 +298,13 @@ def realtime(
         if start_from is StartingOffsets.latest:
             raise typer.BadParameter("a rebuild counts the topics from the earliest offsets", param_hint="--from")
         start_from = StartingOffsets.earliest
-    if start_from is not None:
+    changes = {**({"starting_offsets": start_from.value} if start_from is not None else {}),
+               **({"mode": mode.value} if mode is not None else {})}
+    if changes:
         model = model.model_copy(update={"pipeline": model.pipeline.model_copy(update={
-            "realtime": model.pipeline.realtime.model_copy(update={"starting_offsets": start_from.value})})})
+            "realtime": model.pipeline.realtime.model_copy(update=changes)})})
+    if available_now and model.pipeline.realtime.mode == "real-time":
+        raise typer.BadParameter("real-time mode runs until stopped (or for --for)", param_hint="--available-now")
     chosen = job_views(model, views)  # refuse unknown views before Spark starts
     spark = start_spark(model, "conveyor-realtime")
     if rebuild_views:

@@ -176,8 +176,19 @@ class Realtime(Model):
     #: The same Redis as a read-only user sees it, for the parts that only read the views (`conveyor
     #: verify`, `conveyor views`); default: ``redis``. `conveyor up` gives both, each its own user.
     redis_reader: RedisTargetUrls | None = None
+    #: ``micro-batch``: a batch every ``trigger``. ``real-time``: Spark's real-time mode, one task per
+    #: partition that stays up and writes each Arrow batch of ``real_time_rows`` records as it
+    #: arrives (Spark needs a slot per partition; docs/realtime.md). A job keeps its mode: changing
+    #: it takes ``--rebuild``.
+    mode: Literal["micro-batch", "real-time"] = "micro-batch"
     #: Micro-batch interval.
     trigger: Seconds = Field(default=1.0, gt=0)
+    #: Real-time mode: records a task hands to Python at once. A record waits for that many to
+    #: arrive on its partition, or for its real-time batch to end: size it to the rate.
+    real_time_rows: int = Field(default=500, ge=1)
+    #: Real-time mode: length of one real-time batch; Spark logs its offsets when it ends, and a
+    #: restart reads again from there (the job skips what it had written, unread).
+    real_time_batch: Seconds = Field(default=300.0, gt=0)
     #: Most Kafka records per micro-batch (catching up after a stop goes in steps of this).
     max_records_per_batch: int = Field(default=200_000, ge=1)
     #: Where a new job (no checkpoint yet) starts reading.

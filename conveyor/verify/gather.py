@@ -26,7 +26,7 @@ from conveyor.ops.scrape import Scraper, component_url
 from conveyor.pipeline.audit import audit_lake
 from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import source_cluster
-from conveyor.pipeline.realtime.plan import BATCH_FIELD, ViewPlan, epoch_ms
+from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms, is_counter
 from conveyor.pipeline.realtime.rejects import reject_fields
 from conveyor.pipeline.realtime.store import Client
 from conveyor.pipeline.schema import quote
@@ -190,7 +190,7 @@ def held(client: Client, plan: ViewPlan) -> dict[str, dict[str, int]]:
             pipe.hgetall(key)
         for key, fields in zip(chunk, pipe.execute(), strict=True):
             if fields:  # expired since the scan
-                found[key] = {name: int(value) for name, value in fields.items() if name != BATCH_FIELD}
+                found[key] = {name: int(value) for name, value in fields.items() if is_counter(name)}
     return found
 
 

@@ -91,18 +91,21 @@ class Reject:
 Source = tuple[str, int, int, bytes | None, bytes | None]
 
 
-class _Partial:
-    """One task's partial sums."""
+class Partial:
+    """One task's partial sums. ``per_record``: each record's deltas kept apart, under its offset
+    (the real-time mode's recovery, conveyor.pipeline.realtime.live); otherwise under -1."""
 
-    def __init__(self, plan: BatchPlan, claims: Claims | None) -> None:
+    def __init__(self, plan: BatchPlan, claims: Claims | None, per_record: bool = False) -> None:
         self.plan = plan
+        self.per_record = per_record
         self.parsers = {t.topic: (RecordParser(t.topic, t.schema_text, t.columns), [c.name for c in t.columns])
                         for t in plan.topics}
         self.views = [(v, wm) for v, wm in zip(plan.views, plan.watermarks, strict=True)]
         self.claims = claims
         #: topic -> events waiting for their ids' claims: (event, event_ms, record).
         self.unclaimed: dict[str, list[tuple[dict[str, Any], int, Source]]] = defaultdict(list)
-        self.sums: dict[tuple[str, str, str], int] = defaultdict(int)
+        #: (view, key, hash field, offset) -> delta.
+        self.sums: dict[tuple[str, str, str, int], int] = defaultdict(int)
         self.times: Counter[int] = Counter()
         self.max_ms: int | None = None
         self.rejects: list[Reject] = []
@@ -156,22 +159,33 @@ class _Partial:
                              f"{datetime.fromtimestamp(watermark / 1000, timezone.utc).isoformat()}",
                              record, view.name)
             else:
-                self._count(view, event, event_ms)
+                self._count(view, event, event_ms, record[2] if self.per_record else -1)
                 applied = True
         if applied:
             self.times[event_ms] += 1
 
-    def _count(self, view: ViewPlan, event: dict[str, Any], event_ms: int) -> None:
+    def _count(self, view: ViewPlan, event: dict[str, Any], event_ms: int, offset: int) -> None:
         key = view.key(event, view.window_start(event_ms))
         for metric in view.metrics:
             if matches(metric.where, event):
                 amount = 1 if metric.sum is None else (event.get(metric.sum) or 0)
-                self.sums[(view.name, key, view.field(metric.name, event))] += amount
+                self.sums[(view.name, key, view.field(metric.name, event), offset)] += amount
+
+    def deltas(self) -> dict[tuple[str, str, int], dict[str, int]]:
+        """(view, key, offset) -> {hash field: delta}, in the order the sums were first made."""
+        grouped: dict[tuple[str, str, int], dict[str, int]] = {}
+        for (view, key, name, offset), value in self.sums.items():
+            grouped.setdefault((view, key, offset), {})[name] = value
+        return grouped
+
+    def reject_counts(self) -> dict[str, int]:
+        """Counter name -> rejects: ``malformed``, ``future``, ``late:<view>``, ``incomplete:<view>``."""
+        return _reject_counts(self.rejects)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """One Arrow batch per kind of row, built column by column."""
         if self.sums:
-            (views, keys, fields), values = zip(*self.sums, strict=True), list(self.sums.values())
+            (views, keys, fields, _), values = zip(*self.sums, strict=True), list(self.sums.values())
             columns: dict[str, list[Any]] = {"view": list(views), "key": list(keys), "field": list(fields)}
             try:
                 section = _section(DELTA, **columns, value=values)
@@ -207,7 +221,7 @@ def project(batches: Iterator[pa.RecordBatch], plan: BatchPlan,
     """For ``mapInArrow`` over Kafka rows (topic, partition, offset, timestamp, key, value): one
     batch of partial sums per task; with ``claims``, each event_id counted once."""
     tune_for_throughput()  # the partial sums grow to a dict per key, which the collector would walk again and again
-    partial = _Partial(plan, claims)
+    partial = Partial(plan, claims)
     for batch in batches:
         stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
         records = zip(*(batch.column(c).to_pylist() for c in ("topic", "partition", "offset", "key", "value")),
@@ -238,7 +252,11 @@ class BatchResult:
 
     def reject_counts(self) -> dict[str, int]:
         """Counter name -> rejects: ``malformed``, ``future``, ``late:<view>``, ``incomplete:<view>``."""
-        return dict(Counter(r.kind if r.view is None else f"{r.kind}:{r.view}" for r in self.rejects))
+        return _reject_counts(self.rejects)
+
+
+def _reject_counts(rejects: Iterable[Reject]) -> dict[str, int]:
+    return dict(Counter(r.kind if r.view is None else f"{r.kind}:{r.view}" for r in rejects))
 
 
 def merge(table: pa.Table) -> BatchResult:

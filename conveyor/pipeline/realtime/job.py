@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("conveyor.realtime")
-_KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
+KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 
 
 def checkpoint_location(platform: Platform, views: Mapping[str, RealtimeView]) -> str:
@@ -169,7 +169,7 @@ def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeV
         # Retention deleting unread records fails the query loudly rather than skipping them.
         .option("failOnDataLoss", "true")
         .load()
-        .select(*_KAFKA_COLUMNS)
+        .select(*KAFKA_COLUMNS)
     )
     trigger = {"availableNow": True} if available_now else {"processingTime": f"{round(settings.trigger * 1000)} milliseconds"}
     return (stream.writeStream.queryName(f"realtime-{job_id(views)}").foreachBatch(writer)

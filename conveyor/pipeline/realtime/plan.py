@@ -20,8 +20,13 @@ from conveyor.pipeline.errors import PipelineError
 
 #: Window starts in keys: basic ISO 8601, UTC, without the colons that separate a key's parts.
 WINDOW_FORMAT = "%Y%m%dT%H%M%SZ"
-#: The hash field holding the batch id that last wrote a key; readers skip it.
+#: The hash field holding the batch id that last wrote a key. Fields that start with ``_`` are the
+#: job's fences, not counters (a metric's name cannot start with one); readers skip them.
 BATCH_FIELD = "_batch"
+
+
+def is_counter(field: str) -> bool:
+    return not field.startswith("_")
 #: A Redis counter is a signed 64-bit integer (HINCRBY); a view's counters saturate at these bounds.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 

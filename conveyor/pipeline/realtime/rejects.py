@@ -66,6 +66,14 @@ class RejectsOutput:
                                             {"message.max.bytes": PRODUCER_MESSAGE_MAX})
         self.producer: Producer | None = Producer(self.config)
 
+    def __getstate__(self) -> dict[str, object]:
+        # The real-time mode sends rejects from Spark's tasks: the producer is made again where it lands.
+        return {"topic": self.topic, "config": self.config}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.producer = Producer(self.config)
+
     def close(self) -> None:
         # Spark may keep the batch function referenced; the producer (threads, sockets) must not wait for that.
         self.producer = None

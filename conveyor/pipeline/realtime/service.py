@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conveyor.config import Platform, RealtimeView
-from conveyor.pipeline.realtime import job
+from conveyor.pipeline.realtime import job, live_query
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
+from conveyor.pipeline.realtime.plan import job_id
+from conveyor.pipeline.realtime.store import check_mode, connect
 from conveyor.service import Loop
 
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ class RealtimeConfig:
     views: Mapping[str, RealtimeView]
     #: Stop after this many seconds; None: only when stopped (or caught up, with ``available_now``).
     seconds: float | None = None
-    #: Read what the topics hold now, then stop.
+    #: Read what the topics hold now, then stop (micro-batch mode only).
     available_now: bool = False
     #: After each batch, write the metrics here (node_exporter's textfile format).
     metrics_file: Path | None = None
@@ -51,7 +53,12 @@ class RealtimeService(Loop):
     def _stream(self, stop: threading.Event) -> int:
         config = self.config
         started = time.monotonic()
-        behind = job.run(self._spark, config.platform, config.views, self.metrics, stop, config.seconds,
-                         config.available_now)
+        live = config.platform.pipeline.realtime.mode == "real-time"
+        check_mode(connect(config.platform), job_id(config.views), list(config.views), live)
+        if live:
+            behind = live_query.run(self._spark, config.platform, config.views, self.metrics, stop, config.seconds)
+        else:
+            behind = job.run(self._spark, config.platform, config.views, self.metrics, stop, config.seconds,
+                             config.available_now)
         self._on_end(self.metrics, started, time.monotonic(), behind)
         return 0

@@ -56,12 +56,15 @@ CLAIM_CHUNK = 1000
 CLAIM_BUCKETS = 64
 
 Client: TypeAlias = "redis.Redis | RedisCluster"
+#: A view key's write: (key, position, ttl seconds, {hash field: delta}).
+Entry = tuple[str, int, int, Mapping[str, int]]
 
-# ARGV: batch id, then per key: ttl seconds, field count, field/delta pairs (deltas within 64 bits).
-# Returns per key: 0 (skipped: this batch or a later one wrote it), 1 (written) or 2 (written, and a
-# delta or a sum reached a 64-bit bound). Everything is read and checked before the first write: a
-# Redis error after it would leave the chunk half-applied, its keys' _batch unset, and a replay
-# adding the written half again.
+# ARGV: the fence field, then per key: its position (a batch id, or an offset of the fence's
+# partition), ttl seconds, field count, field/delta pairs (deltas within 64 bits). A key applies only
+# past its fence; a key may come again later in the call with a later position. Returns per key: 0
+# (skipped: that position or a later one wrote it), 1 (written) or 2 (written, and a delta or a sum
+# reached a 64-bit bound). Everything is read and checked before the first write: a Redis error after
+# it would leave the chunk half-applied, its keys' fences unset, and a replay adding the written half again.
 _APPLY = """
 local MAX, MIN = '9223372036854775807', '-9223372036854775808'
 local function int64(s)  -- exactly what HINCRBY accepts (Redis' string2ll)
@@ -72,15 +75,15 @@ local function int64(s)  -- exactly what HINCRBY accepts (Redis' string2ll)
   if #digits ~= 19 then return #digits < 19 end
   return digits <= (digits == s and MAX or MIN:sub(2))
 end
-local batch = tonumber(ARGV[1])
-local status, todo, i = {}, {}, 2
+local fence = ARGV[1]
+local status, todo, i = {}, {}, 3
 for k = 1, #KEYS do
   local n = tonumber(ARGV[i + 1])
-  local names = {'$BATCH'}
+  local names = {fence}
   for j = 1, n do names[j + 1] = ARGV[i + 2 * j] end
   local held = redis.call('HMGET', KEYS[k], unpack(names))
   status[k] = 0
-  if batch > tonumber(held[1] or '-1') then
+  if tonumber(ARGV[i - 1]) > tonumber(held[1] or '-1') then
     for j = 1, n do
       local old, delta = held[j + 1], ARGV[i + 2 * j + 1]
       if (old and not int64(old)) or not int64(delta) then
@@ -90,7 +93,7 @@ for k = 1, #KEYS do
     end
     todo[#todo + 1] = {k, i, n}
   end
-  i = i + 2 + 2 * n
+  i = i + 3 + 2 * n
 end
 for _, t in ipairs(todo) do
   local k, at, n = t[1], t[2], t[3]
@@ -104,11 +107,11 @@ for _, t in ipairs(todo) do
       status[k] = 2
     end
   end
-  redis.call('HSET', KEYS[k], '$BATCH', ARGV[1])
+  redis.call('HSET', KEYS[k], fence, ARGV[at - 1])
   redis.call('EXPIRE', KEYS[k], ARGV[at])
 end
 return status
-""".replace("$BATCH", BATCH_FIELD)
+"""
 
 # KEYS: the claim keys' prefix (it routes the call to its slot on a cluster: every key built from it
 # shares its hash tag). ARGV: seconds a claim lives, event ids and their records, each
@@ -127,17 +130,18 @@ return table.concat(owned)
 """
 
 
-# ARGV: batch id, the batch's newest event time ('' if none), then counter/delta pairs. Numbers stay
-# strings throughout: Lua would print a millisecond timestamp in exponent notation.
+# ARGV: the position field, the position (a batch id, or the last offset of a span), the newest
+# event time ('' if none), then counter/delta pairs. Numbers stay strings throughout: Lua would print
+# a millisecond timestamp in exponent notation.
 _COMMIT = """
-local last = tonumber(redis.call('HGET', KEYS[1], 'batch') or '-1')
-if tonumber(ARGV[1]) <= last then return 0 end
+local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+if tonumber(ARGV[2]) <= last then return 0 end
 local old = redis.call('HGET', KEYS[1], 'max_ms')
-redis.call('HSET', KEYS[1], 'batch', ARGV[1], 'prev_max_ms', old or '')
-if ARGV[2] ~= '' and ((not old) or old == '' or tonumber(ARGV[2]) > tonumber(old)) then
-  redis.call('HSET', KEYS[1], 'max_ms', ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], 'prev_max_ms', old or '')
+if ARGV[3] ~= '' and ((not old) or old == '' or tonumber(ARGV[3]) > tonumber(old)) then
+  redis.call('HSET', KEYS[1], 'max_ms', ARGV[3])
 end
-for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 4, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 1
 """
 
@@ -338,38 +342,59 @@ class ViewStore:
     def apply(self, batch_id: int, deltas: Mapping[str, tuple[int, Mapping[str, int]]]) -> Applied:
         """Apply ``key -> (ttl seconds, {field: delta})``, each counter saturating at the 64-bit
         bounds; what was written (a replay skips the keys its first attempt wrote)."""
-        items = list(deltas.items())
-        if not items:
+        return self.write(BATCH_FIELD, [(key, batch_id, ttl, fields) for key, (ttl, fields) in deltas.items()])
+
+    def write(self, fence: str, entries: Sequence[Entry]) -> Applied:
+        """Apply each ``(key, position, ttl seconds, {field: delta})`` whose position is past the
+        key's ``fence`` field, in order (a key may come again with a later position)."""
+        if not entries:
             return Applied(0, ())
         pipe = self.client.pipeline(transaction=False)
         order: list[int] = []
-        for group in _by_slot([k for k, _ in items], self.cluster):
+        for group in _by_slot([e[0] for e in entries], self.cluster):
             for start in range(0, len(group), CHUNK):
                 chunk = group[start:start + CHUNK]
-                args: list[str | int] = [batch_id]
+                args: list[str | int] = [fence]
                 for i in chunk:
-                    ttl, fields = items[i][1]
-                    args += [ttl, len(fields)]
+                    _, position, ttl, fields = entries[i]
+                    args += [position, ttl, len(fields)]
                     for name, delta in fields.items():
                         args += [name, saturate(delta)]
-                _run(pipe, self._apply, [items[i][0] for i in chunk], args)
+                _run(pipe, self._apply, [entries[i][0] for i in chunk], args)
                 order += chunk
         statuses = [status for reply in pipe.execute() for status in reply]
-        saturated = tuple(items[i][0] for i, s in zip(order, statuses, strict=True) if s == 2)
+        saturated = tuple(entries[i][0] for i, s in zip(order, statuses, strict=True) if s == 2)
         return Applied(sum(1 for s in statuses if s), saturated)
 
     def commit(self, batch_id: int, max_ms: int | None, counters: Mapping[str, int]) -> bool:
         """Record the batch as done; False when it was already (a replay)."""
-        args: list[str | int] = [batch_id, "" if max_ms is None else max_ms]
+        return self.commit_to(self.key, "batch", batch_id, max_ms, counters)
+
+    def commit_to(self, key: str, field: str, position: int, max_ms: int | None, counters: Mapping[str, int]) -> bool:
+        """Move hash ``key``'s ``field`` to ``position`` with its newest event time and counters,
+        once: False when it was there already."""
+        args: list[str | int] = [field, position, "" if max_ms is None else max_ms]
         for name, value in counters.items():
             args += [name, value]
-        return bool(self._commit(keys=[self.key], args=args))
+        return bool(self._commit(keys=[key], args=args))
+
+
+def check_mode(client: Client, job: str, views: Sequence[str], live: bool) -> None:
+    """A job's views are fenced by batch ids in micro-batch mode and by offsets in real-time mode:
+    each fence means nothing to the other, so a job keeps its mode until it is rebuilt."""
+    held_live = next(iter(client.scan_iter(match=f"{state_key(job)}:pos:*", count=1000)), None) is not None
+    held_batches = bool(client.exists(state_key(job)))
+    if (live and held_batches) or (not live and held_live):
+        ran, asked = ("micro-batch", "real-time") if held_batches else ("real-time", "micro-batch")
+        raise PipelineError(f"job {job} has run in {ran} mode; to run it in {asked} mode (pipeline.realtime.mode), "
+                            f"start it over from Kafka: {rebuild_command(views)}")
 
 
 def clear_job(client: Client, job: str, views: Sequence[ViewPlan]) -> int:
-    """Delete a job's view keys, its state and its event id claims; how many keys there were."""
+    """Delete a job's view keys, its state, its partitions' positions and its event id claims; how
+    many keys there were."""
     deleted = 0
-    for pattern in [state_key(job), f"{claims_prefix(job)}*", *(v.key_pattern() for v in views)]:
+    for pattern in [state_key(job), f"{state_key(job)}:*", *(v.key_pattern() for v in views)]:
         pipe = client.pipeline(transaction=False)
         for key in client.scan_iter(match=pattern, count=1000):
             pipe.delete(key)  # one key per call: a cluster routes each by its slot

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import redis
 
 from conveyor.config import Platform, RealtimeView
-from conveyor.pipeline.realtime.plan import BATCH_FIELD, RealtimeConfigError, ViewPlan, epoch_ms, job_views
+from conveyor.pipeline.realtime.plan import RealtimeConfigError, ViewPlan, epoch_ms, is_counter, job_views
 from conveyor.pipeline.realtime.store import connect
 
 
@@ -75,7 +75,7 @@ def read_view(platform: Platform, view_name: str, key: Sequence[str], windows: S
         pipe.hgetall(k)
     found = []
     for start, k, fields_found in zip(starts, keys, pipe.execute(), strict=True):
-        counters = {f: int(v) for f, v in sorted(fields_found.items()) if f != BATCH_FIELD}
+        counters = {f: int(v) for f, v in sorted(fields_found.items()) if is_counter(f)}
         if counters:
             found.append(WindowCounters(start, k, counters, _ratios(view, counters)))
     return found

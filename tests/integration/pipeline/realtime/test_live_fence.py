@@ -1,0 +1,98 @@
+"""The real-time mode's per-partition fence against a real Redis (one server and a Redis Cluster) and
+the real side output, without Spark: the task function fed Arrow batches as Spark feeds it, stopped
+at a chosen point inside a span's writes, then fed again from an earlier offset with other batch
+boundaries, as a replayed real-time batch is. Every counter must be exact, each event once."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from conveyor.pipeline.realtime import live
+from conveyor.pipeline.realtime.live import Position, diagnostics_key, fence_field, live_state, write_live
+from conveyor.pipeline.realtime.live_query import live_work
+from conveyor.pipeline.realtime.plan import job_id, job_views
+from conveyor.pipeline.realtime.store import ViewStore, connect
+from tests.realtimekit import counters_in_redis, event_at, expected_counters, realtime_case, redis_cluster  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+
+class Stopped(Exception):
+    """Where the first attempt's task dies."""
+
+
+def _rows(topic: str, values: list[bytes], first: int) -> pa.RecordBatch:
+    now = int(time.time() * 1_000_000)
+    return pa.RecordBatch.from_pydict({
+        "topic": [topic] * len(values), "partition": [0] * len(values),
+        "offset": list(range(first, first + len(values))),
+        "timestamp": pa.array([now] * len(values), pa.timestamp("us", tz="UTC")),
+        "key": pa.array([b"k"] * len(values), pa.binary()), "value": values})
+
+
+def _feed(work, topic: str, values: list[bytes], bounds: list[tuple[int, int]]) -> None:
+    """One task: the records in ``bounds`` ([start, end) offsets), one Arrow batch each."""
+    for _ in write_live(iter(_rows(topic, values[a:b], a) for a, b in bounds), work):
+        pass
+
+
+@pytest.mark.parametrize("stop_at", ["after-pending", "half-the-keys", "before-done"])
+@pytest.mark.parametrize("where", ["server", "cluster"])
+def test_a_task_stopped_inside_its_writes_and_replayed_from_earlier_counts_each_event_once(
+        realtime_case, request, monkeypatch, where, stop_at):
+    settings = {"redis": request.getfixturevalue("redis_cluster")} if where == "cluster" else {}
+    case = realtime_case(partitions=1, ctr_lateness="10m", interest_lateness="10m", **settings)
+    views = job_views(case.platform)
+    work = live_work(case.platform, views)
+    now = time.time()
+    events = [event_at(now - 30 + i / 100, "click" if i % 7 == 0 else "impression", f"user-{i % 5}", f"b{i % 9}", i)
+              for i in range(350)]
+    for i in range(260, 270):  # copies of earlier events (same event_id), as a failover's second write
+        events[i] = events[i - 250]
+    values = [orjson.dumps(e) for e in events]
+    values[120] = b"{broken"
+
+    _feed(work, case.topic, values, [(0, 100), (100, 200)])
+    real_write, real_commit = ViewStore.write, ViewStore.commit_to
+
+    def write(self, fence, entries):
+        if stop_at == "after-pending":
+            raise Stopped
+        if stop_at == "half-the-keys":
+            real_write(self, fence, entries[:len(entries) // 2])
+            raise Stopped
+        return real_write(self, fence, entries)
+
+    def commit_to(self, key, field, *args):
+        if field == "done":
+            raise Stopped
+        return real_commit(self, key, field, *args)
+
+    monkeypatch.setattr(ViewStore, "write", write)
+    monkeypatch.setattr(ViewStore, "commit_to", commit_to)
+    with pytest.raises(Stopped):
+        _feed(work, case.topic, values, [(200, 300)])
+    monkeypatch.undo()
+    client = connect(case.platform)
+    position = live_state(client, job_id(views))[0][(case.topic, 0)]
+    assert (position.done, position.pending) == (199, 299)  # the stop landed inside the span
+    fenced = [k for k in client.scan_iter(match="t:*", count=1000) if client.hget(k, fence_field(case.topic, 0)) == "299"]
+    assert bool(fenced) == (stop_at != "after-pending")
+
+    live._store.cache_clear()  # a new Python worker
+    _feed(work, case.topic, values, [(150, 250), (250, 320), (320, 350)])  # the second straddles the stop
+
+    distinct = list({e["event_id"]: e for i, e in enumerate(events) if i != 120}.values())
+    expected_ctr, expected_interests = expected_counters(distinct, case.ctr, case.interests)
+    assert counters_in_redis(case.platform, case.ctr) == expected_ctr
+    assert counters_in_redis(case.platform, case.interests) == expected_interests
+    positions, counters = live_state(client, job_id(views))
+    assert positions[(case.topic, 0)] == Position(349, 349, positions[(case.topic, 0)].pending_max,
+                                                  positions[(case.topic, 0)].max_ms)
+    assert dict(counters) == {"records": 350, "malformed": 1, "applied": len(distinct), "duplicates": 10}
+    notes = client.hgetall(diagnostics_key(job_id(views)))
+    assert (notes["reread"], notes["recovered"]) == ("50", "100")
