@@ -10,10 +10,15 @@ The first test keeps the views in the session's Redis server; the duplicates tes
 Cluster of three masters (tests/realtimekit.py), where the views' writes go per hash slot and the
 claims per hash-tag bucket (the integration tests run the Lua scripts on both kinds).
 
+The third test runs the job in Spark's real-time mode (tasks that stay up and write as records
+arrive, fenced per partition): the kills land while its tasks write, a restart reads again from the
+last real-time batch Spark logged, and every counter must still be exact.
+
 CONVEYOR_REALTIME_CHAOS_KILLS sets the number of kills of the first test (default 1; the full
-count is 10), CONVEYOR_REALTIME_CLUSTER_KILLS those of the Redis Cluster test (default 1). The first
-kill of a test lands while batches are written (within 3 s of one logged); later ones now and then
-during start-up or the first batch instead.
+count is 10), CONVEYOR_REALTIME_CLUSTER_KILLS those of the Redis Cluster test (default 1),
+CONVEYOR_REALTIME_LIVE_KILLS those of the real-time mode's (default 2; the full count is 10). The
+first kill of a test lands while batches are written (within 3 s of one logged); later ones now and
+then during start-up or the first batch instead.
 CONVEYOR_CHAOS_SEED replays a run's kill points and traffic.
 """
 
@@ -35,6 +40,7 @@ import orjson
 import pytest
 
 from conveyor import kafka
+from conveyor.pipeline.realtime.live import diagnostics_key, live_state
 from conveyor.pipeline.realtime.plan import job_id, job_views
 from conveyor.pipeline.realtime.store import ViewStore, connect
 from tests.conftest import eventually
@@ -45,6 +51,7 @@ pytestmark = pytest.mark.chaos
 
 KILLS = int(os.environ.get("CONVEYOR_REALTIME_CHAOS_KILLS", "1"))
 CLUSTER_KILLS = int(os.environ.get("CONVEYOR_REALTIME_CLUSTER_KILLS", "1"))
+LIVE_KILLS = int(os.environ.get("CONVEYOR_REALTIME_LIVE_KILLS", "2"))
 #: Every this many events, one record that is not JSON.
 BAD_EVERY = 40
 #: The share of events sent a second time in the duplicates test.
@@ -120,8 +127,10 @@ def _job(path: Path, log: Path, *extra: str) -> subprocess.Popen:
 
 
 def _batches_logged(log: Path) -> int:
-    """Batches the job logged (conveyor.service's text format: ``<time> INFO conveyor.realtime: batch 3: ...``)."""
-    return log.read_text(errors="replace").count(" conveyor.realtime: batch ")
+    """Batches the job logged (conveyor.service's text format: ``<time> INFO conveyor.realtime: batch 3: ...``;
+    in real-time mode the driver's reports of what the tasks wrote, ``real-time 3: ...``)."""
+    text = log.read_text(errors="replace")
+    return text.count(" conveyor.realtime: batch ") + text.count(" conveyor.realtime: real-time ")
 
 
 def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: int = KILLS) -> tuple[Sent, str]:
@@ -152,9 +161,18 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
             process.wait()
             kills.append(round(delay, 1))
     # Everything acknowledged is in Kafka now; one last run reads it all and stops.
-    final = _job(case.path, log, "--available-now")
-    assert final.wait(600) == 0, f"seed {seed}: {log.read_text()[-3000:]}"
-    return traffic, f"seed {seed}, kills after {kills}"
+    context = f"seed {seed}, kills after {kills}"
+    if case.platform.pipeline.realtime.mode == "micro-batch":
+        final = _job(case.path, log, "--available-now")
+        assert final.wait(600) == 0, f"{context}: {log.read_text()[-3000:]}"
+    else:  # real-time mode runs until stopped: until it has counted every record sent
+        final = _job(case.path, log)
+        job = job_id(job_views(case.platform))
+        eventually(lambda: live_state(connect(case.platform), job)[1]["records"] == len(traffic.good) + traffic.bad,
+                   600, f"the last run to count every record ({context}, log {log})")
+        final.send_signal(signal.SIGTERM)
+        assert final.wait(120) == 0, f"{context}: {log.read_text()[-3000:]}"
+    return traffic, context
 
 
 def test_killed_jobs_leave_every_counter_exact(realtime_case, tmp_path):
@@ -186,3 +204,27 @@ def test_killed_jobs_count_each_event_once_in_a_redis_cluster(realtime_case, red
     assert counters["applied"] == len(distinct), context
     assert counters.get("duplicates") == copies, (counters, context)
     assert set(counters) == {"records", "applied", "malformed", "duplicates"}, (counters, context)
+
+
+def test_killed_real_time_mode_jobs_leave_every_counter_exact(realtime_case, tmp_path):
+    # Real-time mode runs a task per partition at once; small Arrow batches, so ~130 events/s a
+    # partition are written every fraction of a second, and short real-time batches, so some end
+    # (Spark logs them) between kills and a restart reads again only from the last one's end.
+    case = realtime_case(partitions=PARTITIONS, ctr_lateness="10m", interest_lateness="10m",
+                         spark={"master": f"local[{PARTITIONS}]"}, mode="real-time", real_time_rows=20,
+                         real_time_batch="10s")
+    traffic, context = _killed_and_drained(case, tmp_path, duplicates=True, kills_wanted=LIVE_KILLS)
+
+    distinct = list({e["event_id"]: e for e in traffic.good}.values())
+    expected_ctr, expected_interests = expected_counters(distinct, case.ctr, case.interests)
+    assert counters_in_redis(case.platform, case.ctr) == expected_ctr, context
+    assert counters_in_redis(case.platform, case.interests) == expected_interests, context
+    client = connect(case.platform)
+    job = job_id(job_views(case.platform))
+    counters = live_state(client, job)[1]
+    notes = client.hgetall(diagnostics_key(job))
+    context = f"{context}, after the restarts: {notes.get('reread')} records read again, " \
+              f"{notes.get('recovered')} written record by record"
+    assert int(notes.get("reread", 0)) > 0, context  # a kill landed after writes Spark had not logged
+    assert dict(counters) == {"records": len(traffic.good) + traffic.bad, "applied": len(distinct),
+                              "malformed": traffic.bad, "duplicates": len(traffic.good) - len(distinct)}, context
