@@ -3,9 +3,9 @@
 - ``realtime``: ``conveyor pipeline realtime`` (one Structured Streaming query, 1 s trigger, the
   demo's two views: impressions/clicks/spend per banner per minute and interests per user per hour),
   exactly once per key;
-- ``rtm``: the job's work (parsing, contract check, de-dup claims, aggregation) in Spark 4.1's
-  real-time mode (:mod:`bench.realtime_mode`), not exactly once: what the mode gives before the
-  job is built on it;
+- ``rtm``: the same job in Spark 4.1's real-time mode (``pipeline.realtime.mode: real-time``:
+  tasks that stay up and write each Arrow batch of ``--rtm-rows`` records as it arrives), exactly
+  once per partition's offsets;
 - ``naive``: the peer, a Python confluent-kafka consumer doing one Redis HINCRBY per event and view
   (what an INCR per event is for a hash), committing offsets every second after the writes
   (at-least-once: a crash re-counts up to a second of events).
@@ -48,14 +48,15 @@ from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench import realtime_mode
 from bench.common import demo_data, provision
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
 from conveyor.gateway.generate import AdTraffic
 from conveyor.pipeline.realtime.deltas import quantiles
+from conveyor.pipeline.realtime import live_query
 from conveyor.pipeline.realtime.job import run as run_realtime
+from conveyor.pipeline.realtime.live import diagnostics_key, live_state
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.pipeline.realtime.plan import job_id, job_views
 from conveyor.pipeline.realtime.store import ViewStore, connect
@@ -84,8 +85,9 @@ _PLACEHOLDER = b"2000-01-01T00:00:00.000Z"
 
 @dataclass(frozen=True)
 class RtmSettings:
-    """The rtm path's settings: Arrow batches of ``rows`` records; real-time batches of
-    ``batch_seconds`` (a new batch starts the tasks again, a pause every batch's events feel)."""
+    """The rtm path's pipeline.realtime.real_time_rows and real_time_batch: Arrow batches of
+    ``rows`` records; real-time batches of ``batch_seconds`` (a new batch starts the tasks again, a
+    pause every batch's events feel)."""
 
     rows: int = 500
     batch_seconds: float = 300.0
@@ -298,25 +300,33 @@ def measure_realtime(platform: Platform, rate: int, duration: float, warmup_seco
 
 
 def measure_rtm(platform: Platform, rate: int, duration: float, warmup_seconds: float, settings: RtmSettings) -> dict:
-    """The views' work in Spark's real-time mode (bench.realtime_mode; not exactly once) under the
-    same live traffic, one task per partition."""
+    """The real-time job in Spark's real-time mode (pipeline.realtime.mode: real-time, exactly once)
+    under the same live traffic, one task per partition."""
     spark = spark_session(platform, "realtime-mode-bench")
     views = job_views(platform)
     [topic] = {view.topic for view in views.values()}
-    client = connect(platform)
-    client.delete(realtime_mode.LATENCY_KEY, realtime_mode.COUNTS_KEY)
-    query = realtime_mode.start(spark, platform, views, str(platform.home / "rtm-checkpoint"), settings.rows,
-                                settings.batch_seconds)
+    metrics, stop = RealtimeMetrics(), threading.Event()
+    job = threading.Thread(target=live_query.run, args=(spark, platform, views, metrics, stop), daemon=True)
+    job.start()
+    client, name = connect(platform), job_id(views)
     traffic = Traffic(platform, topic, rate, warmup_seconds + _WARMUP_LIMIT + duration)
     latency_ms: Counter[int] = Counter()
+    marks: dict[str, Counter[int]] = {}
+
+    def written() -> Counter[int]:
+        """Applied events per latency bucket, as the job's tasks note them."""
+        return Counter({int(k[3:]): int(v) for k, v in client.hgetall(diagnostics_key(name)).items()
+                        if k.startswith("ms:")})
 
     def closing() -> None:
-        latency_ms.update({int(k): int(v) for k, v in client.hgetall(realtime_mode.LATENCY_KEY).items()})
+        latency_ms.update(written() - marks["from"])
 
+    partitions = [(topic, p) for p in range(PARTITIONS)]
     timeline = _live(traffic, rate, duration, warmup_seconds,
-                     lambda: int(client.hget(realtime_mode.COUNTS_KEY, "records") or 0), lambda: query.isActive,
-                     lambda: client.delete(realtime_mode.LATENCY_KEY), within=_RTM_CAUGHT_UP, closing=closing)
-    query.stop()
+                     lambda: live_state(client, name, partitions)[1]["records"], job.is_alive,
+                     lambda: marks.update({"from": written()}), within=_RTM_CAUGHT_UP, closing=closing)
+    stop.set()
+    job.join(120)
     spark.stop()
     return {**_result(latency_ms, traffic, timeline), "arrow_batch_records": settings.rows,
             "realtime_batch_seconds": settings.batch_seconds}
@@ -386,7 +396,9 @@ def run(rate: int, duration: float, base_port: int, warmup: float, paths: tuple[
         platform = realtime_platform(Path(tmp), base_port, realtime=realtime)
         # Real-time mode runs every partition's task at once: a Spark thread per partition.
         spark = {**platform.pipeline.spark.model_dump(exclude_none=True), "master": f"local[{PARTITIONS}]"}
-        rtm = realtime_platform(Path(tmp), base_port, TOPICS["rtm"], realtime=realtime, spark=spark)
+        rtm = realtime_platform(Path(tmp), base_port, TOPICS["rtm"], spark=spark, realtime={
+            **(realtime or {}), "mode": "real-time", "real_time_rows": rtm_settings.rows,
+            "real_time_batch": rtm_settings.batch_seconds})
         local = LocalPlatform(platform)
         local.up()
         platform, rtm = local.clients, resolved(rtm)
@@ -418,7 +430,7 @@ def main() -> None:
     parser.add_argument("--dedup-window", help="pipeline.realtime.dedup_window instead of platform.yaml's (0s: off)")
     parser.add_argument("--trigger", help="pipeline.realtime.trigger instead of platform.yaml's")
     parser.add_argument("--rtm-rows", type=int, default=RtmSettings.rows,
-                        help="rtm path: records per Arrow batch, each added to Redis when aggregated")
+                        help="rtm path: records per Arrow batch, each written to Redis when aggregated")
     parser.add_argument("--rtm-batch-seconds", type=float, default=RtmSettings.batch_seconds,
                         help="rtm path: length of a real-time batch (its tasks start again after each)")
     args = parser.parse_args()

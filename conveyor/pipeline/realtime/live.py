@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 from functools import lru_cache
 
 import pyarrow as pa
@@ -54,19 +55,20 @@ def diagnostics_key(job: str) -> str:
     return f"{state_key(job)}:live"
 
 
-def live_state(client: Client, job: str) -> tuple[dict[tuple[str, int], Position], Counter[str]]:
-    """Each partition's position, and the job's exact counters summed over its partitions."""
-    prefix = f"{state_key(job)}:pos:"
-    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+def live_state(client: Client, job: str, partitions: Iterable[tuple[str, int]]) -> \
+        tuple[dict[tuple[str, int], Position], Counter[str]]:
+    """Each of ``partitions``' position, and the job's exact counters summed over them. (Named, not
+    scanned for: a SCAN walks every key, and the claims are millions.)"""
+    partitions = list(partitions)
     pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.hgetall(key)
+    for topic, partition in partitions:
+        pipe.hgetall(position_key(job, topic, partition))
     positions: dict[tuple[str, int], Position] = {}
     counters: Counter[str] = Counter()
-    for key, fields in zip(keys, pipe.execute(), strict=True):
-        topic, _, partition = key.removeprefix(prefix).rpartition(":")
-        positions[(topic, int(partition))] = Position.of(fields)
-        counters.update({k: int(v) for k, v in fields.items() if k not in POSITION_FIELDS})
+    for at, fields in zip(partitions, pipe.execute(), strict=True):
+        if fields:
+            positions[at] = Position.of(fields)
+            counters.update({k: int(v) for k, v in fields.items() if k not in POSITION_FIELDS})
     return positions, counters
 
 
@@ -159,8 +161,7 @@ def _write(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partitio
     notes = {"reread": len(records) - len(fresh), "recovered": len(unsure)}
     if any(notes.values()):
         pipe = store.client.pipeline(transaction=False)
-        for name, count in notes.items():
-            pipe.hincrby(diagnostics_key(work.job), name, count)
+        _note(pipe, work.job, notes)
         pipe.execute()
     if unsure:
         position = _span(work, store, batch_id, topic, partition, unsure, position, recovering=True)
@@ -175,8 +176,6 @@ def _span(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partition
     last = records[-1][0][2]
     newest = position.pending_max if recovering else position.max_ms
     where = position_key(work.job, topic, partition)
-    if not recovering:
-        store.client.hset(where, mapping={"pending": last, "pending_max": "" if newest is None else newest})
     plan = replace(work.plan, watermarks=tuple(None if newest is None else newest - v.lateness_ms
                                                for v in work.plan.views))
     part = Partial(plan, work.claims, per_record=recovering)
@@ -189,25 +188,29 @@ def _span(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partition
                for (view, key, offset), fields in part.deltas().items()]
     if recovering:  # a key's records in offset order: each applies only past the key's fence
         entries.sort(key=lambda e: e[1])
-    applied = store.write(fence_field(topic, partition), entries)
+    # A span's writes may stop half-way (a key chunk each call, slots on several nodes): ``pending``
+    # goes first, so a restart knows which records to write one by one.
+    before = None if recovering else (where, {"pending": last, "pending_max": "" if newest is None else newest})
+    applied = store.write(fence_field(topic, partition), entries, before)
     written_ms = time.time_ns() // 1_000_000
     horizon = None if part.max_ms is None else min(part.max_ms, written_ms)
     counters = {"records": len(records), "applied": sum(part.times.values()), **part.reject_counts()}
     if part.duplicates:
         counters["duplicates"] = part.duplicates
-    store.commit_to(where, "done", last, horizon, counters)
-    _note_written(store.client, work.job, applied.written, latencies(part.times, written_ms))
+    pipe = store.client.pipeline(transaction=False)
+    store.queue_commit(pipe, where, "done", last, horizon, counters)
+    _note(pipe, work.job, {"keys": applied.written, **{f"ms:{latency_bucket(ms)}": n
+                                                       for ms, n in latencies(part.times, written_ms).items()}})
+    pipe.execute()
     newest_done = position.max_ms if horizon is None else horizon if position.max_ms is None \
         else max(position.max_ms, horizon)
     return Position(last, max(position.pending, last), newest if not recovering else position.pending_max,
                     newest_done)
 
 
-def _note_written(client: Client, job: str, keys: int, latency_ms: Mapping[int, int]) -> None:
+def _note(pipe: Any, job: str, counts: Mapping[str, int]) -> None:
     key = diagnostics_key(job)
-    pipe = client.pipeline(transaction=False)
-    pipe.hincrby(key, "keys", keys)
-    for ms, count in latency_ms.items():
-        pipe.hincrby(key, f"ms:{latency_bucket(ms)}", count)
+    for name, count in counts.items():
+        if count:
+            pipe.hincrby(key, name, count)
     pipe.expire(key, DIAGNOSTICS_TTL)
-    pipe.execute()

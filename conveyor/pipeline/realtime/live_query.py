@@ -32,7 +32,7 @@ from conveyor.pipeline.realtime.live import LiveWork, Position, diagnostics_key,
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
 from conveyor.pipeline.realtime.plan import ViewPlan, job_id
 from conveyor.pipeline.realtime.rejects import RejectsOutput
-from conveyor.pipeline.realtime.store import Client, ViewStore, connect, redis_target
+from conveyor.pipeline.realtime.store import Client, ViewStore, connect, mode_key, redis_target
 from conveyor.positions import PositionFeed, group_name, spark_client_id
 
 if TYPE_CHECKING:
@@ -66,7 +66,8 @@ def start_offsets(platform: Platform, views: Mapping[str, RealtimeView], client:
 
 
 def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], work: LiveWork,
-          client: Client) -> StreamingQuery:
+          offsets: Mapping[str, Mapping[str, int]]) -> StreamingQuery:
+    """The real-time query; ``offsets``: where it starts without a checkpoint (:func:`start_offsets`)."""
     settings = platform.pipeline.realtime
     spark.conf.set("spark.sql.streaming.disabledV2MicroBatchReaders", "")
     spark.conf.set("spark.sql.streaming.realTimeMode.allowlistCheck", "false")
@@ -75,7 +76,7 @@ def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeV
         spark.readStream.format("kafka")
         .options(**java_client_options(platform, source_cluster(platform)))
         .option("subscribe", ",".join(sorted({v.topic for v in views.values()})))
-        .option("startingOffsets", json.dumps(start_offsets(platform, views, client)))
+        .option("startingOffsets", json.dumps(offsets))
         .option("kafka.isolation.level", "read_committed")
         .option("kafka.client.id", spark_client_id("realtime", job_id(views)))
         .option("failOnDataLoss", "true")
@@ -105,8 +106,8 @@ def live_work(platform: Platform, views: Mapping[str, RealtimeView]) -> LiveWork
 class _Reporter:
     """The job's progress since the last look, from the partitions' positions and the tasks' notes."""
 
-    def __init__(self, client: Client, job: str) -> None:
-        self.client, self.job = client, job
+    def __init__(self, client: Client, job: str, partitions: list[tuple[str, int]]) -> None:
+        self.client, self.job, self.partitions = client, job, partitions
         self.counters: Counter[str] = Counter()
         self.notes: Counter[str] = Counter()
         self.taken_at = time.monotonic()
@@ -115,7 +116,7 @@ class _Reporter:
         self.take()  # what earlier runs did is not this run's
 
     def take(self) -> tuple[BatchReport, dict[str, int]]:
-        positions, counters = live_state(self.client, self.job)
+        positions, counters = live_state(self.client, self.job, self.partitions)
         self.positions = {partition: position.done + 1 for partition, position in positions.items()}
         notes = Counter({k: int(v) for k, v in self.client.hgetall(diagnostics_key(self.job)).items()})
         now = time.monotonic()
@@ -129,8 +130,7 @@ class _Reporter:
         return report, {k: v for k, v in noted.items() if k in {"reread", "recovered"}}
 
 
-def _check_slots(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView]) -> None:
-    partitions = sum(len(list_watermarks(platform, t)[1]) for t in {v.topic for v in views.values()})
+def _check_slots(spark: SparkSession, partitions: int) -> None:
     slots = spark.sparkContext.defaultParallelism
     if slots < partitions:
         raise PipelineError(
@@ -147,13 +147,16 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
     job = job_id(views)
     client = connect(platform)
     work = live_work(platform, views)
-    _check_slots(spark, platform, views)
+    client.set(mode_key(job), "real-time")  # the job's mode from now on (store.check_mode)
+    offsets = start_offsets(platform, views, client)
+    partitions = [(topic, int(p)) for topic, starts in offsets.items() for p in starts]
+    _check_slots(spark, len(partitions))
     feed = PositionFeed(platform, source_cluster(platform), group_name("realtime", job), "spark checkpoint",
                         registry=metrics.registry, client_ids=[spark_client_id("realtime", job)])
-    reporter = _Reporter(client, job)
+    reporter = _Reporter(client, job, partitions)
     deadline = None if seconds is None else time.monotonic() + seconds
     with spark_failures(f"real-time job {job} (restart it: the views skip what they hold)"):
-        query = start(spark, platform, views, work, client)
+        query = start(spark, platform, views, work, offsets)
         try:
             while query.isActive and not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 query.awaitTermination(REPORT_EVERY)

@@ -229,6 +229,11 @@ def state_key(job: str) -> str:
     return f"conveyor:realtime:{job}"
 
 
+def mode_key(job: str) -> str:
+    """Set when a job first runs in real-time mode (its state is then per partition)."""
+    return f"{state_key(job)}:mode"
+
+
 def claims_prefix(job: str) -> str:
     return f"{state_key(job)}:id:"
 
@@ -344,12 +349,19 @@ class ViewStore:
         bounds; what was written (a replay skips the keys its first attempt wrote)."""
         return self.write(BATCH_FIELD, [(key, batch_id, ttl, fields) for key, (ttl, fields) in deltas.items()])
 
-    def write(self, fence: str, entries: Sequence[Entry]) -> Applied:
+    def write(self, fence: str, entries: Sequence[Entry],
+              before: tuple[str, Mapping[str, str | int]] | None = None) -> Applied:
         """Apply each ``(key, position, ttl seconds, {field: delta})`` whose position is past the
-        key's ``fence`` field, in order (a key may come again with a later position)."""
+        key's ``fence`` field, in order (a key may come again with a later position). ``before``:
+        (hash, fields) set before any of them is (on one server in the same round trip: Redis runs a
+        connection's commands in order; a cluster's nodes need not)."""
+        pipe = self.client.pipeline(transaction=False)
+        if before is not None:
+            pipe.hset(before[0], mapping=before[1])
+            if self.cluster or not entries:
+                pipe.execute()
         if not entries:
             return Applied(0, ())
-        pipe = self.client.pipeline(transaction=False)
         order: list[int] = []
         for group in _by_slot([e[0] for e in entries], self.cluster):
             for start in range(0, len(group), CHUNK):
@@ -362,7 +374,10 @@ class ViewStore:
                         args += [name, saturate(delta)]
                 _run(pipe, self._apply, [entries[i][0] for i in chunk], args)
                 order += chunk
-        statuses = [status for reply in pipe.execute() for status in reply]
+        replies = pipe.execute()
+        if before is not None and not self.cluster:
+            replies = replies[1:]  # the HSET's
+        statuses = [status for reply in replies for status in reply]
         saturated = tuple(entries[i][0] for i, s in zip(order, statuses, strict=True) if s == 2)
         return Applied(sum(1 for s in statuses if s), saturated)
 
@@ -373,16 +388,23 @@ class ViewStore:
     def commit_to(self, key: str, field: str, position: int, max_ms: int | None, counters: Mapping[str, int]) -> bool:
         """Move hash ``key``'s ``field`` to ``position`` with its newest event time and counters,
         once: False when it was there already."""
+        pipe = self.client.pipeline(transaction=False)
+        self.queue_commit(pipe, key, field, position, max_ms, counters)
+        return bool(pipe.execute()[0])
+
+    def queue_commit(self, pipe: Any, key: str, field: str, position: int, max_ms: int | None,
+                     counters: Mapping[str, int]) -> None:
+        """:meth:`commit_to` queued on ``pipe``, to go with other commands."""
         args: list[str | int] = [field, position, "" if max_ms is None else max_ms]
         for name, value in counters.items():
             args += [name, value]
-        return bool(self._commit(keys=[key], args=args))
+        _run(pipe, self._commit, [key], args)
 
 
 def check_mode(client: Client, job: str, views: Sequence[str], live: bool) -> None:
     """A job's views are fenced by batch ids in micro-batch mode and by offsets in real-time mode:
     each fence means nothing to the other, so a job keeps its mode until it is rebuilt."""
-    held_live = next(iter(client.scan_iter(match=f"{state_key(job)}:pos:*", count=1000)), None) is not None
+    held_live = bool(client.exists(mode_key(job)))
     held_batches = bool(client.exists(state_key(job)))
     if (live and held_batches) or (not live and held_live):
         ran, asked = ("micro-batch", "real-time") if held_batches else ("real-time", "micro-batch")

@@ -16,7 +16,7 @@ last real-time batch Spark logged, and every counter must still be exact.
 
 CONVEYOR_REALTIME_CHAOS_KILLS sets the number of kills of the first test (default 1; the full
 count is 10), CONVEYOR_REALTIME_CLUSTER_KILLS those of the Redis Cluster test (default 1),
-CONVEYOR_REALTIME_LIVE_KILLS those of the real-time mode's (default 2; the full count is 10). The
+CONVEYOR_REALTIME_LIVE_KILLS those of the real-time mode's (default 1; the full count is 10). The
 first kill of a test lands while batches are written (within 3 s of one logged); later ones now and
 then during start-up or the first batch instead.
 CONVEYOR_CHAOS_SEED replays a run's kill points and traffic.
@@ -51,7 +51,7 @@ pytestmark = pytest.mark.chaos
 
 KILLS = int(os.environ.get("CONVEYOR_REALTIME_CHAOS_KILLS", "1"))
 CLUSTER_KILLS = int(os.environ.get("CONVEYOR_REALTIME_CLUSTER_KILLS", "1"))
-LIVE_KILLS = int(os.environ.get("CONVEYOR_REALTIME_LIVE_KILLS", "2"))
+LIVE_KILLS = int(os.environ.get("CONVEYOR_REALTIME_LIVE_KILLS", "1"))
 #: Every this many events, one record that is not JSON.
 BAD_EVERY = 40
 #: The share of events sent a second time in the duplicates test.
@@ -168,7 +168,9 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
     else:  # real-time mode runs until stopped: until it has counted every record sent
         final = _job(case.path, log)
         job = job_id(job_views(case.platform))
-        eventually(lambda: live_state(connect(case.platform), job)[1]["records"] == len(traffic.good) + traffic.bad,
+        partitions = [(case.topic, p) for p in range(PARTITIONS)]
+        eventually(lambda: live_state(connect(case.platform), job, partitions)[1]["records"]
+                   == len(traffic.good) + traffic.bad,
                    600, f"the last run to count every record ({context}, log {log})")
         final.send_signal(signal.SIGTERM)
         assert final.wait(120) == 0, f"{context}: {log.read_text()[-3000:]}"
@@ -221,7 +223,7 @@ def test_killed_real_time_mode_jobs_leave_every_counter_exact(realtime_case, tmp
     assert counters_in_redis(case.platform, case.interests) == expected_interests, context
     client = connect(case.platform)
     job = job_id(job_views(case.platform))
-    counters = live_state(client, job)[1]
+    counters = live_state(client, job, [(case.topic, p) for p in range(PARTITIONS)])[1]
     notes = client.hgetall(diagnostics_key(job))
     context = f"{context}, after the restarts: {notes.get('reread')} records read again, " \
               f"{notes.get('recovered')} written record by record"

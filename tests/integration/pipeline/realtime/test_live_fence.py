@@ -57,28 +57,27 @@ def test_a_task_stopped_inside_its_writes_and_replayed_from_earlier_counts_each_
     values[120] = b"{broken"
 
     _feed(work, case.topic, values, [(0, 100), (100, 200)])
-    real_write, real_commit = ViewStore.write, ViewStore.commit_to
+    real_write = ViewStore.write
 
-    def write(self, fence, entries):
+    def write(self, fence, entries, before=None):
         if stop_at == "after-pending":
+            real_write(self, fence, [], before)
             raise Stopped
         if stop_at == "half-the-keys":
-            real_write(self, fence, entries[:len(entries) // 2])
+            real_write(self, fence, entries[:len(entries) // 2], before)
             raise Stopped
-        return real_write(self, fence, entries)
+        return real_write(self, fence, entries, before)
 
-    def commit_to(self, key, field, *args):
-        if field == "done":
-            raise Stopped
-        return real_commit(self, key, field, *args)
+    def queue_commit(*_):
+        raise Stopped
 
     monkeypatch.setattr(ViewStore, "write", write)
-    monkeypatch.setattr(ViewStore, "commit_to", commit_to)
+    monkeypatch.setattr(ViewStore, "queue_commit", queue_commit)
     with pytest.raises(Stopped):
         _feed(work, case.topic, values, [(200, 300)])
     monkeypatch.undo()
     client = connect(case.platform)
-    position = live_state(client, job_id(views))[0][(case.topic, 0)]
+    position = live_state(client, job_id(views), [(case.topic, 0)])[0][(case.topic, 0)]
     assert (position.done, position.pending) == (199, 299)  # the stop landed inside the span
     fenced = [k for k in client.scan_iter(match="t:*", count=1000) if client.hget(k, fence_field(case.topic, 0)) == "299"]
     assert bool(fenced) == (stop_at != "after-pending")
@@ -90,7 +89,7 @@ def test_a_task_stopped_inside_its_writes_and_replayed_from_earlier_counts_each_
     expected_ctr, expected_interests = expected_counters(distinct, case.ctr, case.interests)
     assert counters_in_redis(case.platform, case.ctr) == expected_ctr
     assert counters_in_redis(case.platform, case.interests) == expected_interests
-    positions, counters = live_state(client, job_id(views))
+    positions, counters = live_state(client, job_id(views), [(case.topic, 0)])
     assert positions[(case.topic, 0)] == Position(349, 349, positions[(case.topic, 0)].pending_max,
                                                   positions[(case.topic, 0)].max_ms)
     assert dict(counters) == {"records": 350, "malformed": 1, "applied": len(distinct), "duplicates": 10}
