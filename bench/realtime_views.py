@@ -308,6 +308,13 @@ def measure_rtm(platform: Platform, rate: int, duration: float, warmup_seconds: 
     metrics, stop = RealtimeMetrics(), threading.Event()
     job = threading.Thread(target=live_query.run, args=(spark, platform, views, metrics, stop), daemon=True)
     job.start()
+    # The query is up before the traffic comes, as a job that runs for days is: Spark's start (about
+    # 40 s here) would leave a backlog that this path drains only a few thousand records/s faster
+    # than they come, which a run of minutes measures instead of the path.
+    while not spark.streams.active:
+        assert job.is_alive(), "the real-time-mode job ended before its query started"
+        time.sleep(0.5)
+    time.sleep(5)
     client, name = connect(platform), job_id(views)
     traffic = Traffic(platform, topic, rate, warmup_seconds + _WARMUP_LIMIT + duration)
     latency_ms: Counter[int] = Counter()

@@ -198,14 +198,13 @@ def _span(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partition
     if part.duplicates:
         counters["duplicates"] = part.duplicates
     pipe = store.client.pipeline(transaction=False)
-    store.queue_commit(pipe, where, "done", last, horizon, counters)
+    store.queue_commit(pipe, where, "done", last, horizon, counters, expected=position.done)
     _note(pipe, work.job, {"keys": applied.written, **{f"ms:{latency_bucket(ms)}": n
                                                        for ms, n in latencies(part.times, written_ms).items()}})
     pipe.execute()
-    newest_done = position.max_ms if horizon is None else horizon if position.max_ms is None \
-        else max(position.max_ms, horizon)
-    return Position(last, max(position.pending, last), newest if not recovering else position.pending_max,
-                    newest_done)
+    # What the commit script keeps: the newer of the two event times.
+    newest_done = max((t for t in (position.max_ms, horizon) if t is not None), default=None)
+    return Position(last, max(position.pending, last), newest, newest_done)
 
 
 def _note(pipe: Any, job: str, counts: Mapping[str, int]) -> None:

@@ -24,7 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from conveyor.config import Part, Platform, RealtimeView
-from conveyor.pipeline.errors import PipelineError, spark_failures
+from conveyor.pipeline.errors import PipelineError, RunFailedError, spark_failures
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, source_cluster
 from conveyor.pipeline.realtime.deltas import BatchPlan
 from conveyor.pipeline.realtime.job import KAFKA_COLUMNS, checkpoint_location, event_claims, topic_plans
@@ -32,7 +32,8 @@ from conveyor.pipeline.realtime.live import LiveWork, Position, diagnostics_key,
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
 from conveyor.pipeline.realtime.plan import ViewPlan, job_id
 from conveyor.pipeline.realtime.rejects import RejectsOutput
-from conveyor.pipeline.realtime.store import Client, ViewStore, connect, mode_key, redis_target
+from conveyor.pipeline.realtime.store import Client, RedisBehindError, ViewStore, connect, mode_key, rebuild_command, \
+    redis_target
 from conveyor.positions import PositionFeed, group_name, spark_client_id
 
 if TYPE_CHECKING:
@@ -147,13 +148,44 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
     job = job_id(views)
     client = connect(platform)
     work = live_work(platform, views)
+    location = checkpoint_location(platform, views)
+    if not client.exists(mode_key(job)) and _has_logged_batches(spark, location):
+        raise _redis_lost(metrics, views, f"its checkpoint {location} has logged real-time batches")
     client.set(mode_key(job), "real-time")  # the job's mode from now on (store.check_mode)
     offsets = start_offsets(platform, views, client)
     partitions = [(topic, int(p)) for topic, starts in offsets.items() for p in starts]
     _check_slots(spark, len(partitions))
+    reporter = _Reporter(client, job, partitions)
+    try:
+        _stream(spark, platform, views, work, offsets, metrics, reporter, stop, seconds)
+    except RunFailedError:
+        if not client.exists(mode_key(job)):  # a task found its partition's position gone
+            raise _redis_lost(metrics, views, "a task found its partition's position gone") from None
+        raise
+    return 0
+
+
+def _has_logged_batches(spark: SparkSession, location: str) -> bool:
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{location}/offsets")
+    files = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return bool(files.exists(path) and len(files.listStatus(path)) > 0)
+
+
+def _redis_lost(metrics: RealtimeMetrics, views: Mapping[str, RealtimeView], why: str) -> RedisBehindError:
+    metrics.observe_redis_lost()
+    return RedisBehindError(
+        f"Redis lost the views' data: {why}, but Redis holds none of the job's real-time state (a FLUSHALL, a "
+        f"failover to a lagging replica?); counts are gone from the views. Rebuild them from Kafka: "
+        f"{rebuild_command(list(views))}")
+
+
+def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], work: LiveWork,
+            offsets: Mapping[str, Mapping[str, int]], metrics: RealtimeMetrics, reporter: _Reporter,
+            stop: threading.Event, seconds: float | None) -> None:
+    job = job_id(views)
     feed = PositionFeed(platform, source_cluster(platform), group_name("realtime", job), "spark checkpoint",
                         registry=metrics.registry, client_ids=[spark_client_id("realtime", job)])
-    reporter = _Reporter(client, job, partitions)
     deadline = None if seconds is None else time.monotonic() + seconds
     with spark_failures(f"real-time job {job} (restart it: the views skip what they hold)"):
         query = start(spark, platform, views, work, offsets)
@@ -171,7 +203,6 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
         failure = query.exception()
         if failure is not None:
             raise failure
-    return 0
 
 
 def _report(reporter: _Reporter, metrics: RealtimeMetrics) -> None:

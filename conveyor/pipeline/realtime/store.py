@@ -131,17 +131,23 @@ return table.concat(owned)
 
 
 # ARGV: the position field, the position (a batch id, or the last offset of a span), the newest
-# event time ('' if none), then counter/delta pairs. Numbers stay strings throughout: Lua would print
-# a millisecond timestamp in exponent notation.
+# event time ('' if none), the position the writer expects to find ('' for any: a real-time task
+# knows its partition's, and finding another means Redis lost it), then counter/delta pairs. Numbers
+# stay strings throughout: Lua would print a millisecond timestamp in exponent notation.
 _COMMIT = """
-local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+local held = redis.call('HGET', KEYS[1], ARGV[1]) or '-1'
+if ARGV[4] ~= '' and held ~= ARGV[4] then
+  return redis.error_reply('conveyor: ' .. KEYS[1] .. ' is at ' .. held .. ', not at ' .. ARGV[4] ..
+    ' where this task left it: Redis lost data')
+end
+local last = tonumber(held)
 if tonumber(ARGV[2]) <= last then return 0 end
 local old = redis.call('HGET', KEYS[1], 'max_ms')
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], 'prev_max_ms', old or '')
 if ARGV[3] ~= '' and ((not old) or old == '' or tonumber(ARGV[3]) > tonumber(old)) then
   redis.call('HSET', KEYS[1], 'max_ms', ARGV[3])
 end
-for i = 4, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 5, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 1
 """
 
@@ -385,17 +391,19 @@ class ViewStore:
         """Record the batch as done; False when it was already (a replay)."""
         return self.commit_to(self.key, "batch", batch_id, max_ms, counters)
 
-    def commit_to(self, key: str, field: str, position: int, max_ms: int | None, counters: Mapping[str, int]) -> bool:
+    def commit_to(self, key: str, field: str, position: int, max_ms: int | None, counters: Mapping[str, int],
+                  expected: int | None = None) -> bool:
         """Move hash ``key``'s ``field`` to ``position`` with its newest event time and counters,
-        once: False when it was there already."""
+        once: False when it was there already. ``expected``: the position it must be at (-1: none
+        yet), else Redis lost it and the call fails."""
         pipe = self.client.pipeline(transaction=False)
-        self.queue_commit(pipe, key, field, position, max_ms, counters)
+        self.queue_commit(pipe, key, field, position, max_ms, counters, expected)
         return bool(pipe.execute()[0])
 
     def queue_commit(self, pipe: Any, key: str, field: str, position: int, max_ms: int | None,
-                     counters: Mapping[str, int]) -> None:
+                     counters: Mapping[str, int], expected: int | None = None) -> None:
         """:meth:`commit_to` queued on ``pipe``, to go with other commands."""
-        args: list[str | int] = [field, position, "" if max_ms is None else max_ms]
+        args: list[str | int] = [field, position, "" if max_ms is None else max_ms, "" if expected is None else expected]
         for name, value in counters.items():
             args += [name, value]
         _run(pipe, self._commit, [key], args)

@@ -1,21 +1,28 @@
 """The real-time mode's per-partition fence against a real Redis (one server and a Redis Cluster) and
 the real side output, without Spark: the task function fed Arrow batches as Spark feeds it, stopped
 at a chosen point inside a span's writes, then fed again from an earlier offset with other batch
-boundaries, as a replayed real-time batch is. Every counter must be exact, each event once."""
+boundaries, as a replayed real-time batch is. Every counter must be exact, each event once. And
+Redis losing the job's positions stops the job, in a task and at the job's start."""
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 
 import orjson
 import pyarrow as pa
 import pytest
+import redis
 
-from conveyor.pipeline.realtime import live
+from conveyor.pipeline.realtime import live, live_query
+from conveyor.pipeline.realtime.job import checkpoint_location
 from conveyor.pipeline.realtime.live import Position, diagnostics_key, fence_field, live_state, write_live
 from conveyor.pipeline.realtime.live_query import live_work
+from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.pipeline.realtime.plan import job_id, job_views
-from conveyor.pipeline.realtime.store import ViewStore, connect
+from conveyor.pipeline.realtime.store import RedisBehindError, ViewStore, connect
+from tests.lakekit import lake_folder, lake_spark  # noqa: F401
 from tests.realtimekit import counters_in_redis, event_at, expected_counters, realtime_case, redis_cluster  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -68,7 +75,7 @@ def test_a_task_stopped_inside_its_writes_and_replayed_from_earlier_counts_each_
             raise Stopped
         return real_write(self, fence, entries, before)
 
-    def queue_commit(*_):
+    def queue_commit(*_, **__):
         raise Stopped
 
     monkeypatch.setattr(ViewStore, "write", write)
@@ -95,3 +102,32 @@ def test_a_task_stopped_inside_its_writes_and_replayed_from_earlier_counts_each_
     assert dict(counters) == {"records": 350, "malformed": 1, "applied": len(distinct), "duplicates": 10}
     notes = client.hgetall(diagnostics_key(job_id(views)))
     assert (notes["reread"], notes["recovered"]) == ("50", "100")
+
+
+def test_a_task_that_finds_its_partition_s_position_gone_fails_instead_of_counting_on(realtime_case):
+    case = realtime_case(partitions=1)
+    views = job_views(case.platform)
+    work = live_work(case.platform, views)
+    client = connect(case.platform)
+    values = [orjson.dumps(event_at(time.time() - 5, "impression", "user-1", "b1", 1)) for _ in range(20)]
+
+    def batches():
+        yield _rows(case.topic, values[:10], 0)
+        client.delete(live.position_key(job_id(views), case.topic, 0))  # as a FLUSHALL would
+        yield _rows(case.topic, values[10:], 10)
+
+    with pytest.raises(redis.ResponseError, match="Redis lost data"):
+        for _ in write_live(batches(), work):
+            pass
+
+
+def test_a_checkpoint_with_logged_batches_and_no_real_time_state_in_redis_stops_the_job(lake_spark, realtime_case):
+    case = realtime_case(partitions=1, mode="real-time")
+    views = job_views(case.platform)
+    logged = Path(checkpoint_location(case.platform, views)) / "offsets"
+    logged.mkdir(parents=True)
+    (logged / "0").write_text("v1\n{}\n{}\n")  # what Spark leaves once it has logged a batch
+    metrics = RealtimeMetrics()
+    with pytest.raises(RedisBehindError, match="Redis lost the views' data.*--rebuild"):
+        live_query.run(lake_spark, case.platform, views, metrics, threading.Event())
+    assert metrics.registry.get_sample_value("conveyor_realtime_redis_lost_total") == 1
