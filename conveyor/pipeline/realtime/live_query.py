@@ -115,6 +115,7 @@ class _Reporter:
         self.intervals = 0
         self.positions: dict[tuple[str, int], int] = {}
         self.take()  # what earlier runs did is not this run's
+        self.intervals = 0
 
     def take(self) -> tuple[BatchReport, dict[str, int]]:
         positions, counters = live_state(self.client, self.job, self.partitions)
