@@ -51,7 +51,8 @@ def position_key(job: str, topic: str, partition: int) -> str:
 
 def diagnostics_key(job: str) -> str:
     """Not exact, for the driver's reports: applied events per latency (``ms:<n>``), keys written,
-    records read again after a restart (``reread``) and written record by record (``recovered``)."""
+    keys saturated per view (``saturated:<view>``), records read again after a restart
+    (``reread``) and written record by record (``recovered``)."""
     return f"{state_key(job)}:live"
 
 
@@ -199,8 +200,10 @@ def _span(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partition
         counters["duplicates"] = part.duplicates
     pipe = store.client.pipeline(transaction=False)
     store.queue_commit(pipe, where, "done", last, horizon, counters, expected=position.done)
-    _note(pipe, work.job, {"keys": applied.written, **{f"ms:{latency_bucket(ms)}": n
-                                                       for ms, n in latencies(part.times, written_ms).items()}})
+    views = {key: view for view, key, _ in part.deltas()}
+    _note(pipe, work.job, {"keys": applied.written,
+                           **Counter(f"saturated:{views[key]}" for key in applied.saturated),
+                           **{f"ms:{latency_bucket(ms)}": n for ms, n in latencies(part.times, written_ms).items()}})
     pipe.execute()
     # What the commit script keeps: the newer of the two event times.
     newest_done = max((t for t in (position.max_ms, horizon) if t is not None), default=None)

@@ -128,7 +128,8 @@ class _Reporter:
         report = BatchReport(self.intervals, grown["records"], grown["applied"], noted["keys"], noted["keys"],
                              {k: v for k, v in grown.items() if k not in {"records", "applied", "duplicates"}},
                              seconds, Counter({int(k[3:]): v for k, v in noted.items() if k.startswith("ms:")}),
-                             True, grown["duplicates"])
+                             True, grown["duplicates"],
+                             {k.removeprefix("saturated:"): v for k, v in noted.items() if k.startswith("saturated:")})
         return report, {k: v for k, v in noted.items() if k in {"reread", "recovered"}}
 
 
@@ -217,3 +218,5 @@ def _report(reporter: _Reporter, metrics: RealtimeMetrics) -> None:
              report.duplicates, report.rejects or "none", report.seconds, seconds_text(latency.get(0.5)),
              seconds_text(latency.get(0.99)),
              "; after a restart: " + ", ".join(f"{n} {k}" for k, n in notes.items()) if any(notes.values()) else "")
+    if report.saturated:
+        log.warning("real-time %d: counters at a 64-bit bound (saturated) in %s", report.batch_id, report.saturated)

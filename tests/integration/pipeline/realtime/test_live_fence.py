@@ -131,3 +131,17 @@ def test_a_checkpoint_with_logged_batches_and_no_real_time_state_in_redis_stops_
     with pytest.raises(RedisBehindError, match="Redis lost the views' data.*--rebuild"):
         live_query.run(lake_spark, case.platform, views, metrics, threading.Event())
     assert metrics.registry.get_sample_value("conveyor_realtime_redis_lost_total") == 1
+
+
+def test_a_sum_beyond_64_bits_saturates_its_counter_and_is_noted_for_the_view(realtime_case):
+    case = realtime_case(partitions=1)
+    views = job_views(case.platform)
+    work = live_work(case.platform, views)
+    at = time.time() - 5
+    values = [orjson.dumps(event_at(at, "impression", "user-1", "b1", 2**62)) for _ in range(3)]
+    for _ in write_live(iter([_rows(case.topic, values, 0)]), work):
+        pass
+    client = connect(case.platform)
+    [key] = counters_in_redis(case.platform, case.ctr)
+    assert counters_in_redis(case.platform, case.ctr)[key] == {"impressions": 3, "spend": 2**63 - 1}
+    assert client.hget(diagnostics_key(job_id(views)), f"saturated:{case.ctr}") == "1"
