@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -71,6 +71,12 @@ class BatchPlan:
     views: tuple[ViewPlan, ...]
     watermarks: tuple[int | None, ...]
     future_tolerance_ms: int
+
+    def after(self, newest_ms: int | None) -> BatchPlan:
+        """This plan with each view's watermark following ``newest_ms``, the newest event time seen
+        (None: none yet, no watermark)."""
+        return replace(self, watermarks=tuple(None if newest_ms is None else newest_ms - v.lateness_ms
+                                              for v in self.views))
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("conveyor.realtime")
-KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
+_KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 
 
 def checkpoint_location(platform: Platform, views: Mapping[str, RealtimeView]) -> str:
@@ -69,15 +69,21 @@ def event_claims(platform: Platform, views: Mapping[str, RealtimeView]) -> Event
     return EventClaims(redis_target(platform), claims_prefix(job_id(views)), math.ceil(window)) if window > 0 else None
 
 
+def base_plan(platform: Platform, views: Mapping[str, RealtimeView]) -> BatchPlan:
+    """The job's views and contracts as its tasks get them, before any watermark (BatchPlan.after)."""
+    plans = tuple(ViewPlan.of(name, view) for name, view in views.items())
+    return BatchPlan(topic_plans(platform, views), plans, (None,) * len(plans),
+                     round(platform.pipeline.realtime.future_tolerance * 1000))
+
+
 class BatchWriter:
     """foreachBatch: aggregate the micro-batch to deltas, write them and the rejects, commit."""
 
     def __init__(self, platform: Platform, views: Mapping[str, RealtimeView], metrics: RealtimeMetrics) -> None:
         settings = platform.pipeline.realtime
-        self.views = tuple(ViewPlan.of(name, view) for name, view in views.items())
-        self.topics = topic_plans(platform, views)
+        self.plan = base_plan(platform, views)
+        self.views = self.plan.views
         self.ttls = {v.name: v.ttl_seconds for v in self.views}
-        self.tolerance_ms = round(settings.future_tolerance * 1000)
         self.store = ViewStore(connect(platform), job_id(views))
         self.claims = event_claims(platform, views)
         self.rejects = RejectsOutput(platform, source_cluster(platform), settings.rejects_topic)
@@ -102,8 +108,7 @@ class BatchWriter:
         except RedisBehindError:
             self.metrics.observe_redis_lost()
             raise
-        watermarks = tuple(None if newest is None else newest - v.lateness_ms for v in self.views)
-        plan = BatchPlan(self.topics, self.views, watermarks, self.tolerance_ms)
+        plan = self.plan.after(newest)
         stages.lap("state")
         partials = frame.mapInArrow(partial(project, plan=plan, claims=self.claims), OUTPUT_DDL).toArrow()
         stages.lap("spark")
@@ -151,26 +156,32 @@ class _Stopwatch:
         self._last = now
 
 
-def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], writer: BatchWriter,
-          available_now: bool = False) -> StreamingQuery:
-    """Start the job's query: every ``trigger`` seconds, or with ``available_now`` through what the
-    topics hold now and then stop."""
-    settings = platform.pipeline.realtime
-    topics = sorted({v.topic for v in views.values()})
-    stream = (
+def kafka_stream(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], starting_offsets: str,
+                 **options: str) -> DataFrame:
+    """The views' topics as a stream of Kafka rows (topic, partition, offset, timestamp, key, value), read committed; ``options``:
+    more of the connector's."""
+    reader = (
         spark.readStream.format("kafka")
         .options(**java_client_options(platform, source_cluster(platform)))
-        .option("subscribe", ",".join(topics))
-        .option("startingOffsets", settings.starting_offsets)
-        .option("maxOffsetsPerTrigger", str(settings.max_records_per_batch))
+        .option("subscribe", ",".join(sorted({v.topic for v in views.values()})))
+        .option("startingOffsets", starting_offsets)
         .option("kafka.isolation.level", "read_committed")
         # One client id for every consumer of the query, so the throttle can quota it (conveyor.positions).
         .option("kafka.client.id", spark_client_id("realtime", job_id(views)))
         # Retention deleting unread records fails the query loudly rather than skipping them.
         .option("failOnDataLoss", "true")
-        .load()
-        .select(*KAFKA_COLUMNS)
+        .options(**options)
     )
+    return reader.load().select(*_KAFKA_COLUMNS)
+
+
+def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], writer: BatchWriter,
+          available_now: bool = False) -> StreamingQuery:
+    """Start the job's query: every ``trigger`` seconds, or with ``available_now`` through what the
+    topics hold now and then stop."""
+    settings = platform.pipeline.realtime
+    stream = kafka_stream(spark, platform, views, settings.starting_offsets,
+                          maxOffsetsPerTrigger=str(settings.max_records_per_batch))
     trigger = {"availableNow": True} if available_now else {"processingTime": f"{round(settings.trigger * 1000)} milliseconds"}
     return (stream.writeStream.queryName(f"realtime-{job_id(views)}").foreachBatch(writer)
             .option("checkpointLocation", checkpoint_location(platform, views)).trigger(**trigger).start())

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from functools import lru_cache
 
@@ -177,16 +177,15 @@ def _span(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partition
     last = records[-1][0][2]
     newest = position.pending_max if recovering else position.max_ms
     where = position_key(work.job, topic, partition)
-    plan = replace(work.plan, watermarks=tuple(None if newest is None else newest - v.lateness_ms
-                                               for v in work.plan.views))
-    part = Partial(plan, work.claims, per_record=recovering)
+    part = Partial(work.plan.after(newest), work.claims, per_record=recovering)
     for record, kafka_ms in records:
         part.add(record, kafka_ms)
     part.settle()
     if part.rejects:
         work.rejects.send(batch_id, tuple(part.rejects))
+    deltas = part.deltas()
     entries = [(key, offset if recovering else last, work.ttls[view], fields)
-               for (view, key, offset), fields in part.deltas().items()]
+               for (view, key, offset), fields in deltas.items()]
     if recovering:  # a key's records in offset order: each applies only past the key's fence
         entries.sort(key=lambda e: e[1])
     # A span's writes may stop half-way (a key chunk each call, slots on several nodes): ``pending``
@@ -200,7 +199,7 @@ def _span(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partition
         counters["duplicates"] = part.duplicates
     pipe = store.client.pipeline(transaction=False)
     store.queue_commit(pipe, where, "done", last, horizon, counters, expected=position.done)
-    views = {key: view for view, key, _ in part.deltas()}
+    views = {key: view for view, key, _ in deltas}
     _note(pipe, work.job, {"keys": applied.written,
                            **Counter(f"saturated:{views[key]}" for key in applied.saturated),
                            **{f"ms:{latency_bucket(ms)}": n for ms, n in latencies(part.times, written_ms).items()}})

@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING
 
 from conveyor.config import Part, Platform, RealtimeView
 from conveyor.pipeline.errors import PipelineError, RunFailedError, spark_failures
-from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, source_cluster
-from conveyor.pipeline.realtime.deltas import BatchPlan
-from conveyor.pipeline.realtime.job import KAFKA_COLUMNS, checkpoint_location, event_claims, topic_plans
+from conveyor.pipeline.kafka_source import list_watermarks, source_cluster
+from conveyor.pipeline.realtime.job import base_plan, checkpoint_location, event_claims, kafka_stream
 from conveyor.pipeline.realtime.live import LiveWork, Position, diagnostics_key, live_state, position_key, write_live
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
-from conveyor.pipeline.realtime.plan import ViewPlan, job_id
+from conveyor.pipeline.realtime.plan import job_id
 from conveyor.pipeline.realtime.rejects import RejectsOutput
 from conveyor.pipeline.realtime.store import Client, RedisBehindError, ViewStore, connect, mode_key, rebuild_command, \
     redis_target
@@ -73,18 +72,8 @@ def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeV
     spark.conf.set("spark.sql.streaming.disabledV2MicroBatchReaders", "")
     spark.conf.set("spark.sql.streaming.realTimeMode.allowlistCheck", "false")
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(settings.real_time_rows))
-    frame = (
-        spark.readStream.format("kafka")
-        .options(**java_client_options(platform, source_cluster(platform)))
-        .option("subscribe", ",".join(sorted({v.topic for v in views.values()})))
-        .option("startingOffsets", json.dumps(offsets))
-        .option("kafka.isolation.level", "read_committed")
-        .option("kafka.client.id", spark_client_id("realtime", job_id(views)))
-        .option("failOnDataLoss", "true")
-        .load()
-        .select(*KAFKA_COLUMNS)
-    )
-    stream = (frame.mapInArrow(partial(write_live, work=work), "records bigint").writeStream.format("noop")
+    rows = kafka_stream(spark, platform, views, json.dumps(offsets))
+    stream = (rows.mapInArrow(partial(write_live, work=work), "records bigint").writeStream.format("noop")
               .outputMode("update").queryName(f"realtime-{job_id(views)}")
               .option("checkpointLocation", checkpoint_location(platform, views)))
     trigger = spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(
@@ -95,13 +84,10 @@ def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeV
 
 def live_work(platform: Platform, views: Mapping[str, RealtimeView]) -> LiveWork:
     """What the job's tasks need (the side output's topic is created here, once)."""
-    settings = platform.pipeline.realtime
-    plans = tuple(ViewPlan.of(name, view) for name, view in views.items())
-    return LiveWork(BatchPlan(topic_plans(platform, views), plans, (None,) * len(plans),
-                              round(settings.future_tolerance * 1000)),
-                    event_claims(platform, views), redis_target(platform), job_id(views),
-                    {v.name: v.ttl_seconds for v in plans},
-                    RejectsOutput(platform, source_cluster(platform), settings.rejects_topic))
+    plan = base_plan(platform, views)
+    return LiveWork(plan, event_claims(platform, views), redis_target(platform), job_id(views),
+                    {v.name: v.ttl_seconds for v in plan.views},
+                    RejectsOutput(platform, source_cluster(platform), platform.pipeline.realtime.rejects_topic))
 
 
 class _Reporter:

@@ -23,10 +23,6 @@ WINDOW_FORMAT = "%Y%m%dT%H%M%SZ"
 #: The hash field holding the batch id that last wrote a key. Fields that start with ``_`` are the
 #: job's fences, not counters (a metric's name cannot start with one); readers skip them.
 BATCH_FIELD = "_batch"
-
-
-def is_counter(field: str) -> bool:
-    return not field.startswith("_")
 #: A Redis counter is a signed 64-bit integer (HINCRBY); a view's counters saturate at these bounds.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -48,6 +44,11 @@ def matches(conditions: Conditions, event: Mapping[str, Any]) -> bool:
         if value is None or str(value) not in allowed:
             return False
     return True
+
+
+def is_counter(field: str) -> bool:
+    """A view hash's field is a counter, not a fence (BATCH_FIELD, the real-time mode's ``_at:...``)."""
+    return not field.startswith("_")
 
 
 def saturate(value: int) -> int:
