@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
@@ -165,6 +165,18 @@ def create_topic(platform: Platform, cluster: str, topic: str, partitions: int) 
         topic].result()
 
 
+def _end_offset(consumer: Any, tp: TopicPartition) -> int:
+    """The partition's end offset; asked again while its leader moves (tests that stop brokers)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=10)[1]
+        except KafkaException as err:
+            if not err.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def read_records(platform: Platform, topics: list[str], isolation: str = "read_committed", cluster: str = "central",
              decode: Callable[[bytes], Any] = orjson.loads) -> list[tuple[str, int, int, Any]]:
     consumer = kafka.consumer(platform, cluster, f"verify-{uuid.uuid4().hex[:6]}", "verify",
@@ -175,7 +187,7 @@ def read_records(platform: Platform, topics: list[str], isolation: str = "read_c
         for partition in metadata.topics[topic].partitions:
             tp = TopicPartition(topic, partition, 0)
             assignment.append(tp)
-            ends[(topic, partition)] = consumer.get_watermark_offsets(tp, timeout=10)[1]
+            ends[(topic, partition)] = _end_offset(consumer, tp)
     consumer.assign(assignment)
     records = []
     deadline = time.monotonic() + 120
