@@ -21,8 +21,9 @@ $(STAMP): pyproject.toml sdk/pyproject.toml
 # Debian packages the platform and the tests start, installed only where missing: redis-server
 # (the real-time views), postgresql (the Iceberg JDBC catalog), chromium (the dashboard test drives
 # it headless), prometheus and prometheus-alertmanager (the demo's monitoring; promtool checks
-# the alert rules). Each is "<probe>:<package>".
-DEBIAN := redis-server:redis-server chromium:chromium /usr/lib/postgresql/*/bin/initdb:postgresql promtool:prometheus prometheus-alertmanager:prometheus-alertmanager
+# the alert rules), wrk (the gateway benches' load; their smoke tests run in make test). Each is
+# "<probe>:<package>".
+DEBIAN := redis-server:redis-server chromium:chromium /usr/lib/postgresql/*/bin/initdb:postgresql promtool:prometheus prometheus-alertmanager:prometheus-alertmanager wrk:wrk
 system-deps:
 	@missing=""; for pair in $(DEBIAN); do probe=$${pair%%:*}; \
 	  command -v $$probe >/dev/null 2>&1 || ls $$probe >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
@@ -57,16 +58,18 @@ demo: setup
 	$(BIN)/conveyor ops alerts || true   # exits 1 while a critical alert is active
 	@echo "The platform keeps running; stop it with: $(BIN)/conveyor down"
 
-# Two workers, a file to each at a time (module fixtures stay in one process); each worker starts
+# Three workers, a file to each at a time (module fixtures stay in one process); each worker starts
 # its own clusters on ports 2,000 apart (tests/conftest.py). Most of the suite's time is spent
-# waiting on brokers and Spark, so two workers on two cores nearly halve it. The files go out in the
-# order given, longest first (the system test, then the chaos and integration tests), and the unit
-# tests fill the gaps at the end: xdist would otherwise send the files with the most tests first,
-# and the one-test system file last. The system test runs the whole platform under faults for CONVEYOR_SOAK_MINUTES (2 here,
+# waiting on brokers and Spark (the two cores are about half busy with two workers), so a third
+# worker on two cores takes a third off the wall time. The files go out in the order given, longest
+# first (the system test, then the chaos and integration tests), and the unit tests fill the gaps at
+# the end: xdist would otherwise send the files with the most tests first, and the one-test system
+# file last. The system test runs the whole platform under faults for CONVEYOR_SOAK_MINUTES (2 here,
 # 30 for make soak), then one checker of every sink; the seed is printed, replay it with
 # CONVEYOR_CHAOS_SEED.
+TEST_WORKERS ?= 3
 test: setup
-	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 CONVEYOR_SOAK_MINUTES ?= 30
 soak: setup
@@ -75,11 +78,10 @@ soak: setup
 test-unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
-# Every benchmark; each writes bench/results/<name>.json. wrk (Debian) loads the gateway.
+# Every benchmark; each writes bench/results/<name>.json.
 BENCHES := runtime_startup broker_recovery gateway_throughput replicate_vs_mm2 replicate_failover lag_eval ops_sampling dispatch_throughput balance_plan balance_vs_kafka lake_ingest realtime_views spark_cluster security_cost
 
 bench: setup
-	@command -v wrk >/dev/null 2>&1 || apt-get install -y -qq wrk >/dev/null
 	@for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b || exit 1; done
 
 down:

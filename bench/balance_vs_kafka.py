@@ -15,7 +15,7 @@ same real cluster state, and producer p99 during a throttled and an unthrottled 
    state, throttled and unthrottled (moved back in between, unmeasured), while a probe producer
    (acks=all, fixed rate) records its latency: p50/p99 before and during each move.
 
-    python -m bench.balance_vs_kafka [--base-port 13300] [--seconds 20] [--throttle 2097152]
+    python -m bench.balance_vs_kafka [--base-port 13300] [--seconds 20] [--throttle 2097152] [--scale 1.0]
 
 Writes ``bench/results/balance_vs_kafka.json``.
 """
@@ -94,7 +94,8 @@ def _skewed(rng: random.Random, partitions: int, hot: bool) -> list[list[int]]:
     return out
 
 
-def _create(platform: Platform, rng: random.Random) -> None:
+def _create(platform: Platform, rng: random.Random, scale: float) -> None:
+    """The skewed topics, each preloaded with ``scale`` times its megabytes."""
     admin = kafka.admin(platform, CLUSTER)
     assignments = {name: _skewed(rng, p, hot=name in ("t0", "t1", "t2")) for name, (p, *_) in TOPICS.items()}
     assignments[ISOLATED] = [[3, 4, 5] for _ in range(9)]  # all led by broker 3
@@ -102,8 +103,8 @@ def _create(platform: Platform, rng: random.Random) -> None:
     for future in admin.create_topics(topics).values():
         future.result()
     for name, (*_, mb) in TOPICS.items():
-        preload(platform, CLUSTER, name, mb * 1000, size=1000)
-    preload(platform, CLUSTER, ISOLATED, 5000, size=1000)
+        preload(platform, CLUSTER, name, max(1, round(mb * 1000 * scale)), size=1000)
+    preload(platform, CLUSTER, ISOLATED, max(1, round(5000 * scale)), size=1000)
 
 
 class Traffic:
@@ -259,7 +260,11 @@ def main() -> None:
     parser.add_argument("--base-port", type=int, default=int(os.environ.get("CONVEYOR_BENCH_BASE_PORT", "13300")))
     parser.add_argument("--seconds", type=float, default=20.0, help="traffic measuring window")
     parser.add_argument("--throttle", type=int, default=2 * 2**20, help="bytes/s for the throttled move")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="share of each topic's preloaded data (the bytes the moves carry shrink with it)")
     args = parser.parse_args()
+    if not 0 < args.scale <= 1:
+        parser.error("--scale must be above 0 and at most 1")
     console = Console()
     with tempfile.TemporaryDirectory(prefix="conveyor-balance-bench-") as tmp:
         home = Path(tmp) / "home"
@@ -270,7 +275,7 @@ def main() -> None:
                 _up(local)
             platform = local.clients
             with console.status("creating skewed topics and preloading data"):
-                _create(platform, random.Random(5))
+                _create(platform, random.Random(5), args.scale)
             with Traffic(platform):
                 with console.status(f"measuring traffic for {args.seconds:g} s and planning"):
                     comparison = compare(platform, console, args.seconds)

@@ -139,9 +139,12 @@ def run(topic_count: int, base_port: int, console: Console) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.ops_sampling", description=__doc__.split("\n")[0])
-    parser.add_argument("--topics", type=int, default=2000)
+    parser.add_argument("--topics", type=int, default=2000, help=f"topics of the second round (more than {GROUPS})")
     parser.add_argument("--base-port", type=int, default=21092, help="for the one-broker cluster this run starts")
     args = parser.parse_args()
+    if args.topics <= GROUPS:
+        parser.error(f"--topics must be more than {GROUPS}: the first round watches one topic per group, "
+                     "the second every topic")
     console = Console()
     result = run(args.topics, args.base_port, console)
     path = write_results("ops_sampling", {"benchmark": "ops_sampling", **host(), **result})

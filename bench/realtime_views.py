@@ -28,7 +28,6 @@ Writes bench/results/realtime_views.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import multiprocessing
 import os
@@ -48,7 +47,7 @@ from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import demo_data, provision
+from bench.common import demo_data, provision, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
@@ -64,7 +63,6 @@ from conveyor.pipeline.spark import spark_session
 from conveyor.runtime.local import LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "realtime_views.json"
 PARTITIONS = 6
 TOPICS = {"realtime": "bench-rt-spark", "rtm": "bench-rt-rtm", "naive": "bench-rt-naive"}
 #: The warm-up ends when the job is this many seconds of traffic behind the stream, or less: about
@@ -449,8 +447,7 @@ def main() -> None:
     logging.getLogger("conveyor.realtime").setLevel(logging.INFO)  # one line per batch
     result = run(args.rate, args.duration, args.base_port, args.warmup, paths, settings,
                  RtmSettings(args.rtm_rows, args.rtm_batch_seconds))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
+    write_results("realtime_views", result)
     table = Table(title=f"real-time views: {args.rate:,} events/s offered for {args.duration:.0f}s "
                         f"(load average mean {result['load_average']['mean']}, max {result['load_average']['max']})")
     for column in ("path", "events", "offered/s", "processed/s", "latency p50", "latency p99"):
