@@ -73,6 +73,8 @@ def _populate(platform: Platform, topics: list[str], console: Console) -> None:
         producer.poll(0)
     producer.flush(120)
     for group, owned in _groups(topics).items():
+        if not owned:  # fewer new topics than groups: these groups own none of them
+            continue
         consumer = kafka.consumer(platform, CLUSTER, group, "ops-bench")
         consumer.commit(offsets=[TopicPartition(t, 0, 5) for t in owned], asynchronous=False)
         consumer.close()

@@ -99,7 +99,7 @@ def realtime_platform(folder: Path, base_port: int, topic: str = TOPICS["realtim
     demo = demo_data()
     contract = str(ROOT / "contracts" / "ad-events.schema.json")
     views = {f"{name}-{topic}": {**view, "topic": topic} for name, view in demo["pipeline"]["realtime"]["views"].items()}
-    topics = set(TOPICS.values())
+    topics = {*TOPICS.values(), topic}  # bench.spark_cluster names a topic per master
     data = {
         "name": "realtime-bench",
         "runtime": {**demo["runtime"], "home": str(folder / "home"), "base_port": base_port},

@@ -16,6 +16,7 @@ def test_replicator_bench_measures_mirrormaker_2_beside_the_replicator(tmp_path)
         assert result["latency"][tool]["records"] == result["latency"][tool]["sent"] > 0, result
 
 
+@pytest.mark.bench_smoke
 def test_failover_bench_times_every_bucket_before_and_after_a_workers_kill(tmp_path):
     (run,) = run_bench("replicate_failover", tmp_path, "--runs", "1", "--seconds", "10", "--rate", "50")["runs"]
     for window in ("before_kill", "after_kill_survivor_buckets", "after_kill_moved_buckets"):
