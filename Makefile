@@ -61,13 +61,14 @@ demo: setup
 # Two workers, a file to each at a time (module fixtures stay in one process); each worker starts
 # its own clusters on ports 2,000 apart (tests/conftest.py). Most of the suite's time is spent
 # waiting on brokers and Spark, so two workers on two cores nearly halve it (three took longer: 33
-# minutes against 24, the load average past 30, and timed bench windows missed their events). The files go out in the order given, longest
-# first (the system test, then the chaos and integration tests), and the unit tests fill the gaps at
-# the end: xdist would otherwise send the files with the most tests first, and the one-test system
-# file last. The system test runs the whole platform under faults for CONVEYOR_SOAK_MINUTES (2 here,
-# 30 for make soak), then one checker of every sink; the seed is printed, replay it with
-# CONVEYOR_CHAOS_SEED. The benches' smoke tests marked bench_smoke (a platform each, 11 minutes
-# together on two workers) run in make bench-smoke, not here: the suite keeps within 25 minutes.
+# minutes against 24, the load average past 30, and timed bench windows missed their events). The
+# files go out in the order given, longest first (the system test, then the chaos and integration
+# tests), and the unit tests fill the gaps at the end: xdist would otherwise send the files with the
+# most tests first, and the one-test system file last. The system test runs the whole platform
+# under faults for CONVEYOR_SOAK_MINUTES (2 here, 30 for make soak), then one checker of every sink;
+# the seed is printed, replay it with CONVEYOR_CHAOS_SEED. The benches' smoke tests marked
+# bench_smoke (a platform each, 11 minutes together on two workers) run in make bench-smoke, not
+# here: the suite keeps within 25 minutes.
 test: setup
 	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile --no-loadscope-reorder -m "not bench_smoke"
 
