@@ -21,8 +21,8 @@ $(STAMP): pyproject.toml sdk/pyproject.toml
 # Debian packages the platform and the tests start, installed only where missing: redis-server
 # (the real-time views), postgresql (the Iceberg JDBC catalog), chromium (the dashboard test drives
 # it headless), prometheus and prometheus-alertmanager (the demo's monitoring; promtool checks
-# the alert rules), wrk (the gateway benches' load; their smoke tests run in make test). Each is
-# "<probe>:<package>".
+# the alert rules), wrk (the load of the gateway and security benches, for make bench and make
+# bench-smoke). Each is "<probe>:<package>".
 DEBIAN := redis-server:redis-server chromium:chromium /usr/lib/postgresql/*/bin/initdb:postgresql promtool:prometheus prometheus-alertmanager:prometheus-alertmanager wrk:wrk
 system-deps:
 	@missing=""; for pair in $(DEBIAN); do probe=$${pair%%:*}; \

@@ -102,9 +102,8 @@ def _create(platform: Platform, rng: random.Random, scale: float) -> None:
     topics = [NewTopic(name, num_partitions=len(a), replica_assignment=a) for name, a in assignments.items()]
     for future in admin.create_topics(topics).values():
         future.result()
-    for name, (*_, mb) in TOPICS.items():
-        preload(platform, CLUSTER, name, max(1, round(mb * 1000 * scale)), size=1000)
-    preload(platform, CLUSTER, ISOLATED, max(1, round(5000 * scale)), size=1000)
+    for name, mb in [*((name, mb) for name, (*_, mb) in TOPICS.items()), (ISOLATED, 5)]:
+        preload(platform, CLUSTER, name, max(1, round(mb * 1000 * scale)), size=1000)  # 1 KB records
 
 
 class Traffic:

@@ -28,17 +28,20 @@ def bench_port(offset: int = 0) -> int:
     return base_port() + 700 + offset
 
 
+def _run(name: str, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", f"bench.{name}", *args], cwd=ROOT, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def run_bench(name: str, results: Path, *args: str, ports: bool = True, timeout: float = 600) -> dict[str, Any]:
     """``python -m bench.<name> args`` run to its end (on :func:`bench_port` when it starts a
     platform); the figures it wrote, with its standard output under ``stdout``."""
-    command = [sys.executable, "-m", f"bench.{name}", *args, *(["--base-port", str(bench_port())] if ports else [])]
-    done = subprocess.run(command, cwd=ROOT, env={**os.environ, "CONVEYOR_BENCH_RESULTS": str(results)},
-                          capture_output=True, text=True, timeout=timeout)
+    done = _run(name, [*args, *(["--base-port", str(bench_port())] if ports else [])],
+                {"CONVEYOR_BENCH_RESULTS": str(results)}, timeout)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     return {"stdout": done.stdout, **json.loads((results / f"{name}.json").read_text())}
 
 
 def refusal(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python -m bench.<name> args`` expected to stop before it starts anything."""
-    return subprocess.run([sys.executable, "-m", f"bench.{name}", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env={**os.environ, **(env or {})})
+    return _run(name, list(args), env or {}, timeout=60)
