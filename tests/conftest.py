@@ -78,7 +78,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 def base_port() -> int:
     """The session's first port: CONVEYOR_TEST_BASE_PORT (default 29092), 2,000 lower for each
     further pytest-xdist worker, so that parallel workers' clusters never share a port. A session
-    uses ports from base_port - 600 (the secured cluster's) to base_port + 610 (a Redis Cluster)."""
+    uses ports from base_port - 600 (the secured cluster's) to base_port + 661 (a Redis Cluster with replicas)
+    and the benches' from base_port + 700."""
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     return int(os.environ.get("CONVEYOR_TEST_BASE_PORT", "29092")) - 2000 * worker
 

@@ -209,13 +209,20 @@ class LocalPlatform:
             "--tls-ca-cert-file", str(self.security.ca_cert), "--tls-auth-clients", "no",
             "--aclfile", str(layout.acl_file),
             "--dir", str(layout.dir),
-            # Counters in real-time views must survive a restart: append-only file, fsync per second.
+            # Counters in real-time views must survive a restart, a SIGKILL included: every write
+            # is in the append-only file before its reply. With fsync once a second, Redis may hold
+            # writes back for up to 2 s while an fsync runs, and still answer them.
             "--appendonly", "yes",
-            "--appendfsync", "everysec",
+            "--appendfsync", "always",
             "--save", "",
             "--protected-mode", "yes",
             "--daemonize", "no",
         ]
+
+    def write_redis_users(self, layout: RedisLayout) -> None:
+        """The folder of a Redis in ``layout`` and its ACL file (conveyor.runtime.redis_access)."""
+        layout.dir.mkdir(parents=True, exist_ok=True)
+        write_private(layout.acl_file, acl_file(passwords(self.security)).encode())
 
     def _all_node_daemons(self) -> list[tuple[Node, Daemon]]:
         return [(node, self.node_daemon(node)) for layout in self.layouts for node in layout.nodes]
@@ -261,8 +268,7 @@ class LocalPlatform:
 
         redis_daemon = self.redis_daemon()
         if self.redis is not None and redis_daemon and redis_argv and processes.running_pid(redis_daemon) is None:
-            self.redis.dir.mkdir(parents=True, exist_ok=True)
-            write_private(self.redis.acl_file, acl_file(passwords(self.security)).encode())
+            self.write_redis_users(self.redis)
             processes.start(redis_daemon, redis_argv)
             started.append("redis")
         if self.postgres is not None and postgres.start(self.postgres):

@@ -22,9 +22,17 @@ RULES = {
 }
 
 
+#: Nobody can log in as the default user: it has no password and is not ``nopass``. It stays on,
+#: with every right, because Redis (7.0 as Debian ships it) replays the append-only file as the
+#: default user and checks each transaction's commands against its rights again at EXEC: a default
+#: user that is off drops every MULTI/EXEC of the file, the Lua scripts' writes among them, at each
+#: restart (Redis issue 14541, fixed upstream by pull request 14545).
+DEFAULT_USER = "user default on resetpass ~* &* +@all"
+
+
 def acl_file(passwords: dict[str, str]) -> str:
-    """The ACL file of users ``passwords`` names (each of RULES), the default user off."""
-    lines = ["user default off"]
+    """The ACL file of users ``passwords`` names (each of RULES), and a default user nobody can log in as."""
+    lines = [DEFAULT_USER]
     lines += [f"user {user} on #{hashlib.sha256(password.encode()).hexdigest()} {RULES[user]}"
               for user, password in sorted(passwords.items())]
     return "\n".join(lines) + "\n"

@@ -154,6 +154,11 @@ def test_redis_takes_only_its_users_over_tls_each_to_its_own_commands(provisione
         "plain TCP": lambda: redis.Redis(host="127.0.0.1", port=port, socket_timeout=5).get(key),
         "a wrong password": lambda: redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca,
                                                 username="conveyor-reader", password="guess").get(key),
+        # The default user is on, for the append-only file's replay, but has no password to give.
+        "the default user with no password": lambda: redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca,
+                                                                 username="default", password="").get(key),
+        "a password alone (the default user)": lambda: redis.Redis(host="127.0.0.1", port=port, ssl=True,
+                                                                   ssl_ca_certs=ca, password="guess").get(key),
         "the reader writing": lambda: as_reader.set(key, "2"),
         "the writer wiping": lambda: as_writer.flushall(),
         "the writer reconfiguring": lambda: as_writer.config_set("appendonly", "no"),

@@ -27,110 +27,25 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
 import pytest
 
-from conveyor import kafka
 from conveyor.pipeline.realtime.live import diagnostics_key, live_state
 from conveyor.pipeline.realtime.plan import job_id, job_views
 from conveyor.pipeline.realtime.store import ViewStore, connect
 from tests.conftest import eventually
 from tests.lakekit import lake_folder  # noqa: F401
-from tests.realtimekit import counters_in_redis, event_at, expected_counters, realtime_case, redis_cluster  # noqa: F401
+from tests.realtimekit import (Sent, batches_logged, counters_in_redis, expected_counters,  # noqa: F401
+                               realtime_case, redis_cluster, start_job, traffic_to)
 
 pytestmark = pytest.mark.chaos
 
 KILLS = int(os.environ.get("CONVEYOR_REALTIME_CHAOS_KILLS", "1"))
 CLUSTER_KILLS = int(os.environ.get("CONVEYOR_REALTIME_CLUSTER_KILLS", "1"))
 LIVE_KILLS = int(os.environ.get("CONVEYOR_REALTIME_LIVE_KILLS", "1"))
-#: Every this many events, one record that is not JSON.
-BAD_EVERY = 40
-#: The share of events sent a second time in the duplicates test.
-DUPLICATE_SHARE = 0.2
 PARTITIONS = 3
-
-
-@dataclass
-class Sent:
-    """What the traffic got acknowledged: the events, and how many records were not JSON."""
-
-    good: list[dict] = field(default_factory=list)
-    bad: int = 0
-
-
-def _produce(case, sent: Sent, stop: threading.Event, seed: int, duplicates: bool) -> None:
-    """Ad events at about 400/s, stamped with the current time, until ``stop``; with ``duplicates``
-    some are sent again, on a random partition, at once or up to 5 s later."""
-
-    def delivered(err, message) -> None:
-        assert err is None, err
-        if message.value().startswith(b"broken-"):
-            sent.bad += 1
-        else:
-            sent.good.append(orjson.loads(message.value()))
-
-    producer = kafka.producer(case.platform, "central", "realtime-chaos-traffic")
-    rng = random.Random(seed)
-    copies: list[tuple[float, bytes]] = []  # (when to send, value)
-
-    def send_copies(until: float) -> None:
-        due = [c for c in copies if c[0] <= until]
-        for _, value in due:
-            producer.produce(case.topic, value, partition=rng.randrange(PARTITIONS), on_delivery=delivered)
-        copies[:] = [c for c in copies if c[0] > until]
-
-    while not stop.is_set():
-        for _ in range(BAD_EVERY):
-            kind = rng.choice(("impression", "impression", "impression", "click", "page_view"))
-            banner = None if kind == "page_view" else f"b{rng.randrange(20)}"
-            event = event_at(time.time(), kind, f"user-{rng.randrange(50)}", banner,
-                             None if banner is None else rng.randrange(1, 1000))
-            value = orjson.dumps(event)
-            producer.produce(case.topic, value, key=event["user_id"].encode(), on_delivery=delivered)
-            if duplicates and rng.random() < DUPLICATE_SHARE:
-                copies.append((time.monotonic() + rng.choice((0.0, rng.uniform(0.5, 5.0))), value))
-        producer.produce(case.topic, f"broken-{len(sent.good)}".encode(), on_delivery=delivered)
-        send_copies(time.monotonic())
-        producer.poll(0)
-        stop.wait(0.1)
-    send_copies(float("inf"))
-    assert producer.flush(60) == 0
-
-
-@contextmanager
-def traffic_to(case, seed: int, duplicates: bool = False) -> Iterator[Sent]:
-    sent, stop = Sent(), threading.Event()
-    thread = threading.Thread(target=_produce, args=(case, sent, stop, seed, duplicates), daemon=True)
-    thread.start()
-    try:
-        yield sent
-    finally:
-        stop.set()
-        thread.join(90)
-    assert not thread.is_alive()
-
-
-def _job(path: Path, log: Path, *extra: str) -> subprocess.Popen:
-    with log.open("ab") as out:
-        # Its own session: the kill takes the Python driver and its JVM together, as a lost machine would.
-        return subprocess.Popen([sys.executable, "-m", "conveyor", "pipeline", "realtime", "--platform", str(path),
-                                 *extra], stdout=out, stderr=out, start_new_session=True)
-
-
-def _batches_logged(log: Path) -> int:
-    """Batches the job logged (conveyor.service's text format: ``<time> INFO conveyor.realtime: batch 3: ...``;
-    in real-time mode the driver's reports of what the tasks wrote, ``real-time 3: ...``)."""
-    text = log.read_text(errors="replace")
-    return text.count(" conveyor.realtime: batch ") + text.count(" conveyor.realtime: real-time ")
 
 
 def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: int = KILLS) -> tuple[Sent, str]:
@@ -140,17 +55,17 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
     rng = random.Random(seed)
     log = tmp_path / "realtime-runs.log"
     kills = []
-    with traffic_to(case, seed, duplicates) as traffic:
+    with traffic_to(case, seed, duplicates, PARTITIONS) as traffic:
         for n in range(kills_wanted):
-            process = _job(case.path, log)
+            process = start_job(case.path, log)
             if n and rng.random() < 0.25:  # now and then during start-up or the first batch
                 delay = rng.uniform(2, 15)
             else:  # mostly while batches are written: wait for one, then kill within the next few
-                seen = _batches_logged(log)
+                seen = batches_logged(log)
 
                 def next_batch() -> bool:
                     assert process.poll() is None, f"seed {seed}: {log.read_text()[-3000:]}"
-                    return _batches_logged(log) != seen
+                    return batches_logged(log) != seen
 
                 # No batch in 4 minutes is a wedged job, not a slow one: fail rather than kill blind.
                 eventually(next_batch, 240, f"the job to log a batch (seed {seed}, log {log})")
@@ -163,10 +78,10 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
     # Everything acknowledged is in Kafka now; one last run reads it all and stops.
     context = f"seed {seed}, kills after {kills}"
     if case.platform.pipeline.realtime.mode == "micro-batch":
-        final = _job(case.path, log, "--available-now")
+        final = start_job(case.path, log, "--available-now")
         assert final.wait(600) == 0, f"{context}: {log.read_text()[-3000:]}"
     else:  # real-time mode runs until stopped: until it has counted every record sent
-        final = _job(case.path, log)
+        final = start_job(case.path, log)
         job = job_id(job_views(case.platform))
         partitions = [(case.topic, p) for p in range(PARTITIONS)]
         eventually(lambda: live_state(connect(case.platform), job, partitions)[1]["records"]

@@ -1,0 +1,71 @@
+"""The views survive Redis restarts: while events keep arriving and the views job writes, the
+platform's Redis (TLS, the ACL file's users, the append-only file, as ``conveyor up`` runs it) is
+stopped by SIGTERM and then by SIGKILL, each time while batches are written, and started again. The
+job rides through each restart on its own (no restart, no rebuild), and at the end every counter
+equals the count computed from the acknowledged events.
+
+Each restart must have had something to lose: the append-only file's increments held transactions
+(the Lua scripts' writes) when Redis stopped, and Redis loaded them back.
+
+CONVEYOR_CHAOS_SEED replays a run's restart points and traffic.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from conveyor.pipeline.realtime.plan import job_id, job_views
+from conveyor.pipeline.realtime.store import ViewStore, connect
+from tests.conftest import eventually
+from tests.lakekit import lake_folder  # noqa: F401
+from tests.realtimekit import (batches_logged, counters_in_redis, expected_counters, platform_redis,  # noqa: F401
+                               realtime_case, start_job, traffic_to)
+
+pytestmark = pytest.mark.chaos
+
+PARTITIONS = 3
+
+
+def test_views_survive_redis_restarts_by_sigterm_and_sigkill(realtime_case, platform_redis, chaos_rng, tmp_path):
+    case = realtime_case(partitions=PARTITIONS, ctr_lateness="10m", interest_lateness="10m", redis=platform_redis.url)
+    seed = chaos_rng.randrange(1 << 32)
+    log = tmp_path / "realtime.log"
+    store = ViewStore(connect(case.platform), job_id(job_views(case.platform)))
+    restarts: list[tuple[str, int | None, int]] = []
+
+    def batches() -> int:
+        assert job.poll() is None, f"{restarts}: the job stopped: {log.read_text()[-3000:]}"
+        return batches_logged(log)
+
+    with traffic_to(case, seed, partitions=PARTITIONS) as traffic:
+        job = start_job(case.path, log)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            seen = batches()
+            eventually(lambda: batches() > seen, 240, f"the job to log a batch (log {log})")
+            time.sleep(chaos_rng.uniform(0, 1.5))  # while the next batches are written
+            written = platform_redis.changes_since_rewrite()
+            batch = store.state().batch
+            platform_redis.stop(sig)
+            restarts.append((sig.name, batch, written.count(b"MULTI")))
+            platform_redis.start()
+        seen = batches()
+        eventually(lambda: batches() > seen + 2, 240, f"the job to go on after the restarts (log {log})")
+    context = f"restarts (signal, batch committed before it, transactions in the file): {restarts}"
+    # Each restart had transactions to replay, and Redis replayed every one of them.
+    assert all(transactions > 0 for _, _, transactions in restarts), context
+    assert "NOPERM" not in platform_redis.log.read_text(errors="replace"), context
+
+    sent = len(traffic.good) + traffic.bad
+    eventually(lambda: batches() and store.state().counters.get("records") == sent, 240,
+               f"the job to count every record sent ({context}, log {log})")
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(120) == 0, f"{context}: {log.read_text()[-3000:]}"
+
+    expected_ctr, expected_interests = expected_counters(traffic.good, case.ctr, case.interests)
+    assert counters_in_redis(case.platform, case.ctr) == expected_ctr, context
+    assert counters_in_redis(case.platform, case.interests) == expected_interests, context
+    counters = store.state().counters
+    assert counters == {"records": sent, "applied": len(traffic.good), "malformed": traffic.bad}, (counters, context)
