@@ -223,19 +223,21 @@ def serve_gateway() -> Iterator[Callable[..., str]]:
 
     from conveyor.config.tls import Tls
     from conveyor.gateway.app import Gateway, create_app
-    from conveyor.gateway.server import server_config
+    from conveyor.gateway.server import gateway_server
     from conveyor.tls import base_url, server_tls, uvicorn_tls
 
     servers: list[tuple[uvicorn.Server, threading.Thread]] = []
 
-    def serve(platform: Platform, dc: str, tls: Tls | None = None) -> str:
-        """``tls``: serve HTTPS with it (``Tls()``: a certificate from the platform's local CA)."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+    def serve(platform: Platform, dc: str, tls: Tls | None = None, port: int | None = None) -> str:
+        """``tls``: serve HTTPS with it (``Tls()``: a certificate from the platform's local CA);
+        ``port``: listen there (default: a free port)."""
+        if port is None:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
         gateway = Gateway(platform, dc)
-        server = uvicorn.Server(server_config(create_app(gateway), gateway.settings, "127.0.0.1", port,
-                                              **uvicorn_tls(server_tls(platform, tls))))
+        server = gateway_server(create_app(gateway), gateway.settings, gateway.metrics.registry, "127.0.0.1", port,
+                                **uvicorn_tls(server_tls(platform, tls)))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         def started() -> bool:

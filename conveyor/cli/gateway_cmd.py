@@ -40,16 +40,15 @@ def serve(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortO
     """Serve POST /v1/topics/{topic}/events, /healthz and /metrics in the foreground. Answers only
     after Kafka acknowledged every event; fails over to the cluster's `failover` list. SIGTERM
     drains and publishes the last audit counts before exiting."""
-    import uvicorn
-
     from conveyor.gateway.app import Gateway, create_app
-    from conveyor.gateway.server import server_config
+    from conveyor.gateway.server import gateway_server
 
     model = platform_from(platform)
     _writable(model, dc)
     served = server_tls(model, model.gateway.tls)
-    uvicorn.Server(server_config(create_app(Gateway(model, dc)), model.gateway, host, port or default_port(model, dc),
-                                 timeout_graceful_shutdown=30, **uvicorn_tls(served))).run()
+    gateway = Gateway(model, dc)
+    gateway_server(create_app(gateway), model.gateway, gateway.metrics.registry, host, port or default_port(model, dc),
+                   timeout_graceful_shutdown=30, **uvicorn_tls(served)).run()
 
 
 @app.command()

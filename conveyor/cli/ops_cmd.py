@@ -223,14 +223,12 @@ def watch(
     """Run the watch service in the foreground: every ops.interval seconds it samples every
     cluster's consumer groups and scrapes every broker, and serves the dashboard (/), its JSON API
     (/api/state), /metrics and /healthz."""
-    import uvicorn
-
     from conveyor.ops.watch import Watcher
-    from conveyor.web.app import create_app
+    from conveyor.web.app import dashboard_server
 
     model = platform_from(platform)
-    uvicorn.run(create_app(Watcher(model), host), host=host, port=port or model.ops.port, log_level="warning",
-                access_log=False, **uvicorn_tls(server_tls(model, model.ops.tls)))
+    dashboard_server(Watcher(model), host, port or model.ops.port,
+                     **uvicorn_tls(server_tls(model, model.ops.tls))).run()
 
 
 def dashboard(platform: PlatformOption = DEFAULT_PLATFORM, port: PortOption = None) -> None:

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from conveyor.config.edge import GrpcConnections
 from conveyor.config.tls import Tls
 from conveyor.config.units import Model, Name, Seconds
 
@@ -19,6 +20,8 @@ class Dispatch(Model):
     metrics_port: int = Field(default=18190, ge=1024, le=65535, description="/metrics and /healthz")
     #: Serve gRPC over TLS (``tls: {}`` for the platform's certificate, see Tls).
     tls: Tls | None = None
+    #: The gRPC port's connection bounds, each a setting of gRPC's C core.
+    connections: GrpcConnections = Field(default_factory=GrpcConnections)
     #: A delivered message not acked within this is delivered again.
     ack_deadline: Seconds = Field(default=30.0, gt=0)
     #: Deliveries of one message before it goes to the dead-letter topic instead.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from conveyor.config.edge import Connections
 from conveyor.config.tls import Tls
 from conveyor.config.units import Model, Seconds, SizeBytes
 
@@ -42,3 +43,6 @@ class Gateway(Model):
     summary_above: int = Field(default=100, ge=0)
     #: Serve HTTPS (``tls: {}`` for the platform's certificate, see Tls).
     tls: Tls | None = None
+    #: Connections held at once, overall and per client address, and the deadlines of a new one's
+    #: TLS handshake and first request (conveyor.edge_guard).
+    connections: Connections = Field(default_factory=Connections)

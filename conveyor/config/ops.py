@@ -6,6 +6,7 @@ import re
 
 from pydantic import Field, model_validator
 
+from conveyor.config.edge import DashboardConnections
 from conveyor.config.machines import Machines
 from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
 from conveyor.config.tls import Tls
@@ -54,6 +55,8 @@ class Ops(Model):
     port: int = Field(default=18070, ge=1024, le=65535, description="/metrics, /healthz, /api and the dashboard")
     #: Serve the dashboard over HTTPS (``tls: {}`` for the platform's certificate, see Tls).
     tls: Tls | None = None
+    #: The dashboard's connection bounds (conveyor.edge_guard).
+    connections: DashboardConnections = Field(default_factory=DashboardConnections)
     #: The credential the dashboard and /api/state ask for (Bearer, or Basic with the token as
     #: password, which a browser prompts for); None leaves them open to whoever reaches the port.
     token: TokenHash | None = None

@@ -10,6 +10,12 @@ for ``dispatch.reader_idle_timeout`` has its reader stopped; the next client get
 starts from the group's commit. A new pair is refused (RESOURCE_EXHAUSTED) while the node runs
 ``dispatch.max_readers`` readers, or the group's service ``dispatch.max_readers_per_service``; a
 new stream while its service holds ``dispatch.max_streams_per_service``.
+
+The gRPC port's connections are bounded by gRPC's C core with ``dispatch.connections``
+(:func:`grpc_options`): a cap over all clients, a handshake deadline, idle and keepalive bounds. It
+has no cap per client address and does not say what it refuses, so the node counts the connections
+it holds from /proc (``conveyor_edge_connections_open{edge="dispatch"}``) and logs while they are at
+the cap (conveyor.edge_guard.PortWatch).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from confluent_kafka import KafkaException
 from conveyor import kafka
 from conveyor.auth import Forbidden, TooManyAttempts, Unauthenticated
 from conveyor.config import Part, Platform
+from conveyor.config.edge import GrpcConnections
 from conveyor.dispatch.access import Access, owner
 from conveyor.dispatch.discovery import Membership
 from conveyor.dispatch.errors import (
@@ -50,6 +57,7 @@ from conveyor.dispatch.reader import GroupReader
 from conveyor.dispatch.share_reader import ShareReader
 from conveyor.dispatch.source import Source
 from conveyor.dispatch.streams import FirstFrameTimeout, Inbound
+from conveyor.edge_guard import PortConnections, PortWatch
 from conveyor.gctune import tune_for_throughput
 from conveyor.service import Endpoint, MetricsServer
 from conveyor.tls import server_tls
@@ -100,6 +108,10 @@ class DispatchNode:
         self._stopping = False
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
+        self._connections = PortConnections("dispatch", lambda: self.port)
+        self.registry.register(self._connections)
+        self._port_watch = PortWatch("dispatch", self._connections, platform.dispatch.connections.max_connections,
+                                     "dispatch.connections.max_connections")
 
     @property
     def advertise(self) -> str:
@@ -109,7 +121,7 @@ class DispatchNode:
     def start(self) -> None:
         """Listen (port 0 for either port: one the OS picks, read back here) and serve."""
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_STREAMS + 16, thread_name_prefix="grpc"),
-                             maximum_concurrent_rpcs=MAX_STREAMS)
+                             maximum_concurrent_rpcs=MAX_STREAMS, options=grpc_options(self.platform.dispatch.connections))
         pb_grpc.add_DiscoveryServicer_to_server(DiscoveryService(self), server)
         pb_grpc.add_ReaderServicer_to_server(ReaderService(self), server)
         # The standard health service and reflection: Kubernetes' gRPC probes and grpcurl work as
@@ -132,6 +144,7 @@ class DispatchNode:
         self._grpc = server
         self._reaper = threading.Thread(target=self._reap_idle, name="dispatch-reaper", daemon=True)
         self._reaper.start()
+        self._port_watch.start()
         tune_for_throughput()
         log.info("dispatcher %s serving cluster %s (metrics on %s:%d)", self.advertise, self.cluster, self.host,
                  self.metrics_port)
@@ -160,6 +173,7 @@ class DispatchNode:
             reader.stop()
         if self._grpc is not None:
             self._grpc.stop(grace).wait()
+        self._port_watch.stop()
         if self._http is not None:
             self._http.close()
         self.membership.close()
@@ -359,6 +373,25 @@ class ReaderService(pb_grpc.ReaderServicer):
         node.authorize(context, subscribe.topic, subscribe.group)
         client = Client(service, subscribe.credit)
         return node.attach(context, subscribe.topic, subscribe.group, client), client
+
+
+def grpc_options(connections: GrpcConnections) -> list[tuple[str, int]]:
+    """gRPC's C core settings for ``dispatch.connections`` (docs/dispatch.md)."""
+    def ms(seconds: float) -> int:
+        return max(1, round(seconds * 1000))
+
+    options = [("grpc.max_allowed_incoming_connections", connections.max_connections),
+               ("grpc.server_handshake_timeout_ms", ms(connections.handshake_timeout)),
+               ("grpc.max_connection_idle_ms", ms(connections.idle_timeout)),
+               ("grpc.max_concurrent_streams", connections.max_streams_per_connection),
+               ("grpc.keepalive_time_ms", ms(connections.keepalive_interval)),
+               ("grpc.keepalive_timeout_ms", ms(connections.keepalive_timeout)),
+               # The server's pings go on while a Read stream has no messages to send, which is
+               # when a vanished client would otherwise hold its stream for good.
+               ("grpc.http2.max_pings_without_data", 0)]
+    if connections.max_age is not None:
+        options.append(("grpc.max_connection_age_ms", ms(connections.max_age)))
+    return options
 
 
 def _address(context: grpc.ServicerContext) -> str:

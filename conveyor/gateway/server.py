@@ -6,6 +6,10 @@ memory without end. The bounds are kept here, where each header arrives, so noth
 held: too many or too large headers get 431, a request line and headers that do not arrive within
 ``header_timeout`` get 408, each with the gateway's JSON error body, and the connection closes.
 The body's deadline is the app's (conveyor.gateway.app), which counts it in its metrics.
+
+The gateway listens through the edges' guard (conveyor.edge_guard): caps on its connections, a
+deadline for each TLS handshake, and one for the first request, which, when its head has not all
+arrived in time, is answered 408 here as a late head is.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from typing import Any
 
 import orjson
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from prometheus_client import CollectorRegistry
 
 from conveyor.config.gateway import Gateway as GatewaySettings
+from conveyor.edge_guard import EdgeGuard, GuardedHttp, GuardedServer
 from conveyor.errors import Refusal
 from conveyor.gateway.errors import HeadersTooLarge, RequestTimeout
 
@@ -28,7 +34,7 @@ from conveyor.gateway.errors import HeadersTooLarge, RequestTimeout
 LINGER = 1.0
 
 
-class BoundedHttp(HttpToolsProtocol):
+class BoundedHttp(GuardedHttp):
     """One connection; each request's head is bounded by count, bytes and time."""
 
     def __init__(self, *args: Any, settings: GatewaySettings, **kwargs: Any) -> None:
@@ -109,6 +115,11 @@ class BoundedHttp(HttpToolsProtocol):
         self._refuse(RequestTimeout(f"the request line and headers did not arrive within "
                                     f"{self._settings.header_timeout:g} s"))
 
+    def request_late(self) -> None:
+        if not self._refused:
+            self._refuse(RequestTimeout(f"the first request's line and headers did not arrive within "
+                                        f"{self._settings.connections.first_request_timeout:g} s of connecting"))
+
     def _refuse(self, refusal: Refusal) -> None:
         self._refused = True
         self._disarm()
@@ -125,3 +136,11 @@ def server_config(app: Any, settings: GatewaySettings, host: str, port: int, **o
     """The gateway's uvicorn settings; ``options``: more of uvicorn's (its certificate)."""
     return uvicorn.Config(app, host=host, port=port, http=partial(BoundedHttp, settings=settings),
                           log_level="warning", access_log=False, **options)
+
+
+def gateway_server(app: Any, settings: GatewaySettings, registry: CollectorRegistry, host: str, port: int,
+                   **options: Any) -> GuardedServer:
+    """The gateway's server behind its guard, whose refusals ``registry`` (the gateway's /metrics) shows."""
+    guard = EdgeGuard("gateway", settings.connections)
+    registry.register(guard)
+    return GuardedServer(server_config(app, settings, host, port, **options), guard)

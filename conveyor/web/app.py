@@ -7,7 +7,8 @@ uvicorn). The dashboard page carries the latest state inline, so it shows data o
 Every request must name one of the service's own hosts (a page on a DNS name rebound to
 127.0.0.1 would otherwise read it from a browser); the page and /api/state also take the token
 of ``ops.token`` when one is set. /metrics, /healthz and the batch components' pages stay open to
-scrapers, as every component's own /metrics do.
+scrapers, as every component's own /metrics do. The service listens through the edges' guard
+(conveyor.edge_guard), with ``ops.connections``' caps and deadlines.
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ import base64
 import binascii
 import json
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
 
 from conveyor.auth import AccessDenied, TokenBook, Unauthenticated
+from conveyor.edge_guard import EdgeGuard, GuardedServer, guarded_config
 from conveyor.ops.metrics import ops_registry
 from conveyor.ops.report import state_json
 from conveyor.ops.scrape import FILE, HOST, served_by_watcher
@@ -70,8 +73,11 @@ def presented_token(authorization: str | None) -> str:
                           "as the password")
 
 
-def create_app(watcher: Watcher, bind_host: str = "127.0.0.1") -> FastAPI:
+def create_app(watcher: Watcher, bind_host: str = "127.0.0.1", collectors: Iterable[Collector] = ()) -> FastAPI:
+    """``collectors``: more metrics for /metrics (the guard's)."""
     registry = ops_registry(watcher)
+    for collector in collectors:
+        registry.register(collector)
     stop = threading.Event()
     settings = watcher.platform.ops
     hosts = LOCAL_HOSTS | {bind_host, *settings.hosts}
@@ -151,3 +157,9 @@ def create_app(watcher: Watcher, bind_host: str = "127.0.0.1") -> FastAPI:
                              "age_seconds": round(age, 1)}, status_code=200 if healthy else 503)
 
     return app
+
+
+def dashboard_server(watcher: Watcher, host: str, port: int, **options: object) -> GuardedServer:
+    """The watch service's server behind its guard (``options``: more of uvicorn's, its certificate)."""
+    guard = EdgeGuard("dashboard", watcher.platform.ops.connections)
+    return GuardedServer(guarded_config(create_app(watcher, host, [guard]), host, port, **options), guard)
