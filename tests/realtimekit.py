@@ -137,10 +137,12 @@ def running_cluster(platform: Platform, folder: Path, first: int, masters: int =
                                  timeout=60, env=as_admin)
         assert created.returncode == 0, created.stdout + created.stderr
         urls = [redis_url(p, WRITER, held[WRITER]) for p in ports]
-        client = connect_to(cluster_target(platform, urls))
-        eventually(lambda: client.cluster_info()["cluster_state"] == "ok"
-                   and len(client.get_replicas()) == masters * replicas, 60,
-                   "the Redis Cluster's state ok, every replica known")
+
+        def ready() -> bool:
+            client = connect_to(cluster_target(platform, urls))  # a new map of the cluster each time
+            return client.cluster_info()["cluster_state"] == "ok" and len(client.get_replicas()) == masters * replicas
+
+        eventually(ready, 60, "the Redis Cluster's state ok, every replica known")
         yield RunningCluster(urls, processes, folder)
     finally:
         for process in processes.values():

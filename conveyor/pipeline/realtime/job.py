@@ -32,6 +32,7 @@ from conveyor.pipeline.realtime.deltas import OUTPUT_DDL, BatchPlan, TopicPlan, 
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
 from conveyor.pipeline.realtime.plan import ViewPlan, job_id
 from conveyor.pipeline.realtime.rejects import RejectsOutput
+from conveyor.pipeline.realtime.failover import WritesInDoubtError, await_replicas, replicated_masters
 from conveyor.pipeline.realtime.store import (CheckpointBehindError, EventClaims, RedisBehindError, ViewStore,
                                               claims_prefix, clear_job, connect, redis_target)
 from conveyor.pipeline.schema import contract_columns, read_schema
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("conveyor.realtime")
+#: Times a batch is written before writes in doubt stop the job (a Redis Cluster failover takes one).
+WRITE_ATTEMPTS = 5
 _KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 
 
@@ -95,7 +98,17 @@ class BatchWriter:
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         try:
-            self._write(frame, batch_id)
+            for attempt in range(1, WRITE_ATTEMPTS + 1):
+                masters = replicated_masters(self.store.client)
+                self._write(frame, batch_id)
+                try:
+                    await_replicas(self.store.client, masters, f"{self.store.key}:replicated:")
+                    return
+                except WritesInDoubtError as err:
+                    if attempt == WRITE_ATTEMPTS:
+                        raise
+                    self.metrics.observe_writes_in_doubt()
+                    log.warning("batch %d: %s; writing it again", batch_id, err)
         except (RedisBehindError, CheckpointBehindError) as err:
             self.failure = err
             raise

@@ -81,6 +81,9 @@ class RealtimeMetrics:
         self.redis_lost = Counter("conveyor_realtime_redis_lost",
                                   "Batches that found Redis behind the checkpoint (it lost the views' data) and "
                                   "stopped the job.", registry=registry)
+        self.in_doubt = Counter("conveyor_realtime_writes_in_doubt",
+                                "Batches written again because a Redis Cluster master could not show that a "
+                                "replica held their writes (a failover).", registry=registry)
         self.latency = Gauge("conveyor_realtime_latency_seconds",
                              "Event time to Redis write, over the last batch's applied events.", ["quantile"],
                              registry=registry)
@@ -121,6 +124,10 @@ class RealtimeMetrics:
 
     def observe_redis_lost(self) -> None:
         self.redis_lost.inc()
+        self._write()
+
+    def observe_writes_in_doubt(self) -> None:
+        self.in_doubt.inc()
         self._write()
 
     def _write(self) -> None:

@@ -43,6 +43,7 @@ from redis.retry import Retry
 
 from conveyor.config import NotSetError, Platform
 from conveyor.pipeline.errors import PipelineError
+from conveyor.pipeline.realtime.failover import through_failover
 from conveyor.pipeline.realtime.plan import BATCH_FIELD, ViewPlan, saturate
 
 #: Keys per script call: long enough to amortise the round trip, short enough not to stall Redis.
@@ -274,6 +275,10 @@ class EventClaims:
         if not event_ids:
             return []
         client, script = _claimer(self.target)
+        return through_failover(client, lambda: self._claim(client, script, topic, event_ids, owners))
+
+    def _claim(self, client: Client, script: Script, topic: str, event_ids: Sequence[str],
+               owners: Sequence[str]) -> list[bool]:
         pipe = client.pipeline(transaction=False)
         order: list[int] = []
         for prefix, positions in self._groups(topic, event_ids):
@@ -348,7 +353,7 @@ class ViewStore:
         self._commit = client.register_script(_COMMIT)
 
     def state(self) -> JobState:
-        return JobState.of(self.client.hgetall(self.key))
+        return JobState.of(through_failover(self.client, lambda: self.client.hgetall(self.key)))
 
     def apply(self, batch_id: int, deltas: Mapping[str, tuple[int, Mapping[str, int]]]) -> Applied:
         """Apply ``key -> (ttl seconds, {field: delta})``, each counter saturating at the 64-bit
@@ -361,6 +366,9 @@ class ViewStore:
         key's ``fence`` field, in order (a key may come again with a later position). ``before``:
         (hash, fields) set before any of them is (on one server in the same round trip: Redis runs a
         connection's commands in order; a cluster's nodes need not)."""
+        return through_failover(self.client, lambda: self._write(fence, entries, before))
+
+    def _write(self, fence: str, entries: Sequence[Entry], before: tuple[str, Mapping[str, str | int]] | None) -> Applied:
         pipe = self.client.pipeline(transaction=False)
         if before is not None:
             pipe.hset(before[0], mapping=before[1])
@@ -396,9 +404,12 @@ class ViewStore:
         """Move hash ``key``'s ``field`` to ``position`` with its newest event time and counters,
         once: False when it was there already. ``expected``: the position it must be at (-1: none
         yet), else Redis lost it and the call fails."""
-        pipe = self.client.pipeline(transaction=False)
-        self.queue_commit(pipe, key, field, position, max_ms, counters, expected)
-        return bool(pipe.execute()[0])
+        def once() -> bool:
+            pipe = self.client.pipeline(transaction=False)
+            self.queue_commit(pipe, key, field, position, max_ms, counters, expected)
+            return bool(pipe.execute()[0])
+
+        return through_failover(self.client, once)
 
     def queue_commit(self, pipe: Any, key: str, field: str, position: int, max_ms: int | None,
                      counters: Mapping[str, int], expected: int | None = None) -> None:

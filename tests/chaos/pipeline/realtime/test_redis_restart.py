@@ -7,22 +7,29 @@ equals the count computed from the acknowledged events.
 Each restart must have had something to lose: the append-only file's increments held transactions
 (the Lua scripts' writes) when Redis stopped, and Redis loaded them back.
 
+The second test SIGKILLs the master of a Redis Cluster (three masters with a replica each) that
+holds the job's state while batches are written; its replica takes over, the job writes the batch
+it was in again and goes on, and every counter is exact at the end.
+
 CONVEYOR_CHAOS_SEED replays a run's restart points and traffic.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
 import pytest
+import redis
+from redis.crc import key_slot
 
 from conveyor.pipeline.realtime.plan import job_id, job_views
-from conveyor.pipeline.realtime.store import ViewStore, connect
+from conveyor.pipeline.realtime.store import ViewStore, connect, connect_to
 from tests.conftest import eventually
 from tests.lakekit import lake_folder  # noqa: F401
-from tests.realtimekit import (batches_logged, counters_in_redis, expected_counters, platform_redis,  # noqa: F401
-                               realtime_case, start_job, traffic_to)
+from tests.realtimekit import (batches_logged, cluster_target, counters_in_redis, expected_counters,  # noqa: F401
+                               platform_redis, realtime_case, replicated_redis_cluster, start_job, traffic_to)
 
 pytestmark = pytest.mark.chaos
 
@@ -57,6 +64,50 @@ def test_views_survive_redis_restarts_by_sigterm_and_sigkill(realtime_case, plat
     # Each restart had transactions to replay, and Redis replayed every one of them.
     assert all(transactions > 0 for _, _, transactions in restarts), context
     assert "NOPERM" not in platform_redis.log.read_text(errors="replace"), context
+
+    sent = len(traffic.good) + traffic.bad
+    eventually(lambda: batches() and store.state().counters.get("records") == sent, 240,
+               f"the job to count every record sent ({context}, log {log})")
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(120) == 0, f"{context}: {log.read_text()[-3000:]}"
+
+    expected_ctr, expected_interests = expected_counters(traffic.good, case.ctr, case.interests)
+    assert counters_in_redis(case.platform, case.ctr) == expected_ctr, context
+    assert counters_in_redis(case.platform, case.interests) == expected_interests, context
+    counters = store.state().counters
+    assert counters == {"records": sent, "applied": len(traffic.good), "malformed": traffic.bad}, (counters, context)
+
+
+def test_views_survive_a_redis_cluster_master_sigkilled(realtime_case, replicated_redis_cluster, chaos_rng, tmp_path):
+    cluster = replicated_redis_cluster
+    case = realtime_case(partitions=PARTITIONS, ctr_lateness="10m", interest_lateness="10m", redis=cluster.urls)
+    seed = chaos_rng.randrange(1 << 32)
+    log = tmp_path / "realtime.log"
+    store = ViewStore(connect(case.platform), job_id(job_views(case.platform)))
+
+    def batches() -> int:
+        assert job.poll() is None, f"the job stopped: {log.read_text()[-3000:]}"
+        return batches_logged(log)
+
+    def serving(key: str) -> int:
+        """The port of the master that serves ``key``, as the cluster says now."""
+        return connect_to(cluster_target(case.platform, cluster.urls)).get_node_from_key(key).port
+
+    with traffic_to(case, seed, partitions=PARTITIONS) as traffic:
+        job = start_job(case.path, log)
+        eventually(lambda: batches() > 2, 240, f"the job to log batches (log {log})")
+        # The master that holds the job's state: every batch writes there, the commit last.
+        slot_nodes = store.client.nodes_manager.slots_cache[key_slot(store.key.encode())]
+        master, replica = slot_nodes[0].port, slot_nodes[1].port
+        time.sleep(chaos_rng.uniform(0, 1.5))  # while the next batches are written
+        seen = batches()
+        os.kill(cluster.processes[master].pid, signal.SIGKILL)
+        eventually(lambda: serving(store.key) == replica, 60, f"replica {replica} to take over from {master}",
+                   errors=(redis.RedisError,))
+        eventually(lambda: batches() > seen + 3, 240, f"the job to go on after the failover (log {log})")
+    context = f"master {master} killed after batch {seen}, replica {replica} took over"
+    # The job met the dead master inside a batch, and wrote that batch again.
+    assert "writing it again" in log.read_text(errors="replace"), context
 
     sent = len(traffic.good) + traffic.bad
     eventually(lambda: batches() and store.state().counters.get("records") == sent, 240,
