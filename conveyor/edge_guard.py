@@ -230,43 +230,52 @@ class GuardedHttp(HttpToolsProtocol):
 
     def request_late(self) -> None:
         # abort, not close: closing a TLS connection waits for the client's close_notify, which a
-        # client that sent nothing in 10 s will not send either.
+        # client that sent no request in all this time will not send either.
         self.transport.abort()
 
 
 class _Listener:
-    """The edge's listening socket, accepted from by the guard; what uvicorn closes at shutdown."""
+    """The edge's listening sockets (one per address its host names, as asyncio's own server
+    binds), accepted from by the guard; what uvicorn closes at shutdown."""
 
     def __init__(self, guard: EdgeGuard, config: uvicorn.Config, protocol: Callable[[], GuardedHttp],
                  loop: asyncio.AbstractEventLoop) -> None:
         self._guard, self._protocol, self._loop = guard, protocol, loop
         self._tls = config.ssl
         self._handshakes: set[asyncio.Task[None]] = set()
-        family, _, _, _, address = socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM,
-                                                      flags=socket.AI_PASSIVE)[0]
-        self.sock = socket.create_server(address, family=family, backlog=config.backlog)
-        self.sock.setblocking(False)
-        self._loop.add_reader(self.sock.fileno(), self._accept)
         self._closed = False
+        self.sockets: list[socket.socket] = []
+        found = socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        try:
+            for family, address in dict.fromkeys((family, address) for family, _, _, _, address in found):
+                sock = socket.create_server(address, family=family, backlog=config.backlog)
+                self.sockets.append(sock)
+                sock.setblocking(False)
+        except OSError:
+            for sock in self.sockets:
+                sock.close()
+            raise
+        for sock in self.sockets:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
 
-    def _accept(self) -> None:
+    def _accept(self, sock: socket.socket) -> None:
         for _ in range(_ACCEPTS_PER_WAKE):
             try:
-                conn, peer = self.sock.accept()
+                conn, peer = sock.accept()
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
             except OSError as exc:
                 if exc.errno not in _EXHAUSTED:
                     raise
                 log.error("%s: cannot accept (%s); trying again in 1 s", self._guard.edge, exc.strerror)
-                self._loop.remove_reader(self.sock.fileno())
-                self._loop.call_later(1.0, self._resume)
+                self._loop.remove_reader(sock.fileno())
+                self._loop.call_later(1.0, self._resume, sock)
                 return
             self._admit(conn, peer[0])
 
-    def _resume(self) -> None:
+    def _resume(self, sock: socket.socket) -> None:
         if not self._closed:
-            self._loop.add_reader(self.sock.fileno(), self._accept)
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
 
     def _admit(self, conn: socket.socket, client: str) -> None:
         if self._guard.admit(client) is not None:
@@ -318,8 +327,9 @@ class _Listener:
         if self._closed:
             return
         self._closed = True
-        self._loop.remove_reader(self.sock.fileno())
-        self.sock.close()
+        for sock in self.sockets:
+            self._loop.remove_reader(sock.fileno())
+            sock.close()
         for task in list(self._handshakes):
             task.cancel()
         self._guard.close()
@@ -435,7 +445,7 @@ class PortWatch:
     that refuses past its cap without saying so (gRPC's C core) is then seen refusing."""
 
     def __init__(self, edge: str, connections: PortConnections, cap: int, setting: str,
-                 every: float = 10.0) -> None:
+                 every: float = 15.0) -> None:
         self._edge, self._connections, self._cap, self._setting, self._every = edge, connections, cap, setting, every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{edge}-port-watch", daemon=True)
