@@ -4,10 +4,10 @@ gateway did. Each test first proves its flood landed (how many connections the e
 its caps refused the rest), then that a real request from another address (127.0.0.1) is answered
 within a second, then that the handshake deadline closed every flood connection.
 
-Ports: base_port + 630 (gateway), + 631 and + 632 (dispatcher's gRPC and /metrics), + 633 and
-+ 634 (dashboards): above the session's own and the Spark cluster's, below the system test's
-(+ 620 to + 625 are its; + 640 on are opskit's and the Redis clusters'), below 32768, so the
-flood's 20,000 client ports (taken from 32768 up) never meet a server's.
+Ports: base_port + 630 (gateway), + 631 and + 632 (the dispatcher's gRPC and /metrics), + 633
+and + 634 (dashboards): between the system test's (+ 620 to + 625) and opskit's (+ 640 to + 642),
+and below 32768, so that the flood's 20,000 client ports (taken from 32768 up) never meet a
+server's.
 """
 
 from __future__ import annotations
