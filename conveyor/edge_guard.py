@@ -2,7 +2,7 @@
 per client address, checked as each is accepted, and deadlines for its TLS handshake and its first
 request. The gateway and the dashboard serve through :class:`GuardedServer`; the dispatcher's gRPC
 port has its cap and deadline from gRPC's C core, and its open connections counted by
-:class:`PortConnections`.
+conveyor.edge_ports (which needs no web server: the dispatcher installs without one).
 
 uvicorn has neither: its ``limit_concurrency`` answers 503 only once a request head is read, which a
 connection that never sends one never reaches, and asyncio gives a TLS handshake 60 s. So the guard
@@ -28,20 +28,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from conveyor.config.edge import Connections
+from conveyor.edge_ports import LOG_EVERY, open_family
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("conveyor.edge")
 
 CAP_TOTAL, CAP_PER_CLIENT = "cap_total", "cap_per_client"
 HANDSHAKE_DEADLINE, REQUEST_DEADLINE = "handshake_deadline", "request_deadline"
 REASONS = (CAP_TOTAL, CAP_PER_CLIENT, HANDSHAKE_DEADLINE, REQUEST_DEADLINE)
-#: Seconds between two log lines about refusals: a flood brings thousands a second, and a line
-#: each would bury the log and cost more than the refusals themselves.
-LOG_EVERY = 60.0
 #: Connections accepted per wake-up of the listener, so that a flood's accepts leave the event loop
 #: to the requests under way between two batches.
 _ACCEPTS_PER_WAKE = 256
@@ -171,14 +169,7 @@ class EdgeGuard:
         for reason in REASONS:
             refused.add_metric([self.edge, reason], self.refusals[reason])
         yield refused
-        yield _open_family(self.edge, self.book.total)
-
-
-def _open_family(edge: str, value: int) -> Metric:
-    family = GaugeMetricFamily("conveyor_edge_connections_open", "Connections an edge holds, handshakes included",
-                               labels=["edge"])
-    family.add_metric([edge], value)
-    return family
+        yield open_family(self.edge, self.book.total)
 
 
 class _Place:
@@ -391,79 +382,3 @@ def guarded_config(app: Any, host: str, port: int, **options: Any) -> uvicorn.Co
     """uvicorn's settings of a guarded edge with the plain httptools protocol (the dashboard's)."""
     return uvicorn.Config(app, host=host, port=port, http=GuardedHttp, log_level="warning", access_log=False,
                           **options)
-
-
-class PortConnections:
-    """The connections a server of this process has accepted on ``port`` (``port()``: read at each
-    scrape, as a server bound to port 0 knows it only once started), from /proc: for a server, such
-    as gRPC's C core, that does not say. Exported as ``conveyor_edge_connections_open``."""
-
-    def __init__(self, edge: str, port: Callable[[], int]) -> None:
-        self.edge = edge
-        self._port = port
-
-    def count(self) -> int:
-        return open_connections(self._port())
-
-    def collect(self) -> Iterator[Metric]:
-        yield _open_family(self.edge, self.count())
-
-
-def open_connections(port: int, pid: int | str = "self") -> int:
-    """Established TCP connections to local ``port`` whose sockets process ``pid`` holds (the
-    accept queue's are held by no one yet); 0 where /proc is not Linux's."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return 0
-    inodes = set()
-    for fd in fds:
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue  # closed since the listing (the listing's own descriptor, for one)
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    local = f":{port:04X}"
-    count = 0
-    for table in ("tcp", "tcp6"):
-        try:
-            with open(f"/proc/{pid}/net/{table}") as lines:
-                next(lines, None)
-                for line in lines:
-                    # sl, local address, remote address, state (01: established), ..., inode
-                    fields = line.split(None, 10)
-                    if fields[3] == "01" and fields[1].endswith(local) and fields[9] in inodes:
-                        count += 1
-        except OSError:
-            continue
-    return count
-
-
-class PortWatch:
-    """Logs, a line a minute at most, while a port holds at least ``cap`` connections: a server
-    that refuses past its cap without saying so (gRPC's C core) is then seen refusing."""
-
-    def __init__(self, edge: str, connections: PortConnections, cap: int, setting: str,
-                 every: float = 15.0) -> None:
-        self._edge, self._connections, self._cap, self._setting, self._every = edge, connections, cap, setting, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"{edge}-port-watch", daemon=True)
-        self._last: float | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self._every + 5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._every):
-            held = self._connections.count()
-            now = time.monotonic()
-            if held >= self._cap and (self._last is None or now - self._last >= LOG_EVERY):
-                self._last = now
-                log.warning("%s: %d connections held, its cap (%s): new connections are closed as they are "
-                            "accepted until some end", self._edge, held, self._setting)

@@ -15,7 +15,7 @@ The gRPC port's connections are bounded by gRPC's C core with ``dispatch.connect
 (:func:`grpc_options`): a cap over all clients, a handshake deadline, idle and keepalive bounds. It
 has no cap per client address and does not say what it refuses, so the node counts the connections
 it holds from /proc (``conveyor_edge_connections_open{edge="dispatch"}``) and logs while they are at
-the cap (conveyor.edge_guard.PortWatch).
+the cap (conveyor.edge_ports.PortWatch).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from conveyor.dispatch.reader import GroupReader
 from conveyor.dispatch.share_reader import ShareReader
 from conveyor.dispatch.source import Source
 from conveyor.dispatch.streams import FirstFrameTimeout, Inbound
-from conveyor.edge_guard import PortConnections, PortWatch
+from conveyor.edge_ports import PortConnections, PortWatch
 from conveyor.gctune import tune_for_throughput
 from conveyor.service import Endpoint, MetricsServer
 from conveyor.tls import server_tls

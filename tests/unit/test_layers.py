@@ -15,7 +15,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"conveyor", "errors", "limits", "gctune", "kafka_logs", "files"})),
     ("platform model", frozenset({"config"})),
     ("clients and plumbing", frozenset({"jars", "java_client", "kafka", "kafka_tools", "tls", "auth", "service",
-                                        "positions", "edge_guard"})),
+                                        "positions", "edge_guard", "edge_ports"})),
     ("parts", frozenset({"topics", "bus", "gateway", "replicate", "dispatch", "pipeline", "acls", "ops", "verify", "web"})),
     ("local runtime", frozenset({"runtime"})),
     ("command line", frozenset({"cli", "__main__"})),
