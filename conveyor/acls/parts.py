@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from conveyor.acls.grants import CONSUME, PRODUCE, Grant, Pattern, Resource, principal, wanted_grants, wanted_users
 from conveyor.config import ClusterRole, ConfigError, Part, Platform
+from conveyor.config.contracts import REGISTRY_TRANSACTIONAL_ID
 from conveyor.config.topics import AUDIT_TOPIC
 from conveyor.kafka import OFFSETS_TOPIC
 from conveyor.replicate import plan
@@ -148,13 +149,29 @@ def _read_cluster(platform: Platform, chosen: str | None, setting: str) -> str |
         return None
 
 
+def registry(platform: Platform, cluster_name: str, registry_cluster: str | None) -> set[Grant]:
+    """The contract registry's topic: the gateways register versions in it (one transaction at a
+    time under one transactional id, conveyor.bus.registry); every part that checks, copies or reads
+    events follows it."""
+    if cluster_name != registry_cluster:
+        return set()
+    topic = platform.contracts.topic
+    grants = _topics(Part.gateway, [topic], (*CONSUME, *PRODUCE))
+    grants |= _on(Part.gateway, Resource.transactional_id, REGISTRY_TRANSACTIONAL_ID, ("WRITE", "DESCRIBE"))
+    for part in (Part.replicator, Part.dispatcher, Part.lake, Part.realtime, Part.ops):
+        grants |= _topics(part, [topic], CONSUME)
+    return grants
+
+
 def part_grants(platform: Platform, cluster_name: str) -> set[Grant]:
     """Every part's grants on ``cluster_name``."""
     source = _read_cluster(platform, None, "pipeline.source")
     dispatch_cluster = _read_cluster(platform, platform.dispatch.cluster, "dispatch.cluster")
+    registry_cluster = _read_cluster(platform, platform.contracts.cluster, "contracts.cluster")
     return (gateway(platform, cluster_name) | replicator(platform, cluster_name)
             | dispatcher(platform, cluster_name, dispatch_cluster) | lake(platform, cluster_name, source)
-            | realtime(platform, cluster_name, source) | ops(cluster_name))
+            | realtime(platform, cluster_name, source) | ops(cluster_name)
+            | registry(platform, cluster_name, registry_cluster))
 
 
 def wanted(platform: Platform, cluster_name: str) -> tuple[set[Grant], set[str]]:

@@ -12,6 +12,7 @@ against each cluster's brokers, a route's clusters, the services a topic names).
 
 from conveyor.config.clusters import Cluster, ClusterRole, MetricsPage, Part, Purpose, ReplicationDefaults, Security
 from conveyor.config.contract_files import ContractFileError, read_contract
+from conveyor.config.contracts import Compatibility, Contracts
 from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
 from conveyor.config.loading import load_platform, parse_platform
@@ -25,7 +26,8 @@ from conveyor.config.topics import CleanupPolicy, Delivery, ReplicationMode, Rou
 from conveyor.config.units import DEFAULT_PLATFORM_FILE, parse_duration_ms, parse_size_bytes
 
 __all__ = [
-    "Catalog", "DEFAULT_PLATFORM_FILE", "CleanupPolicy", "Cluster", "ClusterRole", "ConfigError", "ContractFileError",
+    "Catalog", "DEFAULT_PLATFORM_FILE", "CleanupPolicy", "Cluster", "ClusterRole", "Compatibility", "ConfigError",
+    "ContractFileError", "Contracts",
     "Delivery",
     "Dispatch", "FieldMatch", "Gateway", "Lake", "MetricsPage", "NotSetError", "Ops", "OpsPanel", "Part", "Pipeline",
     "Platform", "Postgres", "Problem", "Purpose", "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode",

@@ -10,7 +10,7 @@ from conveyor.config.clusters import ClusterRole, Purpose
 from conveyor.config.contract_files import ContractFileError, read_contract
 from conveyor.config.platform import Platform
 from conveyor.config.problems import Problem
-from conveyor.config.topics import Delivery, ReplicationMode
+from conveyor.config.topics import CleanupPolicy, Delivery, ReplicationMode
 
 
 def cross_checks(platform: Platform) -> Iterator[Problem]:
@@ -19,6 +19,7 @@ def cross_checks(platform: Platform) -> Iterator[Problem]:
     yield from _route_problems(platform)
     yield from _pipeline_problems(platform)
     yield from _realtime_problems(platform)
+    yield from _registry_problems(platform)
 
 
 def _unknown(path: str, section: str, kind: str, name: str) -> Problem:
@@ -172,3 +173,25 @@ def _realtime_problems(platform: Platform) -> Iterator[Problem]:
             spec = properties.get(metric.sum) if metric.sum else None
             if isinstance(spec, dict) and spec.get("type") not in ("integer", ["integer", "null"]):
                 yield Problem(f"{where}.metrics.{metric_name}.sum", f"field {metric.sum!r} is not an integer", on)
+
+
+def _registry_problems(platform: Platform) -> Iterator[Problem]:
+    """The contract registry's topic, where declared: one partition (one order of registrations),
+    compacted and kept forever (every version stays readable), on the registry's cluster."""
+    name = platform.contracts.topic
+    topic = platform.topics.get(name)
+    if topic is None:
+        return
+    where = f"topics.{name}"
+    if topic.partitions != 1:
+        yield Problem(f"{where}.partitions", "the contract registry's topic takes one partition: registrations "
+                                             "are ordered by it")
+    if topic.cleanup_policy is not CleanupPolicy.compact or topic.retention != -1:
+        yield Problem(where, "the contract registry's topic is compacted and kept forever "
+                             "(cleanup_policy: compact, retention: -1): every version must stay readable")
+    chosen = platform.contracts.cluster
+    if chosen is not None and chosen not in platform.clusters:
+        yield _unknown("contracts.cluster", "clusters", "cluster", chosen)
+    elif chosen is not None and topic.clusters is not None and chosen not in topic.clusters:
+        yield Problem(f"{where}.clusters", f"must include {chosen}, the cluster contracts.cluster names",
+                      refers_to=("contracts.cluster",))

@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field, PrivateAttr
 
 from conveyor.config.clusters import Cluster, ClusterRole, Part, Purpose
+from conveyor.config.contracts import Contracts
 from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
 from conveyor.config.ops import Ops
@@ -28,6 +29,7 @@ class Platform(Model):
     services: dict[Name, Service] = Field(default_factory=dict)
     routes: dict[Name, Route] = Field(default_factory=dict)
     topic_requests: TopicRequests = Field(default_factory=TopicRequests)
+    contracts: Contracts = Field(default_factory=Contracts)
     gateway: Gateway = Field(default_factory=Gateway)
     pipeline: Pipeline = Field(default_factory=Pipeline)
     dispatch: Dispatch = Field(default_factory=Dispatch)
@@ -125,6 +127,16 @@ class Platform(Model):
     @property
     def home(self) -> Path:
         return self.resolve(self.runtime.home)
+
+    @property
+    def registry_cluster(self) -> str:
+        """The cluster that holds the contract registry: contracts.cluster, else the one cluster its
+        topic is declared on, else the read cluster."""
+        chosen = self.contracts.cluster
+        declared = self.topics.get(self.contracts.topic)
+        if chosen is None and declared is not None and declared.clusters is not None and len(declared.clusters) == 1:
+            chosen = declared.clusters[0]
+        return self.read_cluster(chosen, "contracts.cluster")
 
     def read_cluster(self, chosen: str | None = None, setting: str = "--cluster") -> str:
         """The one rule for the cluster a reader reads when nothing names it: ``chosen`` (an option

@@ -8,6 +8,7 @@ from enum import Enum
 from pydantic import Field, model_validator
 
 from conveyor.config.clusters import Cluster
+from conveyor.config.contracts import Compatibility
 from conveyor.config.tokens import TokenHash
 from conveyor.config.units import DurationMs, Model, Name, Seconds, SizeBytes
 
@@ -41,6 +42,8 @@ class Topic(Model):
     cleanup_policy: CleanupPolicy = CleanupPolicy.delete
     #: Path of the topic's JSON Schema, relative to platform.yaml.
     contract: str | None = None
+    #: The rule the contract's new versions are held to; default: contracts.compatibility.
+    compatibility: Compatibility | None = None
     producers: list[Name] = Field(default_factory=list)
     consumers: list[Name] = Field(default_factory=list)
     #: Broker tag whose brokers alone may hold this topic's replicas.

@@ -51,7 +51,18 @@ def test_the_gateway_writes_produced_topics_and_the_audit_on_writable_clusters_o
     grants = _of(parts.part_grants(platform, "dc1"), Part.gateway)
     assert grants == {("TOPIC", t, Pattern.literal, op) for t in ("orders", "_audit")
                       for op in ("WRITE", "DESCRIBE", "DESCRIBE_CONFIGS")}
-    assert not _of(parts.part_grants(platform, "central"), Part.gateway)
+    # On the read cluster, only the contract registry: it follows it and registers versions there.
+    assert _of(parts.part_grants(platform, "central"), Part.gateway) == {
+        *(("TOPIC", "_contracts", Pattern.literal, op) for op in ("READ", "WRITE", "DESCRIBE")),
+        *(("TRANSACTIONAL_ID", "conveyor-registry", Pattern.literal, op) for op in ("WRITE", "DESCRIBE"))}
+
+
+def test_every_part_that_checks_copies_or_reads_events_follows_the_contract_registry_and_only_the_gateway_writes():
+    grants = parts.part_grants(_platform(), "central")
+    for part in (Part.replicator, Part.dispatcher, Part.lake, Part.realtime, Part.ops):
+        assert {("TOPIC", "_contracts", Pattern.literal, op) for op in ("READ", "DESCRIBE")} <= _of(grants, part)
+        assert ("TOPIC", "_contracts", Pattern.literal, "WRITE") not in _of(grants, part)
+    assert not any(name == "_contracts" for _, name, *_ in _of(parts.part_grants(_platform(), "dc1"), Part.lake))
 
 
 def test_the_replicator_reads_at_the_source_and_writes_transactionally_at_the_destination():
@@ -99,7 +110,8 @@ def test_the_pipelines_read_their_topics_on_the_read_cluster_only():
     platform = _with_view(_platform())
     lake = _of(parts.part_grants(platform, "central"), Part.lake)
     assert lake == {("TOPIC", "orders", Pattern.literal, "READ"), ("TOPIC", "orders", Pattern.literal, "DESCRIBE"),
-                    ("GROUP", "conveyor.lake.orders", Pattern.literal, "READ")}
+                    ("GROUP", "conveyor.lake.orders", Pattern.literal, "READ"),
+                    ("TOPIC", "_contracts", Pattern.literal, "READ"), ("TOPIC", "_contracts", Pattern.literal, "DESCRIBE")}
     realtime = _of(parts.part_grants(platform, "central"), Part.realtime)
     assert ("TOPIC", "_realtime_rejects", Pattern.literal, "WRITE") in realtime
     assert ("GROUP", "conveyor.realtime.", Pattern.prefixed, "READ") in realtime
@@ -115,8 +127,7 @@ def test_ops_only_describes_except_the_route_topics_commit_records_and_the_throt
 
 def test_every_part_with_a_grant_is_a_user_to_make():
     grants, users = parts.wanted(_with_view(_platform()), "central")
-    assert {f"conveyor-{p.value}" for p in (Part.replicator, Part.dispatcher, Part.lake, Part.realtime, Part.ops)} <= users
-    assert "conveyor-gateway" not in users
+    assert {f"conveyor-{p.value}" for p in Part} <= users
     assert {"billing", "lake", "shop"} <= users and grants
 
 

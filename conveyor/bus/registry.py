@@ -1,0 +1,226 @@
+"""The contract registry, kept in a compacted topic of the read cluster (contracts.topic, one
+partition): every process that serves or reads a topic follows it, and every new version is
+written through it. Nothing lives on a host's disk.
+
+Reading: :class:`Registry` reads the topic from its start and keeps following it on a thread of
+its own (read committed), so a version registered anywhere reaches every follower within a poll.
+
+Writing: one writer at a time across every host, with no election. Each registration is a Kafka
+transaction under one transactional id: starting it (``init_transactions``) fences any registration
+still in flight elsewhere, whose commit then fails and is tried again from the start. Between the
+fence and its commit a registration reads the topic to its end, so the version number and the id
+it picks are the next ones, and two registrations never take the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+from conveyor import kafka
+from conveyor.bus.registry_state import RegistryState, Version, canonical, config_record, topic_of, version_record
+from conveyor.config import Compatibility, Platform
+from conveyor.config.contracts import REGISTRY_TRANSACTIONAL_ID
+from conveyor.errors import Refusal
+from conveyor.topics.compatibility import Incompatibility, check
+from conveyor.topics.contracts import ContractError, compile_contract
+
+log = logging.getLogger("conveyor.registry")
+
+#: Seconds a registration waits for the coordinator, the topic's end, or its own record.
+TIMEOUT = 30.0
+#: Registrations fenced by another in flight are tried again this many times.
+ATTEMPTS = 5
+
+
+class InvalidContract(Refusal):
+    """The schema is not a contract this platform can enforce (conveyor.topics.contracts)."""
+
+    status, reason = 422, "invalid_contract"
+
+
+class IncompatibleContract(Refusal):
+    """The version breaks its subject's compatibility rule; nothing was registered."""
+
+    status, reason = 409, "incompatible_contract"
+
+
+class UnknownSubject(Refusal):
+    status, reason = 404, "subject_not_found"
+
+
+class RegistryUnavailable(Refusal):
+    """The registry's topic could not be read to its end or written in time; asking again finishes it."""
+
+    status, reason = 503, "registry_unavailable"
+
+
+@dataclass(frozen=True)
+class Registration:
+    version: Version
+    #: False when the subject already had this schema (registering it again changes nothing).
+    created: bool
+
+
+def incompatibility_details(rule: Compatibility, found: list[Incompatibility]) -> dict[str, Any]:
+    """What a refusal's body says of each incompatibility: the rule, the field, old and new."""
+    return {"rule": rule.value, "incompatibilities": [
+        {"field": i.field, "kind": i.kind, "old": i.old, "new": i.new, "version": i.version, "message": i.message}
+        for i in found]}
+
+
+class Registry:
+    """The registry as one process sees it: no I/O until :meth:`start`."""
+
+    def __init__(self, platform: Platform, client_id: str) -> None:
+        self.platform = platform
+        self.cluster = platform.registry_cluster
+        self.topic = platform.contracts.topic
+        self.client_id = client_id
+        self.state = RegistryState()
+        #: The next offset the follower will read (control records counted).
+        self.position = 0
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- following -------------------------------------------------------------------------------
+
+    def start(self, timeout: float = TIMEOUT) -> None:
+        """Read the topic to its end, then keep following it."""
+        consumer = kafka.consumer(self.platform, self.cluster, f"{self.client_id}-unused", self.client_id,
+                                  {"isolation.level": "read_committed", "enable.auto.commit": False})
+        consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        self._thread = threading.Thread(target=self._follow, args=(consumer,), name="registry", daemon=True)
+        self._thread.start()
+        self.wait_caught_up(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _follow(self, consumer: Any) -> None:
+        try:
+            while not self._stop.is_set():
+                message = consumer.poll(0.5)
+                with self._changed:
+                    if message is not None and message.error() is None:
+                        self.state.apply(message.key(), message.value())
+                    elif message is not None and message.error().code() != KafkaError._PARTITION_EOF:
+                        log.warning("contract registry: %s", message.error())
+                    position = consumer.position([TopicPartition(self.topic, 0)])[0].offset
+                    if position >= 0 and position != self.position:
+                        self.position = position
+                        self._changed.notify_all()
+        finally:
+            consumer.close()
+
+    def end_offset(self, timeout: float = TIMEOUT) -> int:
+        reader = kafka.consumer(self.platform, self.cluster, f"{self.client_id}-unused", f"{self.client_id}-end")
+        try:
+            return reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout, cached=False)[1]
+        except KafkaException as err:
+            raise RegistryUnavailable(f"the contract registry ({self.topic} on {self.cluster}) cannot be read: "
+                                      f"{err.args[0].str()}") from None
+        finally:
+            reader.close()
+
+    def wait_caught_up(self, timeout: float = TIMEOUT, end: int | None = None) -> None:
+        """Return once the follower has read up to ``end`` (default: the topic's end now)."""
+        target = self.end_offset(timeout) if end is None else end
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self.position < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RegistryUnavailable(f"the contract registry was read to offset {self.position} of "
+                                              f"{target} in {timeout:g} s")
+                self._changed.wait(min(left, 0.5))
+
+    def latest(self, topic: str) -> Version | None:
+        with self._changed:
+            return self.state.latest(f"{topic}-value")
+
+    # -- asking and registering ------------------------------------------------------------------
+
+    def incompatibilities(self, subject: str, schema: Any, against: int | None = None) -> tuple[Compatibility,
+                                                                                              list[Incompatibility]]:
+        """The subject's rule and what ``schema`` breaks of it: against every version the rule
+        asks for, or ``against`` one version alone."""
+        _compile(subject, schema)
+        with self._changed:
+            rule = self.state.rule(subject, self.platform)
+            versions = [(v.version, v.parsed) for v in self.state.versions(subject)]
+        if against is not None:
+            versions = [(n, s) for n, s in versions if n == against]
+            if not versions:
+                raise UnknownSubject(f"subject {subject} has no version {against}", subject=subject)
+            rule = Compatibility(rule.value.removesuffix("_TRANSITIVE"))
+        return rule, check(rule, schema, versions)
+
+    def register(self, subject: str, schema: Any, by: str) -> Registration:
+        """Register ``schema`` as the subject's next version, held to its rule; the version it
+        already is, when it is one."""
+        _compile(subject, schema)
+        text = canonical(schema)
+        for attempt in range(1, ATTEMPTS + 1):
+            producer = kafka.producer(self.platform, self.cluster, self.client_id,
+                                      {"transactional.id": REGISTRY_TRANSACTIONAL_ID, "transaction.timeout.ms": 60_000})
+            try:
+                producer.init_transactions(TIMEOUT)  # fences any registration still in flight
+                self.wait_caught_up()
+                with self._changed:
+                    existing = self.state.find(subject, text)
+                    if existing is not None:
+                        return Registration(existing, created=False)
+                    latest = self.state.latest(subject)
+                    number = 1 if latest is None else latest.version + 1
+                    version = Version(subject, number, self.state.id_for(text), text, by,
+                                      datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                rule, found = self.incompatibilities(subject, schema)
+                if found:
+                    raise IncompatibleContract(
+                        f"{subject}: the new version breaks rule {rule.value}: {found[0].message}",
+                        subject=subject, **incompatibility_details(rule, found))
+                key, value = version_record(version)
+                producer.begin_transaction()
+                producer.produce(self.topic, value, key, partition=0)
+                producer.commit_transaction(TIMEOUT)
+                self.wait_caught_up()
+                log.info("registered %s version %d (id %d) for %s", subject, version.version, version.id, by)
+                return Registration(version, created=True)
+            except KafkaException as err:
+                error = err.args[0]
+                if attempt == ATTEMPTS or not (error.retriable() or error.code() in _FENCED):
+                    raise RegistryUnavailable(f"registering {subject} failed: {error.str()}") from None
+                log.info("registration of %s fenced or interrupted (%s); trying again", subject, error.str())
+        raise AssertionError("unreachable")
+
+    def set_rule(self, subject: str | None, rule: Compatibility) -> None:
+        """A subject's rule (None: the registry's own), kept in the topic."""
+        producer = kafka.producer(self.platform, self.cluster, self.client_id)
+        key, value = config_record(subject, rule)
+        producer.produce(self.topic, value, key, partition=0)
+        if producer.flush(TIMEOUT):
+            raise RegistryUnavailable(f"the rule of {subject or 'the registry'} was not written in {TIMEOUT:g} s")
+        self.wait_caught_up()
+
+
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+           KafkaError.CONCURRENT_TRANSACTIONS, KafkaError.COORDINATOR_LOAD_IN_PROGRESS}
+
+
+def _compile(subject: str, schema: Any) -> None:
+    if not isinstance(schema, dict):
+        raise InvalidContract(f"{subject}: a contract is a JSON object (a JSON Schema), not {type(schema).__name__}")
+    try:
+        compile_contract(topic_of(subject) or subject, schema)
+    except ContractError as err:
+        raise InvalidContract(str(err), subject=subject) from None
