@@ -8,6 +8,7 @@ with bounds (TokenBook). No service holds a plaintext token or logs one.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -76,13 +77,21 @@ def scrypt_matches(token: str, stored: str) -> bool:
     return hmac.compare_digest(_scrypt(token, bytes.fromhex(salt), int(log2_n), int(r), int(p)), bytes.fromhex(digest))
 
 
-def bearer_token(authorization: str | None) -> str:
-    """The token of a ``Bearer <token>`` header."""
+def presented_token(authorization: str | None) -> str:
+    """The token of a ``Bearer <token>`` header, or the password of a ``Basic`` one (how Schema
+    Registry clients send credentials: ``basic.auth.user.info`` is ``<any name>:<token>``)."""
     if not authorization:
         raise Unauthenticated("missing Authorization header (expected: Bearer <service token>)")
     scheme, _, token = authorization.partition(" ")
+    if scheme.lower() == "basic" and token.strip():
+        try:
+            token = base64.b64decode(token.strip(), validate=True).decode().partition(":")[2]
+        except (ValueError, UnicodeDecodeError):
+            raise Unauthenticated("Basic credentials must be base64 of <name>:<service token>") from None
+        if token:
+            return token
     if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthenticated("Authorization must be: Bearer <service token>")
+        raise Unauthenticated("Authorization must be: Bearer <service token>, or Basic with the token as the password")
     return token.strip()
 
 
@@ -176,14 +185,14 @@ class Authorizer:
     def decided(self, authorization: str | None) -> bool:
         """Whether service_of answers without computing a scrypt hash (so on an event loop)."""
         try:
-            return self.tokens.decided(bearer_token(authorization))
+            return self.tokens.decided(presented_token(authorization))
         except Unauthenticated:
             return True
 
     def service_of(self, authorization: str | None, address: str = "") -> str:
         """The service a ``Bearer <token>`` header belongs to; ``address``: the client's, for the
         rate of unknown tokens."""
-        found = self.tokens.name_of(bearer_token(authorization), address)
+        found = self.tokens.name_of(presented_token(authorization), address)
         if found is None:
             raise Unauthenticated("unknown service token")
         return found

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from conveyor.acls.grants import CONSUME, PRODUCE, Grant, Pattern, Resource, principal, wanted_grants, wanted_users
 from conveyor.config import ClusterRole, ConfigError, Part, Platform
-from conveyor.config.contracts import REGISTRY_TRANSACTIONAL_ID
+from conveyor.config.contracts import REGISTRY_GROUP_PREFIX, REGISTRY_TRANSACTIONAL_ID
 from conveyor.config.topics import AUDIT_TOPIC
 from conveyor.kafka import OFFSETS_TOPIC
 from conveyor.replicate import plan
@@ -158,8 +158,12 @@ def registry(platform: Platform, cluster_name: str, registry_cluster: str | None
     topic = platform.contracts.topic
     grants = _topics(Part.gateway, [topic], (*CONSUME, *PRODUCE))
     grants |= _on(Part.gateway, Resource.transactional_id, REGISTRY_TRANSACTIONAL_ID, ("WRITE", "DESCRIBE"))
-    for part in (Part.replicator, Part.dispatcher, Part.lake, Part.realtime, Part.ops):
-        grants |= _topics(part, [topic], CONSUME)
+    for part in Part:
+        if part is not Part.gateway:
+            grants |= _topics(part, [topic], CONSUME)
+        # A follower reads by assignment and commits nothing, but a consumer with a group (librdkafka
+        # wants one) still looks its coordinator up.
+        grants |= _on(part, Resource.group, REGISTRY_GROUP_PREFIX, ("READ",), Pattern.prefixed)
     return grants
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -25,8 +27,8 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from conveyor import kafka
 from conveyor.bus.registry_state import RegistryState, Version, canonical, config_record, topic_of, version_record
-from conveyor.config import Compatibility, Platform
-from conveyor.config.contracts import REGISTRY_TRANSACTIONAL_ID
+from conveyor.config import Compatibility, Platform, read_contract
+from conveyor.config.contracts import REGISTRY_GROUP_PREFIX, REGISTRY_TRANSACTIONAL_ID
 from conveyor.errors import Refusal
 from conveyor.topics.compatibility import Incompatibility, check
 from conveyor.topics.contracts import ContractError, compile_contract
@@ -94,7 +96,7 @@ class Registry:
 
     def start(self, timeout: float = TIMEOUT) -> None:
         """Read the topic to its end, then keep following it."""
-        consumer = kafka.consumer(self.platform, self.cluster, f"{self.client_id}-unused", self.client_id,
+        consumer = kafka.consumer(self.platform, self.cluster, f"{REGISTRY_GROUP_PREFIX}{self.client_id}", self.client_id,
                                   {"isolation.level": "read_committed", "enable.auto.commit": False})
         consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         self._thread = threading.Thread(target=self._follow, args=(consumer,), name="registry", daemon=True)
@@ -123,7 +125,8 @@ class Registry:
             consumer.close()
 
     def end_offset(self, timeout: float = TIMEOUT) -> int:
-        reader = kafka.consumer(self.platform, self.cluster, f"{self.client_id}-unused", f"{self.client_id}-end")
+        reader = kafka.consumer(self.platform, self.cluster, f"{REGISTRY_GROUP_PREFIX}{self.client_id}",
+                                f"{self.client_id}-end")
         try:
             return reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout, cached=False)[1]
         except KafkaException as err:
@@ -145,8 +148,14 @@ class Registry:
                 self._changed.wait(min(left, 0.5))
 
     def latest(self, topic: str) -> Version | None:
+        """The topic's latest version (None: the registry has none), without waiting on the follower."""
+        return self.state.newest.get(topic)
+
+    @contextmanager
+    def reading(self) -> Iterator[RegistryState]:
+        """The state, held still while the caller reads several things of it."""
         with self._changed:
-            return self.state.latest(f"{topic}-value")
+            yield self.state
 
     # -- asking and registering ------------------------------------------------------------------
 
@@ -224,3 +233,23 @@ def _compile(subject: str, schema: Any) -> None:
         compile_contract(topic_of(subject) or subject, schema)
     except ContractError as err:
         raise InvalidContract(str(err), subject=subject) from None
+
+
+def register_contract_files(platform: Platform) -> list[Version]:
+    """Register every declared topic's contract file as its subject's version (``topics apply``):
+    the versions that are new; nothing where the file is a version already. Each is held to its
+    subject's rule, as a version registered through a gateway is."""
+    if platform.contracts.topic not in platform.topics:
+        return []
+    registry = Registry(platform, "conveyor-topics-apply")
+    registry.start()
+    try:
+        created = []
+        for topic, spec in sorted(platform.topics.items()):
+            if spec.contract is not None:
+                registered = registry.register(f"{topic}-value", read_contract(platform, topic), "platform.yaml")
+                if registered.created:
+                    created.append(registered.version)
+        return created
+    finally:
+        registry.stop()

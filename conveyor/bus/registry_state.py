@@ -13,7 +13,6 @@ it and when. The records, keyed so that compaction keeps each one:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,6 +50,26 @@ class Version:
         return json.loads(self.schema)
 
 
+#: The header the gateway writes on each record: the contract version it checked the event against,
+#: ``<id>:<version>`` (its size is kept free by conveyor.limits.GATEWAY_HEADERS_MAX). The replicator
+#: copies it with the record.
+CONTRACT_HEADER = "conveyor-contract"
+
+
+def verdict(version: Version) -> tuple[str, bytes]:
+    """The record header that says which version an event was checked against."""
+    return CONTRACT_HEADER, f"{version.id}:{version.version}".encode()
+
+
+def read_verdict(value: bytes | None) -> tuple[int, int] | None:
+    """(id, version) of a :func:`verdict` header's value; None for anything else."""
+    try:
+        schema_id, _, number = (value or b"").decode().partition(":")
+        return int(schema_id), int(number)
+    except ValueError:
+        return None
+
+
 def version_key(subject: str, number: int) -> bytes:
     return f"version|{subject}|{number}".encode()
 
@@ -76,6 +95,8 @@ class RegistryState:
     by_id: dict[int, Version] = field(default_factory=dict)
     #: subject (None: the registry's own) -> rule.
     rules: dict[str | None, Compatibility] = field(default_factory=dict)
+    #: topic -> its latest version, kept as records come: the gateway asks it for every request.
+    newest: dict[str, Version] = field(default_factory=dict)
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         """Take one record of the topic (a tombstone, ``value`` None, deletes what its key held)."""
@@ -84,10 +105,17 @@ class RegistryState:
             subject, _, number = rest.rpartition("|")
             if value is None:
                 self.subjects.get(subject, {}).pop(int(number), None)
-                return
-            version = Version(**json.loads(value))
-            self.subjects.setdefault(subject, {})[version.version] = version
-            self.by_id.setdefault(version.id, version)
+            else:
+                version = Version(**json.loads(value))
+                self.subjects.setdefault(subject, {})[version.version] = version
+                self.by_id.setdefault(version.id, version)
+            topic = topic_of(subject)
+            if topic is not None:
+                latest = self.latest(subject)
+                if latest is None:
+                    self.newest.pop(topic, None)
+                else:
+                    self.newest[topic] = latest
         elif kind == "config":
             if value is None:
                 self.rules.pop(rest or None, None)
@@ -125,7 +153,3 @@ class RegistryState:
             return declared.compatibility
         return self.rules.get(None, platform.contracts.compatibility)
 
-    def contracts(self) -> Mapping[str, Version]:
-        """Each topic's latest version."""
-        latest = {topic_of(s): self.latest(s) for s in self.subjects}
-        return {topic: version for topic, version in latest.items() if topic is not None and version is not None}

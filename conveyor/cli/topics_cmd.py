@@ -11,6 +11,7 @@ from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputO
                                  StrictOption, YesOption, confirm, durability_section, platform_from, platform_to_apply,
                                  render)
 from conveyor.acls import provisioner as acl_provisioner
+from conveyor.bus.registry import register_contract_files
 from conveyor.config import Delivery, Platform
 from conveyor.topics import provisioner
 from conveyor.topics.lint import durability_findings
@@ -155,6 +156,10 @@ def apply(
     secured, granted = acl_provisioner.apply_secured(platform_model, cluster)
     if granted:
         report.say(f"applied {granted} ACL and user change(s) on {', '.join(secured)} (`conveyor acl plan`)")
+    registered = register_contract_files(platform_model)
+    if registered:
+        report.say("registered contract version(s): " + ", ".join(f"{v.subject} {v.version} (id {v.id})"
+                                                                  for v in registered))
     report.close(applied=len(done), acl_changes=granted, quotas_set=len(quotas_set))
 
 

@@ -13,6 +13,8 @@ from conveyor.config.units import TOPIC_NAME, Model, Name
 #: The transactional id of every registration: one writer at a time across every host
 #: (conveyor.bus.registry), granted to the parts that register (conveyor.acls.parts).
 REGISTRY_TRANSACTIONAL_ID = "conveyor-registry"
+#: The groups of the registry's followers start with this (they commit nothing).
+REGISTRY_GROUP_PREFIX = "conveyor.registry."
 
 
 class Compatibility(StrEnum):

@@ -38,17 +38,21 @@ from conveyor.config.topics import AUDIT_TOPIC
 from conveyor.config.requested import RequestedWatch
 from conveyor.errors import ConveyorError, Refusal
 from conveyor.gateway.audit import AuditCounts
+from conveyor.gateway.bodies import read_body
 from conveyor.gateway.bulkhead import Bulkheads
-from conveyor.gateway.errors import Overloaded, Rejection, RequestTimeout, TooLarge, UnknownTopic
+from conveyor.gateway.errors import Overloaded, Rejection, RequestTimeout, UnknownTopic
 from conveyor.gateway.limits import read_topic_maxima
 from conveyor.limits import batch_size, event_limit
 from conveyor.gateway.metrics import GatewayMetrics
 from conveyor.gateway.openapi import topic_paths
 from conveyor.gateway.parsing import media_type, prepare
+from conveyor.gateway.registry_api import add_registry_routes
 from conveyor.gateway.writer import Accepted, Record, Writer
 from conveyor.gctune import tune_for_throughput
-from conveyor.topics.contracts import compile_contract, load_contracts
+from conveyor.topics.contracts import Contract, compile_contract, load_contracts
 from conveyor.bus.registrar import Granted, RequestNotFinished, grant
+from conveyor.bus.registry import Registry
+from conveyor.bus.registry_state import Version, subject_of, verdict
 from conveyor.bus.requests import read_request
 
 log = logging.getLogger(__name__)
@@ -85,6 +89,12 @@ class Gateway:
         self.source = source or instance_id(dc)
         self.auth = Authorizer(platform)
         self.contracts = load_contracts(platform)
+        #: The contract registry, where the platform keeps one: a topic's latest version there is its
+        #: contract, enforced from the moment the registry's record reaches this gateway.
+        self.registry = Registry(platform, f"conveyor-gateway-{dc}") if platform.contracts.topic in platform.topics \
+            else None
+        #: topic -> (the registry's version, its compiled contract): compiled once per version.
+        self._versions: dict[str, tuple[Version, Contract]] = {}
         #: requested-topics.yaml, re-read when a request names a topic the gateway does not know.
         self.requested = RequestedWatch(platform.root)
         self._learning = asyncio.Lock()
@@ -118,6 +128,9 @@ class Gateway:
 
     async def start(self) -> None:
         s = self.settings
+        if self.registry is not None:
+            await asyncio.to_thread(self.registry.start)
+            await asyncio.to_thread(self._register_declared)
         self.bulkheads = Bulkheads(s.lanes, s.workers_per_lane, s.queue_per_lane)
         maxima = await asyncio.to_thread(read_topic_maxima, self.platform, self.writer.order, self.contracts)
         self.event_limits = {topic: event_limit(s.max_event_bytes, m) for topic, m in maxima.items()}
@@ -129,8 +142,33 @@ class Gateway:
                  ", ".join(self.writer.order[1:]) or "none")
         self.serving = True
 
+    def _register_declared(self) -> None:
+        """A declared topic the registry has no version of yet gets its contract file as version 1:
+        from then on every version, through any gateway, is held to the rule against it."""
+        for topic, contract in self.contracts.items():
+            if self.registry is not None and self.registry.latest(topic) is None:
+                self.registry.register(subject_of(topic), read_contract(self.platform, topic), "platform.yaml")
+
+    def contract_of(self, topic: str) -> tuple[Contract, list[tuple[str, bytes]] | None]:
+        """What a topic's events are checked against: its latest version in the registry, else its
+        contract file; and the record header naming that version (none without a registry)."""
+        latest = self.registry.latest(topic) if self.registry is not None else None
+        if latest is None:
+            return self.contracts[topic], None
+        held = self._versions.get(topic)
+        if held is None or held[0] is not latest:
+            held = (latest, compile_contract(topic, latest.parsed))
+            self._versions[topic] = held
+        return held[1], [verdict(latest)]
+
+    def schema_of(self, topic: str) -> dict[str, Any]:
+        latest = self.registry.latest(topic) if self.registry is not None else None
+        return latest.parsed if latest is not None else read_contract(self.platform, topic)
+
     async def stop(self) -> None:
         self.serving = False
+        if self.registry is not None:
+            self.registry.stop()
         if self._audit_task is not None:
             self._audit_task.cancel()
         await self.publish_audit()
@@ -236,13 +274,14 @@ class Gateway:
 
     async def publish(self, topic: str, body: bytes, content_type: str) -> dict[str, Any]:
         """Events of an authorized request, all written or none acknowledged."""
-        check = (body, content_type, self.contracts[topic], self.event_limits[topic],
-                 self.settings.max_events_per_request)
+        contract, headers = self.contract_of(topic)
+        check = (body, content_type, contract, self.event_limits[topic], self.settings.max_events_per_request)
         prepared = await asyncio.to_thread(prepare, *check) if len(body) > PARSE_OFF_LOOP_BYTES else prepare(*check)
         assert self.bulkheads is not None
         async with self.bulkheads.enter(topic):
             accepted = await self.writer.write(topic, prepared.records,
-                                               itemized=len(prepared.records) <= self.settings.summary_above)
+                                               itemized=len(prepared.records) <= self.settings.summary_above,
+                                               headers=headers)
         hours = prepared.hours
         if accepted.shed:  # only what a cluster acknowledged is counted for the audit
             self.metrics.shed.labels(topic, self.writer.local).inc(len(accepted.shed))
@@ -252,27 +291,6 @@ class Gateway:
         for cluster, count in accepted.by_cluster().items():
             self.metrics.accepted.labels(topic, cluster).inc(count)
         return _answer(accepted)
-
-
-async def read_body(request: Request, limit: int, timeout: float) -> bytes:
-    """The body as it streams in, refused with 413 as soon as it passes ``limit``: a chunked request
-    has no Content-Length to check up front, and must not be held in memory whole first. A body
-    still incomplete after ``timeout`` seconds is refused with 408."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise TooLarge(f"request of {length} bytes is above the limit of {limit} bytes", limit=limit)
-    chunks, size = [], 0
-    try:
-        async with asyncio.timeout(timeout):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise TooLarge(f"request of more than {limit} bytes is above the limit", limit=limit)
-                chunks.append(chunk)
-    except TimeoutError:
-        raise RequestTimeout(f"the request's body did not arrive within {timeout:g} s ({size} bytes came)",
-                             limit=timeout) from None
-    return b"".join(chunks)
 
 
 def _refusal_headers(err: Refusal) -> dict[str, str] | None:
@@ -303,6 +321,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             await gateway.stop()
 
     app = FastAPI(title="Conveyor gateway", lifespan=lifespan, openapi_url="/openapi.json")
+    add_registry_routes(app, gateway)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, err: StarletteHTTPException) -> Response:
@@ -351,7 +370,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version=app.version, routes=app.routes)
-            contracts = {topic: read_contract(gateway.platform, topic) for topic in gateway.contracts}
+            contracts = {topic: gateway.schema_of(topic) for topic in gateway.contracts}
             app.openapi_schema = topic_paths(document, contracts)
         return app.openapi_schema
 

@@ -25,7 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from conveyor import kafka
 from conveyor.config import Platform, Purpose
 from conveyor.gateway.errors import Overloaded, Unavailable
-from conveyor.limits import PRODUCER_MESSAGE_MAX
+from conveyor.limits import PRODUCER_MESSAGE_MAX, Headers
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ class ClusterProducer:
             return False
         return bool(metadata.brokers)
 
-    async def write(self, topic: str, records: list[Record], itemized: bool) -> Written:
+    async def write(self, topic: str, records: list[Record], itemized: bool, headers: Headers | None = None) -> Written:
         assert self._producer is not None
         size = sum(len(r.key) + len(r.value) for r in records)
         if len(self._producer) + len(records) > QUEUE_LIMIT or self._queued_bytes + size > QUEUE_BYTES:
@@ -236,8 +236,12 @@ class ClusterProducer:
         try:
             if itemized:
                 for index, record in enumerate(records):
-                    self._producer.produce(topic, record.value, record.key,
+                    self._producer.produce(topic, record.value, record.key, headers=headers,
                                            on_delivery=functools.partial(batch.on_delivery, index))
+            elif headers:  # produce_batch writes no headers (librdkafka's batch call takes none)
+                for record in records:
+                    self._producer.produce(topic, record.value, record.key, headers=headers,
+                                           on_delivery=batch.on_delivery_summed)
             else:
                 # One call and one callback for the request: a third of produce()'s cost per record.
                 messages = [{"key": r.key, "value": r.value} for r in records]
@@ -293,17 +297,19 @@ class Writer:
         self._stopping.set()
         return sum([await p.stop() for p in self._producers.values()])
 
-    async def write(self, topic: str, records: list[Record], itemized: bool = False) -> Accepted:
+    async def write(self, topic: str, records: list[Record], itemized: bool = False,
+                    headers: Headers | None = None) -> Accepted:
         """Every record acknowledged by some writable cluster, or :class:`Unavailable`. ``itemized``:
-        where each record went, for an answer that lists them; else only per partition."""
+        where each record went, for an answer that lists them; else only per partition.
+        ``headers``: every record's."""
         accepted = Accepted(len(records), itemized)
         if self.sheds:
-            return await self._write_shedding(topic, records, accepted)
+            return await self._write_shedding(topic, records, accepted, headers)
         todo = list(range(len(records)))
         start = self.order.index(self.active)
         last_error: KafkaError | None = None
         for cluster in self.order[start:]:
-            written = await self._producers[cluster].write(topic, [records[i] for i in todo], itemized)
+            written = await self._producers[cluster].write(topic, [records[i] for i in todo], itemized, headers)
             accepted.take(cluster, written, todo)
             if not written.failed:
                 return accepted
@@ -315,11 +321,12 @@ class Writer:
         raise Unavailable(f"{len(todo)} of {len(records)} events were not acknowledged by any writable cluster "
                           f"({reason}); none of this request counts as accepted, retry it", topic=topic)
 
-    async def _write_shedding(self, topic: str, records: list[Record], accepted: Accepted) -> Accepted:
+    async def _write_shedding(self, topic: str, records: list[Record], accepted: Accepted,
+                              headers: Headers | None) -> Accepted:
         """One try at the logs cluster, bounded by its producer's message timeout; a full queue
         sheds the whole request at once rather than push back on the producer."""
         try:
-            written = await self._producers[self.local].write(topic, records, accepted.deliveries is not None)
+            written = await self._producers[self.local].write(topic, records, accepted.deliveries is not None, headers)
         except (Overloaded, Unavailable):
             accepted.shed = list(range(len(records)))
             return accepted

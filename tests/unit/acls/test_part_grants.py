@@ -54,7 +54,8 @@ def test_the_gateway_writes_produced_topics_and_the_audit_on_writable_clusters_o
     # On the read cluster, only the contract registry: it follows it and registers versions there.
     assert _of(parts.part_grants(platform, "central"), Part.gateway) == {
         *(("TOPIC", "_contracts", Pattern.literal, op) for op in ("READ", "WRITE", "DESCRIBE")),
-        *(("TRANSACTIONAL_ID", "conveyor-registry", Pattern.literal, op) for op in ("WRITE", "DESCRIBE"))}
+        *(("TRANSACTIONAL_ID", "conveyor-registry", Pattern.literal, op) for op in ("WRITE", "DESCRIBE")),
+        ("GROUP", "conveyor.registry.", Pattern.prefixed, "READ")}
 
 
 def test_every_part_that_checks_copies_or_reads_events_follows_the_contract_registry_and_only_the_gateway_writes():
@@ -111,7 +112,8 @@ def test_the_pipelines_read_their_topics_on_the_read_cluster_only():
     lake = _of(parts.part_grants(platform, "central"), Part.lake)
     assert lake == {("TOPIC", "orders", Pattern.literal, "READ"), ("TOPIC", "orders", Pattern.literal, "DESCRIBE"),
                     ("GROUP", "conveyor.lake.orders", Pattern.literal, "READ"),
-                    ("TOPIC", "_contracts", Pattern.literal, "READ"), ("TOPIC", "_contracts", Pattern.literal, "DESCRIBE")}
+                    ("TOPIC", "_contracts", Pattern.literal, "READ"), ("TOPIC", "_contracts", Pattern.literal, "DESCRIBE"),
+                    ("GROUP", "conveyor.registry.", Pattern.prefixed, "READ")}
     realtime = _of(parts.part_grants(platform, "central"), Part.realtime)
     assert ("TOPIC", "_realtime_rejects", Pattern.literal, "WRITE") in realtime
     assert ("GROUP", "conveyor.realtime.", Pattern.prefixed, "READ") in realtime
