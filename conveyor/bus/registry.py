@@ -63,6 +63,10 @@ class RegistryUnavailable(Refusal):
     status, reason = 503, "registry_unavailable"
 
 
+class RegistryMissing(RegistryUnavailable):
+    """The registry's topic is not on its cluster: `conveyor topics apply` creates it."""
+
+
 @dataclass(frozen=True)
 class Registration:
     version: Version
@@ -130,8 +134,10 @@ class Registry:
         try:
             return reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout, cached=False)[1]
         except KafkaException as err:
-            raise RegistryUnavailable(f"the contract registry ({self.topic} on {self.cluster}) cannot be read: "
-                                      f"{err.args[0].str()}") from None
+            missing = err.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
+            raise (RegistryMissing if missing else RegistryUnavailable)(
+                f"the contract registry ({self.topic} on {self.cluster}) cannot be read: {err.args[0].str()}"
+                + ("; `conveyor topics apply` creates it" if missing else "")) from None
         finally:
             reader.close()
 
@@ -251,5 +257,22 @@ def register_contract_files(platform: Platform) -> list[Version]:
                 if registered.created:
                     created.append(registered.version)
         return created
+    finally:
+        registry.stop()
+
+
+def topic_versions(platform: Platform, topic: str) -> list[Version]:
+    """The registry's versions of a topic's contract as of now, oldest first (none without a
+    registry): for a reader that takes them once, such as a lake run."""
+    if platform.contracts.topic not in platform.topics:
+        return []
+    registry = Registry(platform, f"conveyor-{platform.part.value if platform.part else 'admin'}-{topic}")
+    try:
+        registry.start()
+    except RegistryMissing:
+        return []  # no registry yet, so no gateway has checked an event against a version of it
+    try:
+        with registry.reading() as state:
+            return state.versions(f"{topic}-value")
     finally:
         registry.stop()

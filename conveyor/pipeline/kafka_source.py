@@ -64,8 +64,9 @@ def list_watermarks(platform: Platform, topic: str) -> tuple[datetime, dict[int,
     return listed_at, {p: Watermarks(answers["low"][p], answers["high"][p]) for p in partitions}
 
 
-def read_range(spark: SparkSession, platform: Platform, plan: RangePlan) -> DataFrame:
-    """The plan's records as Spark's Kafka rows (partition, offset, timestamp, key, value...).
+def read_range(spark: SparkSession, platform: Platform, plan: RangePlan, headers: bool = False) -> DataFrame:
+    """The plan's records as Spark's Kafka rows (partition, offset, timestamp, key, value...;
+    ``headers``: their headers too).
 
     failOnDataLoss stays on: should retention delete part of the range while the run reads it, the
     run fails before its commit and the next one records the gap, instead of skipping it here.
@@ -79,5 +80,6 @@ def read_range(spark: SparkSession, platform: Platform, plan: RangePlan) -> Data
         # One client id for every consumer of the run, so the throttle can quota it (conveyor.positions).
         "kafka.client.id": spark_client_id("lake", plan.topic),
         "failOnDataLoss": "true",
+        "includeHeaders": "true" if headers else "false",
     }
     return spark.read.format("kafka").options(**options).load()

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from conveyor.bus.registry_state import CONTRACT_HEADER, read_verdict
 from conveyor.pipeline.schema import REASON, Column, Kind
 from conveyor.topics.contracts import Contract, compile_contract, parse_event_time
 
@@ -73,26 +74,49 @@ def _converter(column: Column) -> Callable[[Any], Any] | None:
     }.get(column.kind)
 
 
-class RecordParser:
-    """Parses one topic's values against its contract."""
+#: A contract version as the workers get it: (version number, id, schema text).
+VersionText = tuple[int, int, str]
 
-    def __init__(self, topic: str, schema_text: str, columns: tuple[Column, ...]) -> None:
+
+class RecordParser:
+    """Parses one topic's values against its contract: the version a record's header says the
+    gateway checked it against (``versions``: the registry's, as plain values), or ``schema_text``
+    for a record that names none."""
+
+    def __init__(self, topic: str, schema_text: str, columns: tuple[Column, ...],
+                 versions: tuple[VersionText, ...] = ()) -> None:
+        self._topic = topic
         self._contract = _contract(topic, schema_text)
+        self._versions = {number: (schema_id, text) for number, schema_id, text in versions}
         self._names = [c.name for c in columns]
         self._converted = [(c.name, convert) for c in columns if (convert := _converter(c)) is not None]
         self._nothing = (None,) * len(columns)
 
-    def _event(self, value: bytes | None) -> dict[str, Any]:
+    def _contract_named(self, header: bytes | None) -> Contract:
+        if header is None:
+            return self._contract
+        named = read_verdict(header)
+        if named is None:
+            raise _Reject(f"its {CONTRACT_HEADER} header {header[:40]!r} names no contract version")
+        schema_id, number = named
+        held = self._versions.get(number)
+        if held is None or held[0] != schema_id:
+            raise _Reject(f"checked at the gateway against contract version {number} (id {schema_id}), which the "
+                          "registry does not hold")
+        return _contract(self._topic, held[1])
+
+    def _event(self, value: bytes | None, header: bytes | None = None) -> dict[str, Any]:
         """The event, its fields converted to their columns' types where they need it."""
         if value is None:
             raise _Reject("no value (null record)")
+        contract = self._contract_named(header)
         try:
             event = orjson.loads(value)
         except orjson.JSONDecodeError as err:
             raise _Reject(f"not JSON: {err}") from None
         if not isinstance(event, dict):
             raise _Reject(f"not a JSON object but a {type(event).__name__}")
-        violation = self._contract.check(event)
+        violation = contract.check(event)
         if violation is not None:
             raise _Reject(f"breaks the contract: {violation.message} (rule {violation.rule})")
         for name, convert in self._converted:
@@ -109,14 +133,15 @@ class RecordParser:
             return (reject.args[0], *self._nothing)
         return (None, *[event.get(name) for name in self._names])
 
-    def columns(self, values: list[bytes | None]) -> list[list[Any]]:
+    def columns(self, values: list[bytes | None], headers: list[bytes | None] | None = None) -> list[list[Any]]:
         """The verdicts of ``values`` and the contract's columns, column by column (a comprehension
-        per column costs a third of building rows and transposing them)."""
+        per column costs a third of building rows and transposing them). ``headers``: each
+        record's contract header (None: it has none)."""
         reasons: list[str | None] = []
         events: list[dict[str, Any]] = []
-        for value in values:
+        for value, header in zip(values, headers or [None] * len(values), strict=True):
             try:
-                events.append(self._event(value))
+                events.append(self._event(value, header))
                 reasons.append(None)
             except _Reject as reject:
                 events.append(_NO_EVENT)
@@ -137,17 +162,18 @@ def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
     return pa.schema([(REASON, pa.string())] + [(c.name, _ARROW_TYPES[c.kind]) for c in columns])
 
 
-def values_parser(topic: str, schema_text: str, columns: tuple[Column, ...]) -> Callable[[pa.Array], pa.Array]:
-    """For a scalar Arrow UDF over the raw values (its type hints make it one): per value, the
-    verdict and the contract's columns, as one struct.
+def values_parser(topic: str, schema_text: str, columns: tuple[Column, ...],
+                  versions: tuple[VersionText, ...] = ()) -> Callable[[pa.Array, pa.Array], pa.Array]:
+    """For a scalar Arrow UDF over the raw values and their contract headers (its type hints make
+    it one): per value, the verdict and the contract's columns, as one struct.
 
     Arrow in and out, not pandas: the columns are built as Arrow arrays, which a pandas UDF would
     turn into pandas and PySpark back into Arrow again.
     """
     schema = arrow_schema(columns)
 
-    def parse(values: pa.Array) -> pa.Array:
-        built = RecordParser(topic, schema_text, columns).columns(values.to_pylist())
+    def parse(values: pa.Array, headers: pa.Array) -> pa.Array:
+        built = RecordParser(topic, schema_text, columns, versions).columns(values.to_pylist(), headers.to_pylist())
         arrays = [pa.array(column, type=field.type) for column, field in zip(built, schema, strict=True)]
         return pa.StructArray.from_arrays(arrays, fields=list(schema))
 

@@ -87,6 +87,16 @@ def contract_columns(topic: str, schema: dict[str, Any]) -> tuple[Column, ...]:
     return tuple(Column(c.name, Kind.timestamp) if c.name == "event_time" else c for c in columns)
 
 
+def versions_columns(topic: str, schemas: list[dict[str, Any]]) -> tuple[Column, ...]:
+    """The columns of every version of a topic's contract (oldest first): the latest's, then those
+    only earlier versions had, so no column a row once filled goes away."""
+    columns: dict[str, Column] = {}
+    for schema in reversed(schemas):
+        for column in contract_columns(topic, schema):
+            columns.setdefault(column.name, column)
+    return tuple(columns.values())
+
+
 def table_columns_ddl(columns: tuple[Column, ...]) -> str:
     return ", ".join([c.ddl for c in columns] + [f"{name} {kind}" for name, kind in COORDINATES]
                      + [f"{LANDED_AT} timestamp"])

@@ -123,7 +123,7 @@ def test_the_values_parser_gives_one_row_per_value_with_nulls_kept_as_nulls():
 
     without_price = {k: v for k, v in EVENT.items() if k != "price_micros"}
     values = pa.array([orjson.dumps(EVENT), b"nope", None, orjson.dumps(without_price)], pa.binary())
-    out = values_parser("ad-events", json.dumps(SCHEMA), COLUMNS)(values)
+    out = values_parser("ad-events", json.dumps(SCHEMA), COLUMNS)(values, pa.nulls(4, pa.binary()))
     assert out.type == pa.struct(list(arrow_schema(COLUMNS))) and len(out) == 4
     reasons = out.field("quarantine_reason").to_pylist()
     assert [r is None for r in reasons] == [True, False, False, True]
@@ -140,5 +140,24 @@ def test_the_values_parser_of_no_values_gives_the_columns_and_no_rows():
 
     from conveyor.pipeline.records import arrow_schema, values_parser
 
-    out = values_parser("ad-events", json.dumps(SCHEMA), COLUMNS)(pa.array([], pa.binary()))
+    out = values_parser("ad-events", json.dumps(SCHEMA), COLUMNS)(pa.array([], pa.binary()), pa.array([], pa.binary()))
     assert out.type == pa.struct(list(arrow_schema(COLUMNS))) and len(out) == 0
+
+
+def test_each_record_is_checked_against_the_version_its_header_names():
+    from conveyor.pipeline.records import RecordParser
+
+    closed = {**SCHEMA, "additionalProperties": False}
+    wider = {**closed, "properties": {**closed["properties"], "country": {"type": "string"}}}
+    versions = ((1, 10, json.dumps(closed)), (2, 11, json.dumps(wider)))
+    parser = RecordParser("ad-events", json.dumps(wider), COLUMNS, versions)
+    with_country = orjson.dumps({**EVENT, "country": "NL"})
+    reasons = parser.columns([with_country, with_country, with_country, with_country, with_country],
+                             [b"11:2", b"10:1", None, b"12:3", b"garbage"])[0]
+    assert reasons[0] is None and reasons[2] is None  # version 2; no header: the latest
+    assert "breaks the contract" in reasons[1]  # version 1 is closed to country
+    assert reasons[3] == ("checked at the gateway against contract version 3 (id 12), which the registry does "
+                          "not hold")
+    assert "names no contract version" in reasons[4]
+    # An id that is not the version's: not what the gateway checked.
+    assert "does not hold" in parser.columns([with_country], [b"10:2"])[0][0]
