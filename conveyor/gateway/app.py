@@ -51,7 +51,7 @@ from conveyor.gateway.writer import Accepted, Record, Writer
 from conveyor.gctune import tune_for_throughput
 from conveyor.topics.contracts import Contract, compile_contract, load_contracts
 from conveyor.bus.registrar import Granted, RequestNotFinished, grant
-from conveyor.bus.registry import Registry
+from conveyor.bus.registry import Registry, RegistryMissing
 from conveyor.bus.registry_state import Version, subject_of, verdict
 from conveyor.bus.requests import read_request
 
@@ -129,8 +129,12 @@ class Gateway:
     async def start(self) -> None:
         s = self.settings
         if self.registry is not None:
-            await asyncio.to_thread(self.registry.start)
-            await asyncio.to_thread(self._register_declared)
+            try:
+                await asyncio.to_thread(self.registry.start)
+            except RegistryMissing as err:  # it keeps following: versions count from the topic's creation
+                log.warning("%s; until then events are checked against the contract files", err)
+            else:
+                await asyncio.to_thread(self._register_declared)
         self.bulkheads = Bulkheads(s.lanes, s.workers_per_lane, s.queue_per_lane)
         maxima = await asyncio.to_thread(read_topic_maxima, self.platform, self.writer.order, self.contracts)
         self.event_limits = {topic: event_limit(s.max_event_bytes, m) for topic, m in maxima.items()}

@@ -120,3 +120,17 @@ def test_scrypt_runs_at_most_in_its_slots_and_a_waiter_past_its_wait_gets_429(mo
     for thread in threads:
         thread.join(5)
     assert peak[0] == auth.SCRYPT_SLOTS
+
+
+def test_a_token_comes_as_bearer_or_as_basic_s_password():
+    import base64
+
+    import pytest
+
+    from conveyor.auth import Unauthenticated, presented_token
+
+    basic = base64.b64encode(b"adserver:the-token").decode()
+    assert presented_token("Bearer the-token") == presented_token(f"Basic {basic}") == "the-token"
+    for refused in (None, "", "Basic !!!", f"Basic {base64.b64encode(b'no-password').decode()}", "Token x"):
+        with pytest.raises(Unauthenticated):
+            presented_token(refused)

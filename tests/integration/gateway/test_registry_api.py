@@ -157,3 +157,21 @@ def provisioner_ends(platform: Platform, cluster: str, topic: str) -> dict[int, 
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in (0, 1)}
     finally:
         consumer.close()
+
+
+def test_a_gateway_serves_by_the_contract_files_until_the_registry_s_topic_exists(provisioned, platform_data,
+                                                                                 platform_file, tmp_path, serve_gateway):
+    data = copy.deepcopy(platform_data)
+    for spec in data["topics"].values():
+        if spec.get("contract"):
+            spec["contract"] = str(platform_file.parent / spec["contract"])
+    missing = f"_contracts_{uuid.uuid4().hex[:8]}"  # declared, never created
+    data["topics"][missing] = {**data["topics"]["_contracts"]}
+    data["contracts"] = {"topic": missing}
+    platform = platform_variant(data, tmp_path / "platform.yaml")
+    url = serve_gateway(platform, "dc1", port=base_port() + GATEWAY_PORTS[0])
+    accepted = httpx.post(f"{url}/v1/topics/ad-events/events", json=demo_event(), headers=ADSERVER, timeout=30)
+    assert accepted.status_code == 200, accepted.text
+    assert httpx.get(f"{url}/subjects", headers=ADSERVER, timeout=30).json() == []
+    registering = httpx.post(f"{url}/v1/topics/ad-events/contract", headers=ADSERVER, timeout=30, json=V1)
+    assert registering.status_code == 503 and "topics apply" in registering.json()["message"], registering.text
