@@ -95,6 +95,8 @@ class Registry:
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._asking = threading.Lock()
+        self._end_reader: Any = None
 
     # -- following -------------------------------------------------------------------------------
 
@@ -111,6 +113,10 @@ class Registry:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+        with self._asking:
+            if self._end_reader is not None:
+                self._end_reader.close()
+                self._end_reader = None
 
     def _follow(self, consumer: Any) -> None:
         try:
@@ -129,17 +135,19 @@ class Registry:
             consumer.close()
 
     def end_offset(self, timeout: float = TIMEOUT) -> int:
-        reader = kafka.consumer(self.platform, self.cluster, f"{REGISTRY_GROUP_PREFIX}{self.client_id}",
-                                f"{self.client_id}-end")
-        try:
-            return reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout, cached=False)[1]
-        except KafkaException as err:
-            missing = err.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
-            raise (RegistryMissing if missing else RegistryUnavailable)(
-                f"the contract registry ({self.topic} on {self.cluster}) cannot be read: {err.args[0].str()}"
-                + ("; `conveyor topics apply` creates it" if missing else "")) from None
-        finally:
-            reader.close()
+        """The topic's end now (one round trip: a reader that asks once a batch keeps its connection)."""
+        with self._asking:
+            if self._end_reader is None:
+                self._end_reader = kafka.consumer(self.platform, self.cluster, f"{REGISTRY_GROUP_PREFIX}{self.client_id}",
+                                                  f"{self.client_id}-end")
+            try:
+                return self._end_reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout,
+                                                              cached=False)[1]
+            except KafkaException as err:
+                missing = err.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
+                raise (RegistryMissing if missing else RegistryUnavailable)(
+                    f"the contract registry ({self.topic} on {self.cluster}) cannot be read: {err.args[0].str()}"
+                    + ("; `conveyor topics apply` creates it" if missing else "")) from None
 
     def wait_caught_up(self, timeout: float = TIMEOUT, end: int | None = None) -> None:
         """Return once the follower has read up to ``end`` (default: the topic's end now)."""

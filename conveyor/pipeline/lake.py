@@ -27,8 +27,7 @@ from conveyor.pipeline import guard
 from conveyor.pipeline.dedup import dedup_window, drop_copies
 from conveyor.pipeline.errors import LakeConfigError, LakeConflictError, spark_failures
 from conveyor.bus.registry import topic_versions
-from conveyor.bus.registry_state import CONTRACT_HEADER
-from conveyor.pipeline.kafka_source import list_watermarks, read_range
+from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, list_watermarks, read_range
 from conveyor.pipeline.lake_positions import publish_position
 from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH, VersionText, values_parser
@@ -162,7 +161,7 @@ def parsed_range(
 
     records = read_range(spark, platform, plan, headers=True).select(
         *[col(kafka_name).alias(name) for name, kafka_name in PASSED_THROUGH.items()],
-        expr(f"try_element_at(filter(headers, h -> h.key = '{CONTRACT_HEADER}'), 1).value").alias("contract_header"))
+        expr(CONTRACT_HEADER_SQL).alias("contract_header"))
     returns = ", ".join([f"{quote(REASON)} string"] + [c.ddl for c in columns])
     verdict = arrow_udf(values_parser(plan.topic, schema_text, columns, versions), returns)
     return records.select(*PASSED_THROUGH, verdict("raw_value", "contract_header").alias("parsed")).select(

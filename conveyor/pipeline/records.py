@@ -125,10 +125,10 @@ class RecordParser:
                 event[name] = convert(field)
         return event
 
-    def parse(self, value: bytes | None) -> tuple[Any, ...]:
+    def parse(self, value: bytes | None, header: bytes | None = None) -> tuple[Any, ...]:
         """``(None, *column values)`` for a good record, ``(reason, None, ...)`` for a bad one."""
         try:
-            event = self._event(value)
+            event = self._event(value, header)
         except _Reject as reject:
             return (reject.args[0], *self._nothing)
         return (None, *[event.get(name) for name in self._names])

@@ -27,7 +27,7 @@ from typing import TypeVar
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import ClusterDownError, SlotNotCoveredError, TryAgainError
+from redis.exceptions import ClusterDownError, NoScriptError, SlotNotCoveredError, TryAgainError
 
 from conveyor.pipeline.errors import PipelineError
 
@@ -38,9 +38,12 @@ T = TypeVar("T")
 FAILOVER_SECONDS = 60.0
 #: How long a batch waits for a replica of each master to acknowledge its writes.
 REPLICA_WAIT_MS = 10_000
+#: Times a call is sent again because the server lost its scripts (it restarted in between).
+SCRIPT_RELOADS = 3
 #: What a cluster answers while a failover runs: the dead node refuses, the cluster is down for its
-#: slots, or they are not served yet.
-_FAILING_OVER = (redis.ConnectionError, redis.TimeoutError, ClusterDownError, TryAgainError, SlotNotCoveredError)
+#: slots, or they are not served yet; a promoted replica has no scripts cached.
+_FAILING_OVER = (redis.ConnectionError, redis.TimeoutError, ClusterDownError, TryAgainError, SlotNotCoveredError,
+                 NoScriptError)
 
 
 class WritesInDoubtError(PipelineError):
@@ -51,9 +54,17 @@ class WritesInDoubtError(PipelineError):
 
 def through_failover(client: redis.Redis | RedisCluster, call: Callable[[], T]) -> T:
     """``call()``; on a Redis Cluster, tried again with a growing pause while a failover runs. One
-    server's client already pauses between its own tries (store.connect_to)."""
+    server's client already pauses between its own tries (store.connect_to), but a pipeline it sends
+    again to a restarted server finds the scripts gone from its cache (NoScriptError): ``call()``
+    builds its pipeline anew, and a new pipeline loads them first."""
     if not isinstance(client, RedisCluster):
-        return call()
+        for attempt in range(1, SCRIPT_RELOADS + 1):
+            try:
+                return call()
+            except NoScriptError:
+                if attempt == SCRIPT_RELOADS:
+                    raise
+        raise AssertionError("unreachable")
     deadline, pause = time.monotonic() + FAILOVER_SECONDS, 0.1
     while True:
         try:
