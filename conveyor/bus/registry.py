@@ -138,8 +138,11 @@ class Registry:
         """The topic's end now (one round trip: a reader that asks once a batch keeps its connection)."""
         with self._asking:
             if self._end_reader is None:
+                # Uncommitted: the log's end. A committed reader's end is the stable offset, and
+                # Kafka answers a commit before it writes the markers that move it, so a registration
+                # would return before its own follower could hold it.
                 self._end_reader = kafka.consumer(self.platform, self.cluster, f"{REGISTRY_GROUP_PREFIX}{self.client_id}",
-                                                  f"{self.client_id}-end")
+                                                  f"{self.client_id}-end", {"isolation.level": "read_uncommitted"})
             try:
                 return self._end_reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout,
                                                               cached=False)[1]
