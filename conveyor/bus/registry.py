@@ -32,6 +32,7 @@ from conveyor.config.contracts import REGISTRY_GROUP_PREFIX, REGISTRY_TRANSACTIO
 from conveyor.errors import Refusal
 from conveyor.topics.compatibility import Incompatibility, check
 from conveyor.topics.contracts import ContractError, compile_contract
+from conveyor.topics.sink_fit import sink_conflicts
 
 log = logging.getLogger("conveyor.registry")
 
@@ -74,11 +75,15 @@ class Registration:
     created: bool
 
 
-def incompatibility_details(rule: Compatibility, found: list[Incompatibility]) -> dict[str, Any]:
-    """What a refusal's body says of each incompatibility: the rule, the field, old and new."""
-    return {"rule": rule.value, "incompatibilities": [
-        {"field": i.field, "kind": i.kind, "old": i.old, "new": i.new, "version": i.version, "message": i.message}
-        for i in found]}
+def refusal(subject: str, rule: Compatibility, found: list[Incompatibility]) -> IncompatibleContract:
+    """The 409 for a version with incompatibilities: the first one said, every one in the body
+    (the rule, the field, old and new, and the sink that cannot take it)."""
+    first = found[0]
+    said = f"the new version breaks rule {rule.value}" if first.sink is None else "a sink cannot take the new version"
+    return IncompatibleContract(f"{subject}: {said}: {first.message}", subject=subject, rule=rule.value,
+                                incompatibilities=[{"field": i.field, "kind": i.kind, "old": i.old, "new": i.new,
+                                                    "version": i.version, "sink": i.sink, "message": i.message}
+                                                   for i in found])
 
 
 class Registry:
@@ -179,17 +184,21 @@ class Registry:
     def incompatibilities(self, subject: str, schema: Any, against: int | None = None) -> tuple[Compatibility,
                                                                                               list[Incompatibility]]:
         """The subject's rule and what ``schema`` breaks of it: against every version the rule
-        asks for, or ``against`` one version alone."""
+        asks for, or ``against`` one version alone; then what the topic's sinks cannot take of it
+        after every version (conveyor.topics.sink_fit), whatever the rule."""
         _compile(subject, schema)
         with self._changed:
             rule = self.state.rule(subject, self.platform)
             versions = [(v.version, v.parsed) for v in self.state.versions(subject)]
+        compared = versions
         if against is not None:
-            versions = [(n, s) for n, s in versions if n == against]
-            if not versions:
+            compared = [(n, s) for n, s in versions if n == against]
+            if not compared:
                 raise UnknownSubject(f"subject {subject} has no version {against}", subject=subject)
             rule = Compatibility(rule.value.removesuffix("_TRANSITIVE"))
-        return rule, check(rule, schema, versions)
+        topic = topic_of(subject)
+        sinks = [] if topic is None else sink_conflicts(self.platform, topic, versions, schema)
+        return rule, check(rule, schema, compared) + sinks
 
     def register(self, subject: str, schema: Any, by: str) -> Registration:
         """Register ``schema`` as the subject's next version, held to its rule; the version it
@@ -212,9 +221,7 @@ class Registry:
                                       datetime.now(timezone.utc).isoformat(timespec="seconds"))
                 rule, found = self.incompatibilities(subject, schema)
                 if found:
-                    raise IncompatibleContract(
-                        f"{subject}: the new version breaks rule {rule.value}: {found[0].message}",
-                        subject=subject, **incompatibility_details(rule, found))
+                    raise refusal(subject, rule, found)
                 key, value = version_record(version)
                 producer.begin_transaction()
                 producer.produce(self.topic, value, key, partition=0)

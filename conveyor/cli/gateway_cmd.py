@@ -82,6 +82,8 @@ def generate(
     token: Annotated[str, typer.Option(envvar="CONVEYOR_TOKEN", help="The publishing service's token.")] = "",
     seed: Annotated[int | None, typer.Option(min=0, help="Send the events of an earlier run again (its seed "
                                                          "is printed at its start); default: a new seed.")] = None,
+    field: Annotated[list[str] | None, typer.Option(help="NAME=VALUE: a string field added to every event, such as "
+                                                         "one a new contract version brings (repeatable).")] = None,
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Publish realistic ad events (page views, impressions, clicks from many sites, keyed by user)
@@ -97,7 +99,10 @@ def generate(
                    if c.role == ClusterRole.writable]
     verify = trusted(model)
     publishers = [Publisher(u, token, batch_size=batch, verify=verify) for u in urls]
-    traffic = AdTraffic() if seed is None else AdTraffic(seed=seed)
+    if any(not f.partition("=")[0] or "=" not in f for f in field or []):
+        raise typer.BadParameter("give each field as NAME=VALUE", param_hint="--field")
+    extra = dict(f.partition("=")[::2] for f in field or [])
+    traffic = AdTraffic(extra=extra) if seed is None else AdTraffic(seed=seed, extra=extra)
     say(output, f"seed {traffic.seed}; rerun with --seed {traffic.seed} to send the same events")
     with Progress(TextColumn("publishing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console if output is OutputFormat.table else err_console, transient=True) as progress:

@@ -1,5 +1,5 @@
-"""``conveyor topics plan``, ``apply`` and ``request``: every topic in every cluster, and topics asked for
-through the bus."""
+"""``conveyor topics plan``, ``apply``, ``request`` and ``contract``: every topic in every cluster, topics
+asked for through the bus, and their contracts' versions."""
 
 from __future__ import annotations
 
@@ -218,18 +218,70 @@ def request(
                             Column("requested by", "requested_by")), rows), new=granted["new"])
 
 
+@app.command()
+def contract(
+    topic: Annotated[str, typer.Argument(help="The topic whose contract to show or change.")],
+    schema: Annotated[Path | None, typer.Option(help="Register this JSON Schema as the topic's next contract version "
+                                                     "(held to the topic's compatibility rule and to what its sinks "
+                                                     "can take). Without it: list the versions.",
+                                                exists=True, dir_okay=False)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only check --schema; register nothing.")] = False,
+    gateway: Annotated[str, typer.Option(help="A gateway's URL: the registry is served by every gateway.")] = "",
+    token: Annotated[str, typer.Option(envvar="CONVEYOR_TOKEN", help="A token: any service's to list, a producer's "
+                                                                     "of the topic (or the admin's) to register.")] = "",
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    output: OutputOption = OutputFormat.table,
+) -> None:
+    """A topic's contract versions in the registry, or its next version registered. A version
+    that breaks the rule or a sink is refused, naming the field and its old and new types, and
+    nothing changes anywhere (exit 1). Every gateway enforces a new version within seconds."""
+    import json
+
+    if not gateway:
+        raise typer.BadParameter("give a gateway's URL (--gateway https://host:port)")
+    model = platform_from(platform)
+    if schema is None:
+        subject = f"{topic}-value"
+        numbers = _gateway_call(model, gateway, token, "GET", f"/subjects/{subject}/versions")
+        rows = []
+        for number in numbers:
+            version = _gateway_call(model, gateway, token, "GET", f"/subjects/{subject}/versions/{number}")
+            fields = json.loads(version["schema"]).get("properties") or {}
+            rows.append({"version": version["version"], "id": version["id"], "fields": ", ".join(fields)})
+        render(output, Section("versions", f"contract versions of {topic}",
+                               (Column("version"), Column("id"), Column("fields")), rows))
+        return
+    try:
+        body = json.loads(schema.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise typer.BadParameter(f"{schema} is not JSON: {err}", param_hint="--schema") from None
+    answer = _gateway_call(model, gateway, token, "POST", f"/v1/topics/{topic}/contract" + ("?dry_run=true" if dry_run
+                                                                                             else ""), body)
+    if dry_run:
+        title = f"compatible under rule {answer['rule']}; nothing registered"
+        rows = [{"topic": topic, "version": "(not registered)", "id": ""}]
+    else:
+        title = "registered" if answer["created"] else "already registered; nothing changed"
+        rows = [{"topic": topic, "version": answer["version"], "id": answer["id"]}]
+    render(output, Section("contract", title, (Column("topic"), Column("version"), Column("id")), rows))
+
+
 def _ask_gateway(model: Platform, gateway: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
+    return _gateway_call(model, gateway, token, "POST", "/v1/topics", body)
+
+
+def _gateway_call(model: Platform, gateway: str, token: str, method: str, path: str, body: Any = None) -> Any:
     import httpx
 
     from conveyor.errors import ConveyorError
     from conveyor.tls import trusted
 
     if not token:
-        raise typer.BadParameter("give the asking service's token (--token or CONVEYOR_TOKEN)")
-    url = f"{gateway.rstrip('/')}/v1/topics"
+        raise typer.BadParameter("give a service's token (--token or CONVEYOR_TOKEN)")
+    url = f"{gateway.rstrip('/')}{path}"
     try:
-        answer = httpx.post(url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=120,
-                            verify=trusted(model))
+        answer = httpx.request(method, url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=120,
+                               verify=trusted(model))
     except httpx.HTTPError as err:
         raise ConveyorError(f"the gateway at {url} did not answer ({err}); is it running? (`conveyor status`)") from None
     if answer.status_code not in (200, 201):
@@ -237,5 +289,5 @@ def _ask_gateway(model: Platform, gateway: str, token: str, body: dict[str, Any]
             message = answer.json().get("message", answer.text)
         except ValueError:
             message = answer.text
-        raise ConveyorError(f"the gateway refused the topic ({answer.status_code}): {message}")
+        raise ConveyorError(f"the gateway refused: {method} {path} ({answer.status_code}): {message}")
     return answer.json()

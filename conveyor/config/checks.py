@@ -166,13 +166,8 @@ def _realtime_problems(platform: Platform) -> Iterator[Problem]:
         properties = _contract_properties(platform, view.topic)
         if properties is None:
             continue
-        for field, used_in in view.fields_used().items():
-            if field not in properties:
-                yield Problem(f"{where}.{used_in}", f"field {field!r} is not in the contract of {view.topic!r}", on)
-        for metric_name, metric in view.metrics.items():
-            spec = properties.get(metric.sum) if metric.sum else None
-            if isinstance(spec, dict) and spec.get("type") not in ("integer", ["integer", "null"]):
-                yield Problem(f"{where}.metrics.{metric_name}.sum", f"field {metric.sum!r} is not an integer", on)
+        for field, used_in, gap in view.contract_gaps(properties):
+            yield Problem(f"{where}.{used_in}", f"field {field!r} {gap}", on)
 
 
 def _registry_problems(platform: Platform) -> Iterator[Problem]:

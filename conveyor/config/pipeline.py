@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from collections.abc import Iterator
+from typing import Annotated, Any
 from typing import Literal
 
 from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, SecretStr, Tag, field_validator, model_validator
@@ -160,6 +161,17 @@ class RealtimeView(Model):
             if metric.sum is not None:
                 used[metric.sum] = f"metrics.{name}.sum"
         return used
+
+    def contract_gaps(self, properties: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+        """(field, where the view names it, what is wrong) for each field the view reads that a
+        contract with these properties does not give as the view needs it."""
+        for field, used_in in self.fields_used().items():
+            if field not in properties:
+                yield field, used_in, f"is not in the contract of {self.topic!r}"
+        for name, metric in self.metrics.items():
+            spec = properties.get(metric.sum) if metric.sum else None
+            if isinstance(spec, dict) and spec.get("type") not in ("integer", ["integer", "null"]):
+                yield metric.sum, f"metrics.{name}.sum", "is not an integer"  # type: ignore[misc]
 
 
 class Realtime(Model):

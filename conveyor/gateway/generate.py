@@ -39,6 +39,8 @@ class AdTraffic:
     sites: int = 200
     users: int = 50_000
     banners: int = 2_000
+    #: Fields added to every event as they are (a field a new contract version brings).
+    extra: dict[str, Any] = field(default_factory=dict)
     _random: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
@@ -63,7 +65,7 @@ class AdTraffic:
         if kind != "page_view":
             event["banner_id"] = f"banner-{min(int(r.paretovariate(1.1)), self.banners)}"
             event["price_micros"] = r.randrange(100, 5_000)
-        return event
+        return {**event, **self.extra}
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from conveyor.bus.registry import (IncompatibleContract, InvalidContract, Registry, RegistryUnavailable,
-                                   UnknownSubject, incompatibility_details)
+                                   UnknownSubject, refusal)
 from conveyor.bus.registry_state import Version, canonical, subject_of, topic_of
 from conveyor.config import Compatibility
 from conveyor.errors import Refusal
@@ -219,12 +219,12 @@ def add_registry_routes(app: FastAPI, gateway: Gateway) -> None:
         if request.query_params.get("dry_run") == "true":
             rule, found = registry().incompatibilities(subject, schema)
             if found:
-                raise IncompatibleContract(f"{subject}: the new version breaks rule {rule.value}: {found[0].message}",
-                                           subject=subject, **incompatibility_details(rule, found))
+                raise refusal(subject, rule, found)
             return _answer({"topic": topic, "compatible": True, "rule": rule.value})
         registered = await asyncio.to_thread(registry().register, subject, schema, service)
         return _answer({"topic": topic, "subject": subject, "version": registered.version.version,
-                        "id": registered.version.id}, 201 if registered.created else 200)
+                        "id": registered.version.id, "created": registered.created},
+                       201 if registered.created else 200)
 
     routes = [
         ("GET", "/subjects", subjects), ("GET", "/subjects/{subject}/versions", versions),

@@ -74,6 +74,9 @@ def _converter(column: Column) -> Callable[[Any], Any] | None:
     }.get(column.kind)
 
 
+#: Confluent's serializers frame a value as this byte, then the schema id: FRAME bytes in all.
+FRAMED, FRAME = b"\x00", 5
+
 #: A contract version as the workers get it: (version number, id, schema text).
 VersionText = tuple[int, int, str]
 
@@ -88,6 +91,7 @@ class RecordParser:
         self._topic = topic
         self._contract = _contract(topic, schema_text)
         self._versions = {number: (schema_id, text) for number, schema_id, text in versions}
+        self._by_id = {schema_id: text for _, schema_id, text in versions}
         self._names = [c.name for c in columns]
         self._converted = [(c.name, convert) for c in columns if (convert := _converter(c)) is not None]
         self._nothing = (None,) * len(columns)
@@ -105,11 +109,27 @@ class RecordParser:
                           "registry does not hold")
         return _contract(self._topic, held[1])
 
+    def _unframed(self, value: bytes) -> tuple[bytes, Contract | None]:
+        """The JSON of a value framed by Confluent's serializers (a zero byte, then the schema id in
+        four bytes, big-endian), and the contract version that id names; JSON never starts with a
+        zero byte, so any other value is JSON as it is."""
+        if not value.startswith(FRAMED):
+            return value, None
+        if len(value) < FRAME:
+            raise _Reject(f"framed as Confluent's serializers frame a value, but {len(value)} bytes long")
+        schema_id = int.from_bytes(value[1:FRAME], "big")
+        text = self._by_id.get(schema_id)
+        if text is None:
+            raise _Reject(f"written with schema id {schema_id} (Confluent's framing), which the registry holds for no "
+                          f"version of {self._topic}")
+        return value[FRAME:], _contract(self._topic, text)
+
     def _event(self, value: bytes | None, header: bytes | None = None) -> dict[str, Any]:
         """The event, its fields converted to their columns' types where they need it."""
         if value is None:
             raise _Reject("no value (null record)")
-        contract = self._contract_named(header)
+        value, framed = self._unframed(value)
+        contract = framed if framed is not None and header is None else self._contract_named(header)
         try:
             event = orjson.loads(value)
         except orjson.JSONDecodeError as err:

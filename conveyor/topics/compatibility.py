@@ -44,13 +44,19 @@ class Incompatibility:
     #: The earlier version this conflicts with, and which side read (BACKWARD: the new version).
     version: int | None = None
     direction: str = "backward"
+    #: Set when a sink, not a reader, refuses the change (conveyor.topics.sink_fit): why it cannot take it.
+    sink: str | None = None
 
     @property
     def message(self) -> str:
+        change = f"{self.field}: {self.kind.replace('_', ' ')}"
+        if (self.old, self.new) != (None, None):
+            change += f" (was {_shown(self.old)}, now {_shown(self.new)})"
+        if self.sink is not None:
+            return f"{change}: {self.sink}"
         reader, writer = ("the new version", f"version {self.version}") if self.direction == "backward" \
             else (f"version {self.version}", "the new version")
-        return (f"{self.field}: {self.kind.replace('_', ' ')} (was {_shown(self.old)}, now {_shown(self.new)}): "
-                f"{reader} would refuse events {writer} accepts")
+        return f"{change}: {reader} would refuse events {writer} accepts"
 
 
 def _shown(value: Any) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -48,7 +50,7 @@ INCOMPATIBLE = {**V2, "properties": {**V2["properties"], "site_id": {"type": "in
 @pytest.fixture
 def registry_case(provisioned: Platform, platform_data, platform_file: Path, tmp_path: Path) -> tuple[Platform, str]:
     """The session's platform with a topic of the test's own (on every cluster, adserver its
-    producer), whose contract file is V1."""
+    producer, the lake its reader), whose contract file is V1."""
     topic = f"test-contract-{uuid.uuid4().hex[:8]}"
     data = copy.deepcopy(platform_data)
     for spec in data["topics"].values():
@@ -56,7 +58,7 @@ def registry_case(provisioned: Platform, platform_data, platform_file: Path, tmp
             spec["contract"] = str(platform_file.parent / spec["contract"])
     contract = tmp_path / f"{topic}.schema.json"
     contract.write_text(json.dumps(V1))
-    data["topics"][topic] = {"partitions": 2, "contract": str(contract), "producers": ["adserver"]}
+    data["topics"][topic] = {"partitions": 2, "contract": str(contract), "producers": ["adserver"], "consumers": ["lake"]}
     platform = platform_variant(data, tmp_path / "platform.yaml")
     provisioner.apply(platform, provisioner.plan(platform))
     return platform, topic
@@ -76,7 +78,7 @@ def event_with(**fields) -> dict:
 
 
 def test_confluent_s_client_reads_checks_and_registers_and_every_gateway_enforces_the_new_version(
-        registry_case, serve_gateway):
+        registry_case, serve_gateway, tmp_path):
     platform, topic = registry_case
     subject = f"{topic}-value"
     first, second = (serve_gateway(platform, dc, port=base_port() + port)
@@ -129,10 +131,35 @@ def test_confluent_s_client_reads_checks_and_registers_and_every_gateway_enforce
     assert direct.status_code == 409, direct.text
     body = direct.json()
     assert body["rule"] == "BACKWARD"
-    assert [(i["field"], i["old"], i["new"]) for i in body["incompatibilities"]] == [("site_id", "string", "integer")]
-    assert registry_end(platform) == before
+    assert [(i["field"], i["old"], i["new"], i["sink"] is not None) for i in body["incompatibilities"]] == [
+        ("site_id", "string", "integer", False), ("site_id", "string", "bigint", True)]
+
+    # Under the rule NONE, the lake still cannot take a column's type changed.
+    assert client.set_compatibility(subject, "NONE") == "NONE"
+    assert client.test_compatibility(subject, Schema(json.dumps(INCOMPATIBLE), "JSON")) is False
+    direct = httpx.post(f"{first}/v1/topics/{topic}/contract", json=INCOMPATIBLE, headers=ADSERVER, timeout=30)
+    assert direct.status_code == 409, direct.text
+    assert direct.json()["message"].startswith(f"{subject}: a sink cannot take the new version: site_id: lake column "
+                                               "type changed (was 'string', now 'bigint')")
+    assert registry_end(platform) == before + 1  # the rule's record alone
     assert {c: provisioner_ends(platform, c, topic) for c in ("dc1", "dc2")} == ends
     assert client.get_versions(subject) == [1, 2]
+
+    # The command line: the versions as any gateway serves them; a dry run of the breaking version
+    # fails in one line naming the field.
+    def conveyor(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "conveyor", "topics", "contract", topic, "--gateway", second,
+                               "--token", "demo-adserver-token", "--platform", str(tmp_path / "platform.yaml"),
+                               "-o", "json", *args], capture_output=True, text=True, timeout=120)
+
+    listed = conveyor()
+    assert listed.returncode == 0, listed.stderr
+    assert [(v["version"], v["fields"]) for v in json.loads(listed.stdout)["versions"]] == [
+        (1, "event_id, event_time, user_id, site_id"), (2, "event_id, event_time, user_id, site_id, country")]
+    breaking = tmp_path / "breaking.schema.json"
+    breaking.write_text(json.dumps(INCOMPATIBLE))
+    refused_here = conveyor("--schema", str(breaking), "--dry-run")
+    assert refused_here.returncode == 1 and "(409)" in refused_here.stderr and "site_id" in refused_here.stderr
 
 
 def test_reading_takes_a_token_and_registering_takes_the_topic_s_producer(registry_case, serve_gateway):

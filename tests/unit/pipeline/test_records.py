@@ -161,3 +161,23 @@ def test_each_record_is_checked_against_the_version_its_header_names():
     assert "names no contract version" in reasons[4]
     # An id that is not the version's: not what the gateway checked.
     assert "does not hold" in parser.columns([with_country], [b"10:2"])[0][0]
+
+
+def test_a_value_in_confluent_s_framing_is_checked_against_the_version_of_its_schema_id():
+    from conveyor.pipeline.records import RecordParser
+
+    closed = {**SCHEMA, "additionalProperties": False}
+    wider = {**closed, "properties": {**closed["properties"], "country": {"type": "string"}}}
+    parser = RecordParser("ad-events", json.dumps(wider), COLUMNS,
+                          ((1, 10, json.dumps(closed)), (2, 11, json.dumps(wider))))
+    body = orjson.dumps({**EVENT, "country": "NL"})
+
+    def framed(schema_id: int) -> bytes:
+        return b"\x00" + schema_id.to_bytes(4, "big") + body
+
+    reasons, *columns = parser.columns([framed(11), framed(10), framed(99), b"\x00\x00"])
+    assert reasons[0] is None and columns[[c.name for c in COLUMNS].index("user_id")][0] == EVENT["user_id"]
+    assert "breaks the contract" in reasons[1]  # id 10 is version 1, closed to country
+    assert reasons[2] == ("written with schema id 99 (Confluent's framing), which the registry holds for no version "
+                          "of ad-events")
+    assert "2 bytes long" in reasons[3]
