@@ -17,8 +17,8 @@ from conveyor.cli.common import (DEFAULT_PLATFORM, OutputFormat, OutputOption, P
 from conveyor.cli.pipeline_cmd import start_spark
 from conveyor.config import Platform
 from conveyor.errors import ConveyorError
-from conveyor.verify.checks import (TITLES, Invariant, Result, Skipped, Unchecked, Verdict, failed, parse_accepted,
-                                    parse_dispatch_group)
+from conveyor.verify.checks import (TITLES, Invariant, Result, Skipped, Unchecked, Verdict, at_least, exit_status,
+                                    failed, parse_accepted, parse_dispatch_group)
 from conveyor.verify.errors import VerifyInputError
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def _lake(spark: SparkSession, platform: Platform, lake: list[str], accepted: di
 
     for topic in lake:
         with _checking(results, Invariant.lake, topic, f"counting the event ids of {topic}"):
-            results.append(lake_once(spark, topic, None if accepted is None else accepted.get(topic, set())))
+            results.append(lake_once(spark, platform, topic, None if accepted is None else accepted.get(topic, set())))
     if accepted is not None and (elsewhere := sorted(set(accepted) - set(lake))):
         err_console.print(f"note: accepted events of {', '.join(elsewhere)} are not checked: not landed in the lake",
                           highlight=False)
@@ -99,7 +99,7 @@ def _dispatch(platform: Platform, groups: list[tuple[str, str]], results: list[R
 def _show(results: list[Result], output: OutputFormat) -> None:
     if output is OutputFormat.json:
         rows = [{"invariant": r.invariant, "subject": r.subject, "verdict": r.verdict, "summary": r.summary,
-                 "problems": list(r.problems), "figures": asdict(r)} for r in results]
+                 "checked": r.checked, "problems": list(r.problems), "figures": asdict(r)} for r in results]
         render(output, Section("checks", "", (), rows), passed=not failed(results))
         return
     for r in results:
@@ -120,16 +120,21 @@ def verify(
                                  "(repeatable).")] = None,
     only: Annotated[list[Invariant] | None, typer.Option(
         "--only", case_sensitive=False, help="Check only these invariants (repeatable; default: all).")] = None,
+    min_events: Annotated[int, typer.Option(
+        "--min-events", min=0, help="Fail an invariant that checked fewer events than this (an empty sink shows "
+                                    "nothing).")] = 0,
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Check that every event the gateway accepted is counted once in every sink: the lake's tables
     hold each event id once (and, with --accepted, exactly the accepted ones), the audit finds no
     complete hour with lost or duplicated events, every real-time view equals a recount over the
-    lake, no replicator partition is stopped, and the dispatcher groups acked everything. One line
-    per invariant and subject; SKIP where there is nothing to check. Exit 1 when any fails. Run it
-    once traffic has stopped and the lake and the views have caught up."""
+    lake, every committed record of each route's source is on its destination (read from both
+    sides, with the gaps the route recorded as lost), and the dispatcher groups acked everything.
+    One line per invariant and subject, with the events it checked; SKIP where there is nothing
+    to check. Exit 1 when any fails, 3 when none failed but one was skipped, 0 when all held. Run
+    it once traffic has stopped and the lake, the views and the routes have caught up."""
     from conveyor.pipeline.lake import lake_topics
-    from conveyor.verify.gather import replicators
+    from conveyor.verify.gather import copies
 
     chosen = set(only or Invariant)
     model = platform_from(platform)
@@ -147,11 +152,13 @@ def verify(
             if invariant in chosen:
                 check(spark, lake)
     if Invariant.replication in chosen:
-        with _checking(results, Invariant.replication, "", "scraping the replicators' /metrics"):
-            results += replicators(model)
+        with _checking(results, Invariant.replication, "", "reading every route's source and destination"):
+            results += copies(model)
     if Invariant.dispatch in chosen:
         _dispatch(model, groups, results)
+    results = at_least(results, min_events)
     _show(results, output)
-    bad = [r for r in results if r.verdict is Verdict.FAIL]
-    say(output, f"{len(results) - len(bad)} of {len(results)} check(s) passed or skipped, {len(bad)} failed")
-    raise typer.Exit(1 if bad else 0)
+    counts = {v: sum(r.verdict is v for r in results) for v in Verdict}
+    say(output, f"{counts[Verdict.PASS]} of {len(results)} check(s) passed, {counts[Verdict.SKIP]} skipped, "
+                f"{counts[Verdict.FAIL]} failed")
+    raise typer.Exit(exit_status(results))

@@ -14,20 +14,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 from conveyor.pipeline.realtime.plan import ViewPlan, matches, saturate, window_label
 from conveyor.verify.errors import VerifyInputError
 
 if TYPE_CHECKING:
-    from conveyor.ops.panels import Family
+    from conveyor.verify.copies import CopyCheck
     from conveyor.pipeline.audit import HourAudit
 
 #: Offending ids, hours, keys or partitions named per kind; the counts are always whole.
 SAMPLE = 10
-STOPPED_METRIC = "conveyor_replicate_partition_stopped"
-#: Components whose names start so are replicator workers (ops.components).
-REPLICATOR_PREFIX = "replicate-"
 
 
 class Verdict(str, Enum):
@@ -46,7 +43,7 @@ class Invariant(str, Enum):
 
 
 TITLES = {Invariant.lake: "lake exactly once", Invariant.audit: "audit", Invariant.views: "views equal a recount",
-          Invariant.replication: "no partition stopped", Invariant.dispatch: "every dispatched message acked"}
+          Invariant.replication: "every source record copied", Invariant.dispatch: "every dispatched message acked"}
 
 
 def _ids(what: str, ids: Sequence[str], total: int) -> str:
@@ -63,6 +60,7 @@ class Skipped:
     why: str
     verdict = Verdict.SKIP
     problems: ClassVar[tuple[str, ...]] = ()
+    checked: ClassVar[int] = 0
 
     @property
     def summary(self) -> str:
@@ -78,6 +76,7 @@ class Unchecked:
     error: str
     verdict = Verdict.FAIL
     problems: ClassVar[tuple[str, ...]] = ()
+    checked: ClassVar[int] = 0
 
     @property
     def summary(self) -> str:
@@ -117,6 +116,14 @@ class LakeOnce:
     missing_ids: tuple[str, ...] = ()
     unexpected: int = 0
     unexpected_ids: tuple[str, ...] = ()
+    #: The topic's committed records on the source cluster (within its retention); None: not read.
+    source: int | None = None
+    #: Source records neither landed, quarantined, nor dropped as a copy of a landed event id.
+    unlanded: int = 0
+    unlanded_at: tuple[str, ...] = ()
+    #: Rows at source coordinates within its retention that hold no committed record there.
+    foreign: int = 0
+    foreign_at: tuple[str, ...] = ()
     invariant = Invariant.lake
 
     @property
@@ -129,11 +136,19 @@ class LakeOnce:
 
     @property
     def verdict(self) -> Verdict:
-        return Verdict.FAIL if self.duplicates or self.missing or self.unexpected else Verdict.PASS
+        bad = self.duplicates or self.missing or self.unexpected or self.unlanded or self.foreign
+        return Verdict.FAIL if bad else Verdict.PASS
+
+    @property
+    def checked(self) -> int:
+        return self.rows if self.source is None else max(self.rows, self.source)
 
     @property
     def summary(self) -> str:
         line = f"{self.rows:,} rows, {self.distinct:,} distinct event ids, {self.duplicates:,} extra copies"
+        if self.source is not None:
+            line += (f"; {self.source:,} source records: {self.unlanded:,} not landed, {self.foreign:,} rows of no "
+                     "source record")
         if self.accepted is not None:
             line += f"; {self.accepted:,} accepted: {self.missing:,} missing, {self.unexpected:,} unexpected"
         return line
@@ -143,6 +158,10 @@ class LakeOnce:
         found = []
         if self.duplicates:
             found.append(_ids("ids landed more than once", self.duplicated_ids, len(self.duplicated_ids)))
+        if self.unlanded:
+            found.append(_ids("source records not landed", self.unlanded_at, self.unlanded))
+        if self.foreign:
+            found.append(_ids("rows of no source record", self.foreign_at, self.foreign))
         if self.missing:
             found.append(_ids("accepted, not landed", self.missing_ids, self.missing))
         if self.unexpected:
@@ -162,6 +181,8 @@ class AuditCheck:
     failed: tuple[HourAudit, ...]
     #: Events lost in complete hours of topics delivered at least once: told, not failed.
     lost_at_least_once: int = 0
+    #: Events the gateways counted in the complete hours.
+    checked: int = 0
     invariant = Invariant.audit
     subject = "gateway counts"
 
@@ -169,7 +190,7 @@ class AuditCheck:
     def of(cls, hours: Sequence[HourAudit]) -> AuditCheck:
         complete = [h for h in hours if h.complete]
         return cls(len(complete), len(hours) - len(complete), tuple(h for h in complete if h.failed),
-                   sum(h.lost for h in complete if h.warned))
+                   sum(h.lost for h in complete if h.warned), sum(h.produced for h in complete))
 
     @property
     def verdict(self) -> Verdict:
@@ -251,6 +272,8 @@ class ViewCheck:
     mismatches: tuple[Mismatch, ...]
     #: Lake rows left out because the views job rejected them for this view (late, incomplete, future).
     rejected: int
+    #: Lake rows recounted, the rejected ones included.
+    checked: int = 0
     invariant = Invariant.views
 
     @property
@@ -271,7 +294,8 @@ class ViewCheck:
         return tuple(f"{m.key} {m.field}: redis {m.redis:,}, recount {m.recount:,}" for m in self.mismatches)
 
 
-def compare_view(plan: ViewPlan, since_ms: int, held: Counters, recounted: Counters, rejected: int) -> ViewCheck:
+def compare_view(plan: ViewPlan, since_ms: int, held: Counters, recounted: Counters, rejected: int,
+                 checked: int = 0) -> ViewCheck:
     """Every counter of every key in a window from ``since_ms`` on, either side; a counter one side
     lacks is 0 there."""
     pattern = window_pattern(plan)
@@ -291,51 +315,10 @@ def compare_view(plan: ViewPlan, since_ms: int, held: Counters, recounted: Count
                 mismatches.append(Mismatch(key, name, ours.get(name, 0), theirs.get(name, 0)))
     since = datetime.strptime(first_label + "+0000", "%Y%m%dT%H%M%SZ%z")
     return ViewCheck(plan.name, since, len(set(windows.values())), counters, len(mismatches),
-                     tuple(mismatches[:SAMPLE]), rejected)
+                     tuple(mismatches[:SAMPLE]), rejected, checked)
 
 
-# --- 4. no partition stopped -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoppedPartition:
-    route: str
-    topic: str
-    partition: str
-
-
-@dataclass(frozen=True)
-class ReplicatorCheck:
-    """A replicator worker's partitions: none stopped on a record the destination refuses."""
-
-    component: str
-    series: int
-    stopped: tuple[StoppedPartition, ...]
-    invariant = Invariant.replication
-
-    @property
-    def subject(self) -> str:
-        return self.component
-
-    @property
-    def verdict(self) -> Verdict:
-        return Verdict.FAIL if self.stopped else Verdict.PASS
-
-    @property
-    def summary(self) -> str:
-        return f"{self.series:,} partition(s) reported, {len(self.stopped):,} stopped"
-
-    @property
-    def problems(self) -> tuple[str, ...]:
-        return tuple(f"stopped: route {s.route} {s.topic}[{s.partition}]" for s in self.stopped[:SAMPLE])
-
-
-def replicator_check(component: str, page: Sequence[Family]) -> ReplicatorCheck:
-    samples = [(labels, value) for family in page if family.name == STOPPED_METRIC
-               for _, labels, value in family.samples]
-    stopped = tuple(StoppedPartition(labels.get("route", ""), labels.get("topic", ""), labels.get("partition", ""))
-                    for labels, value in samples if value != 0)
-    return ReplicatorCheck(component, len(samples), stopped)
+# --- 4. every source record copied once: conveyor.verify.copies -----------------------------
 
 
 # --- 5. every dispatched message acked ---------------------------------------------------------
@@ -389,6 +372,11 @@ class DispatchCheck:
         return sum(p.unacked for p in self.partitions)
 
     @property
+    def checked(self) -> int:
+        """Offsets the group's commits cover, to each partition's end."""
+        return sum(p.end for p in self.partitions)
+
+    @property
     def verdict(self) -> Verdict:
         return Verdict.FAIL if self.backlog else Verdict.PASS
 
@@ -405,7 +393,46 @@ class DispatchCheck:
                      for p in self.partitions if p.unacked and p.first_unacked is not None)[:SAMPLE]
 
 
-Result = Skipped | Unchecked | LakeOnce | AuditCheck | ViewCheck | ReplicatorCheck | DispatchCheck
+@dataclass(frozen=True)
+class TooFew:
+    """An invariant that held over fewer events than ``--min-events`` asks: too little to show it."""
+
+    of: Any
+    minimum: int
+    verdict = Verdict.FAIL
+    problems: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def invariant(self) -> Invariant:
+        return self.of.invariant
+
+    @property
+    def subject(self) -> str:
+        return self.of.subject
+
+    @property
+    def checked(self) -> int:
+        return self.of.checked
+
+    @property
+    def summary(self) -> str:
+        return f"checked {self.checked:,} event(s), fewer than --min-events {self.minimum:,}: {self.of.summary}"
+
+
+def at_least(results: Iterable[Result], minimum: int) -> list[Result]:
+    """Each result that checked fewer than ``minimum`` events failed; skips stay skips."""
+    return [TooFew(r, minimum) if r.verdict is not Verdict.SKIP and r.checked < minimum else r for r in results]
+
+
+def exit_status(results: Iterable[Result]) -> int:
+    """0: every invariant held; 1: one failed or could not be read; 3: none failed, but one had
+    nothing to check (a skip is never a pass)."""
+    verdicts = {r.verdict for r in results}
+    return 1 if Verdict.FAIL in verdicts else 3 if Verdict.SKIP in verdicts or not verdicts else 0
+
+
+#: CopyCheck lives in conveyor.verify.copies, which builds on this module.
+Result = Union[Skipped, Unchecked, TooFew, LakeOnce, AuditCheck, ViewCheck, "CopyCheck", DispatchCheck]
 
 
 def failed(results: Iterable[Result]) -> bool:

@@ -2,7 +2,8 @@
 
 The lake's tables through Spark (the counting stays in Spark; only figures, samples and one row per
 view key and window reach the driver), the views in Redis as the views job connects to it, the
-views job's rejects and the dispatcher groups' commits on Kafka, the replicators' /metrics pages.
+views job's rejects, the dispatcher groups' commits, and the routes' sources and destinations on
+Kafka (every record, read with verify's own reader).
 """
 
 from __future__ import annotations
@@ -11,18 +12,20 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import orjson
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
 from conveyor.config import Platform, RealtimeView
+from conveyor.config.topics import ReplicationMode
 from conveyor.dispatch.acktracker import backlog
 from conveyor.dispatch.ackcodec import decode
 from conveyor.dispatch.errors import AckMetadataError
-from conveyor.ops.scrape import Scraper, component_url
 from conveyor.pipeline.audit import audit_lake
 from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import source_cluster
@@ -30,12 +33,12 @@ from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms, is_counter
 from conveyor.pipeline.realtime.rejects import reject_fields
 from conveyor.pipeline.realtime.store import Client
 from conveyor.pipeline.schema import quote
-from conveyor.pipeline.tables import data_table, table_exists
+from conveyor.pipeline.tables import data_table, quarantine_table, table_exists
 from conveyor.positions import group_name
-from conveyor.tls import trusted
-from conveyor.verify.checks import (REPLICATOR_PREFIX, SAMPLE, AuditCheck, DispatchCheck, Group, Invariant, LakeOnce,
-                                    Result, Skipped, Unchecked, ViewCheck, compare_view,
-                                    partition_backlog, recount, replicator_check)
+from conveyor.replicate.plan import route_topic
+from conveyor.verify.checks import (SAMPLE, AuditCheck, DispatchCheck, Group, Invariant, LakeOnce, Result, Skipped,
+                                    ViewCheck, compare_view, partition_backlog, recount)
+from conveyor.verify.copies import ORIGIN_HEADER, compare_copies, digest, parse_gap, parse_origin
 from conveyor.verify.errors import SinkReadError
 
 if TYPE_CHECKING:
@@ -55,18 +58,62 @@ def _sample(rows: DataFrame) -> tuple[str, ...]:
     return tuple(sorted(r.event_id for r in rows.limit(SAMPLE).collect()))
 
 
-def lake_once(spark: SparkSession, topic: str, accepted: set[str] | None) -> LakeOnce:
-    """The topic's table against itself and, given them, the accepted ids (both compared in Spark)."""
+def _event_id(value: bytes | None) -> str | None:
+    try:
+        event = orjson.loads(value[5:] if value and value.startswith(b"\x00") else value or b"")
+    except orjson.JSONDecodeError:
+        return None
+    found = event.get("event_id") if isinstance(event, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def _against_source(spark: SparkSession, platform: Platform, topic: str, rows: DataFrame) -> dict[str, Any]:
+    """The topic's committed records on the source cluster (read here, not by the lake's code)
+    against the table's rows and its quarantine, by their Kafka coordinates: each record landed,
+    quarantined, or dropped as a copy of an event id landed; each row within the source's
+    retention one of its records."""
+    cluster = source_cluster(platform)
+    ranges = _offsets(platform, cluster, topic)
+    records = [(m.partition(), m.offset(), _event_id(m.value())) for m in _read(platform, cluster, topic, ranges)]
+    source = spark.createDataFrame(records, "kafka_partition int, kafka_offset bigint, event_id string").cache()
+    coordinates = ["kafka_partition", "kafka_offset"]
+    accounted = rows.select(*coordinates)
+    if table_exists(spark, quarantine_table(topic)):
+        accounted = accounted.unionByName(spark.table(quarantine_table(topic)).select(*coordinates))
+    unlanded = (source.join(accounted, coordinates, "left_anti")
+                .join(rows.select("event_id").distinct(), "event_id", "left_anti").cache())
+    bounds = spark.createDataFrame([(p, low, end) for p, (low, end) in ranges.items()],
+                                   "kafka_partition int, low bigint, end bigint")
+    within = rows.join(bounds, "kafka_partition").where("kafka_offset >= low AND kafka_offset < end")
+    foreign = within.select(*coordinates).join(source, coordinates, "left_anti").cache()
+
+    def at(frame: DataFrame) -> tuple[str, ...]:
+        return tuple(f"{topic}[{r.kafka_partition}]@{r.kafka_offset}" for r in
+                     frame.orderBy(*coordinates).limit(SAMPLE).collect())
+
+    try:
+        return {"source": len(records), "unlanded": unlanded.count(), "unlanded_at": at(unlanded),
+                "foreign": foreign.count(), "foreign_at": at(foreign)}
+    finally:
+        for frame in (source, unlanded, foreign):
+            frame.unpersist()
+
+
+def lake_once(spark: SparkSession, platform: Platform, topic: str, accepted: set[str] | None) -> LakeOnce:
+    """The topic's table against itself, against the topic's records on the source cluster and,
+    given them, the accepted ids (all compared in Spark)."""
     from pyspark.sql.functions import col, count, count_distinct, lit
 
     with spark_failures(f"verify {topic}"):
         if not table_exists(spark, data_table(topic)):
-            ids = spark.createDataFrame([], "event_id string")
+            rows = spark.createDataFrame([], "event_id string, kafka_partition int, kafka_offset bigint")
         else:
-            ids = spark.table(data_table(topic)).select("event_id")
+            rows = spark.table(data_table(topic)).select("event_id", "kafka_partition", "kafka_offset")
+        ids = rows.select("event_id")
         totals = ids.agg(count(lit(1)).alias("rows"), count_distinct("event_id").alias("distinct")).first()
         duplicated = _sample(ids.groupBy("event_id").count().where(col("count") > 1))
-        found = LakeOnce(topic, int(totals["rows"]), int(totals["distinct"]), duplicated)
+        found = LakeOnce(topic, int(totals["rows"]), int(totals["distinct"]), duplicated,
+                         **_against_source(spark, platform, topic, rows))
         if accepted is None:
             return found
         wanted = spark.createDataFrame([(i,) for i in sorted(accepted)], "event_id string")
@@ -74,8 +121,8 @@ def lake_once(spark: SparkSession, topic: str, accepted: set[str] | None) -> Lak
         missing, unexpected = (wanted.join(landed, "event_id", "left_anti").cache(),
                                landed.join(wanted, "event_id", "left_anti").cache())
         try:
-            return LakeOnce(found.topic, found.rows, found.distinct, duplicated, len(accepted),
-                            missing.count(), _sample(missing), unexpected.count(), _sample(unexpected))
+            return replace(found, accepted=len(accepted), missing=missing.count(), missing_ids=_sample(missing),
+                           unexpected=unexpected.count(), unexpected_ids=_sample(unexpected))
         finally:
             missing.unpersist()
             unexpected.unpersist()
@@ -207,24 +254,67 @@ def view_check(spark: SparkSession, client: Client, name: str, view: RealtimeVie
     excluded = rejects.get((name, plan.topic), set()) | rejects.get((None, plan.topic), set())
     with spark_failures(f"verify view {name}"):
         groups = _groups(spark, plan, since_ms, excluded)
-    return compare_view(plan, since_ms, held(client, plan), recount(plan, groups), len(excluded))
+    return compare_view(plan, since_ms, held(client, plan), recount(plan, groups), len(excluded),
+                        sum(g.rows for g in groups) + len(excluded))
 
 
-# --- 4. no partition stopped -------------------------------------------------------------------
+# --- 4. every source record copied once ------------------------------------------------------
 
 
-def replicators(platform: Platform) -> list[Result]:
-    components = {name: url for name, url in sorted(platform.ops.components.items())
-                  if name.startswith(REPLICATOR_PREFIX)}
-    if not components:
-        return [Skipped(Invariant.replication, "", f"ops.components names no replicator ({REPLICATOR_PREFIX}*)")]
-    scraper = Scraper(verify=trusted(platform))
+def _source_topics(platform: Platform, route: str) -> list[str]:
+    """The topics of the route's source that it copies (named, requested, or matched by pattern)."""
+    source = platform.routes[route].source
     try:
-        pages = scraper.pages([component_url(platform, url) for url in components.values()])
-    finally:
-        scraper.close()
-    return [Unchecked(Invariant.replication, name, f"{components[name]}: {page}") if isinstance(page, str)
-            else replicator_check(name, page) for name, page in zip(components, pages, strict=True)]
+        listed = kafka.admin(platform, source).list_topics(timeout=_TIMEOUT).topics
+    except KafkaException as exc:
+        raise kafka.KafkaOperationError.from_exception(f"listing the topics of {source}", exc) from None
+    return sorted(t for t in listed if not t.startswith("__") and platform.copies(route, t))
+
+
+def _gaps(platform: Platform, route: str) -> dict[str, list[tuple[int, int, int]]]:
+    """Per topic, the (partition, first, last) the route topic records as lost to retention."""
+    destination, topic = platform.routes[route].destination, route_topic(route)
+    found: dict[str, set[tuple[int, int, int]]] = defaultdict(set)
+    for message in _read(platform, destination, topic, _offsets(platform, destination, topic)):
+        gap = parse_gap(message.value() or b"")
+        if gap is not None:
+            found[gap[0]].add(gap[1:])
+    return {t: sorted(g) for t, g in found.items()}
+
+
+def copies(platform: Platform) -> list[Result]:
+    """Each route's topics: every committed source record against its copies on the destination,
+    the sources read first (a copy of a record written since is past the source's end)."""
+    if not platform.routes:
+        return [Skipped(Invariant.replication, "", "platform.yaml declares no route")]
+    results: list[Result] = []
+    by_destination: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+    for route in sorted(platform.routes):
+        for topic in _source_topics(platform, route):
+            by_destination[(platform.routes[route].destination, topic)].append((route, topic))
+    if not by_destination:
+        return [Skipped(Invariant.replication, "", "no route's source holds a topic the route copies")]
+    gaps = {route: _gaps(platform, route) for route in platform.routes}
+    for (destination, topic), routes in sorted(by_destination.items()):
+        sources = {}
+        for route, _ in routes:
+            cluster = platform.routes[route].source
+            ranges = _offsets(platform, cluster, topic)
+            sources[route] = ranges, {(m.partition(), m.offset()): digest(m.key(), m.value())
+                                      for m in _read(platform, cluster, topic, ranges)}
+        found: dict[tuple[str, int, int], list[bytes]] = defaultdict(list)
+        for message in _read(platform, destination, topic, _offsets(platform, destination, topic)):
+            origin = next((parse_origin(v) for k, v in message.headers() or [] if k == ORIGIN_HEADER and v), None)
+            if origin is not None and origin[1] == topic:
+                found[(origin[0], origin[2], origin[3])].append(digest(message.key(), message.value()))
+        for route, _ in routes:
+            cluster = platform.routes[route].source
+            ranges, source = sources[route]
+            copied = {(p, o): d for (c, p, o), d in found.items() if c == cluster}
+            exact = platform.copy_mode(route, topic) is ReplicationMode.exactly_once
+            results.append(compare_copies(f"{route}: {topic}", topic, exact, source, ranges, copied,
+                                          gaps[route].get(topic, [])))
+    return results
 
 
 # --- 5. every dispatched message acked ---------------------------------------------------------

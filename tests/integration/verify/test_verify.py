@@ -1,5 +1,6 @@
 """``conveyor verify`` on real Kafka, Spark and Redis: the lake invariant passes on what the lake
-landed and fails naming the event id once a row is copied into the table; a view's counters pass
+landed and fails naming the event id once a row is copied into the table, and naming the record's
+coordinates once a row is gone or a topic was never landed; a view's counters pass
 against a recount over the lake less the views job's rejects, and a counter off by one is named."""
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ def test_lake_invariant_passes_on_landed_events_and_names_a_copied_row(lake_spar
     accepted.write_bytes(b"".join(orjson.dumps({"topic": case.topic, "event_id": e["event_id"]}) + b"\n"
                                   for e in events))
 
-    clean = lake_once(lake_spark, case.topic, {e["event_id"] for e in events})
+    clean = lake_once(lake_spark, case.platform, case.topic, {e["event_id"] for e in events})
     assert clean.verdict is Verdict.PASS, clean.problems
     assert (clean.rows, clean.distinct, clean.accepted, clean.missing, clean.unexpected) == (6, 6, 6, 0, 0)
+    assert (clean.source, clean.unlanded, clean.foreign) == (6, 0, 0)
 
     copied = events[2]["event_id"]
     table = data_table(case.topic)
@@ -53,8 +55,25 @@ def test_lake_invariant_passes_on_landed_events_and_names_a_copied_row(lake_spar
     assert (check["verdict"], check["subject"]) == ("FAIL", case.topic)
     figures = check["figures"]
     assert (figures["rows"], figures["distinct"], figures["duplicated_ids"]) == (7, 6, [copied])
-    assert (figures["missing"], figures["unexpected"]) == (0, 0)
+    assert (figures["missing"], figures["unexpected"], figures["unlanded"]) == (0, 0, 0)
     assert copied in check["problems"][0]
+
+    # A row gone from the table: its record on central is not landed, named by its coordinates,
+    # with or without the accepted ids.
+    gone = events[4]["event_id"]
+    (row,) = lake_spark.table(table).where(f"event_id = '{gone}'").collect()
+    lake_spark.sql(f"DELETE FROM {table} WHERE event_id = '{gone}'")
+    check = lake_once(lake_spark, case.platform, case.topic, None)
+    assert (check.verdict, check.unlanded, check.unlanded_at) == (
+        Verdict.FAIL, 1, (f"{case.topic}[{row.kafka_partition}]@{row.kafka_offset}",))
+
+
+def test_a_topic_the_lake_never_landed_fails_against_its_source(lake_spark, lake_case):
+    case = lake_case(partitions=1)
+    produce(case.platform, case.topic, [demo_event(user_id=f"user-{i}") for i in range(3)])
+    check = lake_once(lake_spark, case.platform, case.topic, None)
+    assert (check.verdict, check.rows, check.source, check.unlanded) == (Verdict.FAIL, 0, 3, 3)
+    assert check.problems[0].startswith("source records not landed: ")
 
 
 def test_view_equals_a_recount_less_its_rejects_and_a_counter_off_by_one_is_named(lake_spark, lake_case,

@@ -7,12 +7,12 @@ from datetime import datetime, timezone
 import pytest
 
 from conveyor.config import RealtimeView
-from conveyor.ops.panels import Family
 from conveyor.pipeline.audit import HourAudit
 from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms
 from conveyor.verify.checks import (SAMPLE, AuditCheck, Group, Invariant, LakeOnce, Skipped, Unchecked, Verdict,
-                                    compare_view, failed, parse_accepted, parse_dispatch_group, partition_backlog,
-                                    recount, replicator_check)
+                                    at_least, compare_view, exit_status, failed, parse_accepted, parse_dispatch_group,
+                                    partition_backlog, recount)
+from conveyor.verify.copies import compare_copies, digest, parse_gap, parse_origin
 from conveyor.verify.errors import VerifyInputError
 
 HOUR = datetime(2025, 3, 1, 12, tzinfo=timezone.utc)
@@ -139,22 +139,44 @@ def test_view_names_ten_mismatches_and_counts_them_all():
     assert (check.mismatched, len(check.mismatches), len(check.problems)) == (12, SAMPLE, SAMPLE)
 
 
-def _page(*values: tuple[str, float]) -> list[Family]:
-    samples = tuple(("conveyor_replicate_partition_stopped", {"route": "dc1-central", "topic": t, "partition": "0"}, v)
-                    for t, v in values)
-    return [Family("conveyor_replicate_partition_stopped", "gauge", samples),
-            Family("conveyor_replicate_lag_records", "gauge", (("conveyor_replicate_lag_records", {}, 5.0),))]
+def _copies_of(source: dict, copies: dict, gaps=(), exact=True, ranges=None):
+    return compare_copies("dc1-central: t", "t", exact, source, ranges or {0: (0, 100)}, copies, list(gaps))
 
 
-@pytest.mark.parametrize(("page", "verdict", "series", "stopped"), [
-    (_page(("a", 0.0), ("b", 0.0)), Verdict.PASS, 2, []),
-    (_page(("a", 0.0), ("b", 1.0)), Verdict.FAIL, 2, [("dc1-central", "b", "0")]),
-    ([], Verdict.PASS, 0, []),
-], ids=["none-stopped", "one-stopped", "no-partition-yet"])
-def test_replicator_fails_on_any_stopped_series(page, verdict, series, stopped):
-    check = replicator_check("replicate-dc1-central", page)
-    assert (check.verdict, check.series) == (verdict, series)
-    assert [(s.route, s.topic, s.partition) for s in check.stopped] == stopped
+D1, D2 = digest(b"k", b"v1"), digest(b"k", b"v2")
+
+
+@pytest.mark.parametrize(("source", "copies", "gaps", "exact", "verdict", "figures"), [
+    ({(0, 0): D1, (0, 1): D2}, {(0, 0): [D1], (0, 1): [D2]}, (), True, Verdict.PASS, (2, 0, 0, 0, 0, 0)),
+    ({(0, 0): D1, (0, 1): D2}, {(0, 0): [D1]}, (), True, Verdict.FAIL, (2, 1, 0, 0, 0, 0)),
+    ({(0, 0): D1}, {(0, 0): [D1, D1]}, (), True, Verdict.FAIL, (1, 0, 1, 0, 0, 0)),
+    ({(0, 0): D1}, {(0, 0): [D1, D1]}, (), False, Verdict.PASS, (1, 0, 1, 0, 0, 0)),
+    ({(0, 0): D1}, {(0, 0): [D2]}, (), True, Verdict.FAIL, (1, 0, 0, 1, 0, 0)),
+    # A copy of an offset the source holds no committed record at (an aborted one, a marker).
+    ({(0, 0): D1}, {(0, 0): [D1], (0, 5): [D2]}, (), True, Verdict.FAIL, (1, 0, 0, 0, 1, 0)),
+    # Below the source's earliest offset, and past the end it had when read: nothing to compare.
+    ({(0, 50): D1}, {(0, 3): [D2], (0, 50): [D1], (0, 100): [D2]}, (), True, Verdict.PASS, (1, 0, 0, 0, 0, 0)),
+    ({(0, 20): D1}, {(0, 20): [D1]}, [(0, 5, 9)], True, Verdict.FAIL, (1, 0, 0, 0, 0, 5)),
+], ids=["all-copied", "one-missing", "copied-twice", "twice-at-least-once", "differs", "no-such-source-record",
+        "outside-the-source-range", "a-recorded-gap"])
+def test_every_source_record_against_its_copies(source, copies, gaps, exact, verdict, figures):
+    ranges = {0: (50, 100)} if (0, 50) in source else None
+    check = _copies_of(source, copies, gaps, exact, ranges)
+    assert check.verdict is verdict
+    assert (check.checked, check.missing, check.copied_twice, check.differ, check.unknown, check.lost_in_gaps) == figures
+
+
+def test_copies_name_the_offsets_and_the_gaps():
+    check = _copies_of({(0, 1): D1, (1, 7): D1}, {(0, 1): [D1]}, [(2, 5, 9)])
+    assert check.problems == ("missing: t[1]@7", "lost in gaps: t[2]@5..9")
+
+
+def test_an_origin_header_names_cluster_topic_partition_and_offset():
+    assert parse_origin(b"dc1/ad-events/3/120") == ("dc1", "ad-events", 3, 120)
+    assert parse_origin(b"dc1/ad-events/x/1") is None and parse_origin(b"garbage") is None
+    assert parse_gap(b'{"topic": "t", "partition": 2, "next": 10, "gap": {"first": 5, "last": 9}}') == ("t", 2, 5, 9)
+    assert parse_gap(b'{"topic": "t", "partition": 2, "next": 10}') is None
+    assert digest(None, b"") != digest(b"", b"")
 
 
 @pytest.mark.parametrize(("committed", "end", "acked", "records", "unacked", "first"), [
@@ -184,6 +206,15 @@ def test_dispatch_group_without_both_parts_is_refused(text):
 def test_skipped_invariant_does_not_fail_but_an_unchecked_one_does():
     assert not failed([Skipped(Invariant.views, "", "no views"), LakeOnce("t", 1, 1)])
     assert failed([Unchecked(Invariant.replication, "replicate-dc1-central", "ConnectError")])
+
+
+def test_a_skip_has_an_exit_status_of_its_own_and_too_few_events_fail():
+    skipped, held, empty = Skipped(Invariant.views, "", "no views"), LakeOnce("t", 5, 5), LakeOnce("u", 0, 0)
+    assert exit_status([held]) == 0 and exit_status([held, skipped]) == 3 and exit_status([]) == 3
+    assert exit_status([held, empty]) == 0
+    checked = at_least([held, empty, skipped], 1)
+    assert [r.verdict for r in checked] == [Verdict.PASS, Verdict.FAIL, Verdict.SKIP]
+    assert checked[1].summary.startswith("checked 0 event(s), fewer than --min-events 1") and exit_status(checked) == 1
 
 
 def test_bad_inputs_exit_2_with_one_line_before_anything_is_read(tmp_path):
