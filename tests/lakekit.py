@@ -428,6 +428,15 @@ def read_back(server: PostgresLayout, warehouse: str, topic: str,
         catalog.engine.dispose()
 
 
+def read_back_columns(server: PostgresLayout, warehouse: str, topic: str) -> list[str]:
+    """The table's columns as another client sees them."""
+    catalog = sql_catalog(server, warehouse)
+    try:
+        return list(catalog.load_table(("events", topic)).schema().column_names)
+    finally:
+        catalog.engine.dispose()
+
+
 #: A lake run as `conveyor pipeline lake --once` makes it, which starts only once every racer's
 #: Spark runs (a JVM starts in 10 to 60 s here): both then read the positions at the same moment.
 _RACER = """

@@ -6,9 +6,11 @@ views job and the dispatcher run as processes of their own; the SDK sends hostil
 through both gateways (sizes up to the gateway's limit, event times from 7 days old to the future
 tolerance, the same event resent through the other data centre later, contract edge values,
 non-ASCII text) while a seeded schedule SIGKILLs and SIGSTOPs every process and stops a broker of
-each cluster, Redis and PostgreSQL. A process that ends on its own is started again, as a service
-manager would, and listed in the output. Then everything is let to settle and one checker
-(`conveyor verify`) compares every sink with what was accepted, beside this test's own exact reads.
+each cluster, Redis and PostgreSQL. Half-way, the topic's contract gets a second version (a field
+added) through a gateway, so records of both versions cross every part. A process that ends on its
+own is started again, as a service manager would, and fails the test unless EXPECTED_CRASHES names
+why. Then everything is let to settle and one checker (`conveyor verify`) compares every sink with
+what was accepted, beside this test's own exact reads.
 
 CONVEYOR_SOAK_MINUTES sets how long traffic and faults last (default 2; `make soak` runs 30);
 CONVEYOR_CHAOS_SEED the seed.
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import orjson
 import pytest
 from confluent_kafka import KafkaException
@@ -42,7 +45,7 @@ from conveyor.runtime import processes
 from conveyor.verify.gather import dispatch_check
 from tests.conftest import base_port, eventually, platform_variant
 from tests.dispatchkit import MAILER_TOKEN
-from tests.lakekit import lake_database, postgres_server, racing_run, read_back  # noqa: F401
+from tests.lakekit import lake_database, postgres_server, racing_run, read_back, read_back_columns  # noqa: F401
 from tests.realtimekit import views_of
 from tests.replicatekit import read_records
 from tests.systemkit import Generator, Ledger, Proc, conveyor, http_ready, pause_pid
@@ -58,6 +61,17 @@ DCS = ("dc1", "dc2")
 #: strain, and on 2 cores every event's path through the gateways, replicators, lake runners, views
 #: and dispatcher competes with the other tests' for the CPU.
 RATE = 20.0
+#: Fewer accepted events than this (a quarter of what the rate asks of both data centres) means the
+#: traffic, not the platform, was what the faults stopped: the run proves too little.
+MIN_ACCEPTED = int(0.25 * RATE * len(DCS) * MINUTES * 60)
+#: Every kind of fault the schedule deals, each landed at least once per run.
+KINDS = ("kill", "pause", "broker", "redis", "postgres")
+#: Processes may end on their own only so; any other ending fails the test. Pattern of the log's
+#: last line -> why it is tolerated.
+EXPECTED_CRASHES = {
+    "eonce->refcnt > 0": "librdkafka's own assertion aborts a replicator worker under its commits (a librdkafka "
+                         "bug, not ours); its copies stay exact across the abort, as across a SIGKILL",
+}
 
 
 @pytest.fixture
@@ -120,11 +134,15 @@ def _processes(path: Path, ports: dict[str, int], logs: Path, ca: str) -> dict[s
 
 
 class Faults:
-    """A seeded schedule of kills, pauses and broker stops until ``deadline``; what landed is kept."""
+    """A seeded schedule of kills, pauses and broker stops until ``deadline``; what landed is kept.
+    Each kind is dealt first, in a seeded order, until it lands; then kinds are drawn at random."""
 
     def __init__(self, rng: random.Random, procs: dict[str, Proc], local: Any, postgres: Any) -> None:
         self.rng, self.procs, self.local, self.postgres = rng, procs, local, postgres
+        self.due = rng.sample(KINDS, len(KINDS))
         self.landed: Counter[str] = Counter()
+        #: Landed faults by kind.
+        self.kinds: Counter[str] = Counter()
         self.log: list[str] = []
         #: Processes that ended on their own (not by this schedule), started again as a service
         #: manager (systemd's Restart=, a Kubernetes pod) would.
@@ -141,32 +159,47 @@ class Faults:
 
     def _one(self) -> None:
         rng = self.rng
-        kind = rng.choice(("kill", "kill", "kill", "pause", "broker", "store"))
+        kind = self.due[0] if self.due else rng.choice(("kill", "kill", "kill", "pause", "broker", "redis", "postgres"))
+        if self._deal(kind, rng):
+            self.kinds[kind] += 1
+            if kind in self.due:
+                self.due.remove(kind)
+
+    def _deal(self, kind: str, rng: random.Random) -> bool:
+        """One fault of ``kind``; whether it landed."""
+        landed = False
         if kind in ("kill", "pause"):
             proc = self.procs[rng.choice(sorted(self.procs))]
             if kind == "kill" and proc.kill():
                 self.landed[f"kill {proc.name}"] += 1
+                landed = True
                 time.sleep(rng.uniform(0.5, 3))
                 proc.start()
             elif kind == "pause" and proc.pause(rng.uniform(1, 5)):
                 self.landed[f"pause {proc.name}"] += 1
+                landed = True
             self.log.append(f"{time.strftime('%H:%M:%S')} {kind} {proc.name}")
         elif kind == "broker":
             cluster = rng.choice(("dc1", "dc2", "central"))
             broker = rng.choice([node.node_id for node in self.local.layout(cluster).brokers])
             if self.local.kill_broker(cluster, broker) is not None:
                 self.landed[f"broker {cluster}"] += 1
+                landed = True
             time.sleep(rng.uniform(3, 10))
             self.local.start_broker(cluster, broker, timeout=180)
             self.log.append(f"{time.strftime('%H:%M:%S')} broker {cluster}/{broker}")
         else:
-            store = rng.choice(("redis", "postgres"))
-            daemon = self.postgres.daemon if store == "postgres" else self.local.redis_daemon()
+            daemon = self.postgres.daemon if kind == "postgres" else self.local.redis_daemon()
             pid = processes.running_pid(daemon)
             if pid is not None:
                 pause_pid(pid, rng.uniform(1, 4))
-                self.landed[f"pause {store}"] += 1
-            self.log.append(f"{time.strftime('%H:%M:%S')} pause {store}")
+                self.landed[f"pause {kind}"] += 1
+                landed = True
+            self.log.append(f"{time.strftime('%H:%M:%S')} pause {kind}")
+        return landed
+
+    def unexpected_crashes(self) -> list[str]:
+        return [c for c in self.crashes if not any(pattern in c for pattern in EXPECTED_CRASHES)]
 
     def run(self, deadline: float) -> None:
         try:
@@ -176,6 +209,38 @@ class Faults:
                 self._one()
         except BaseException as error:  # surfaced by the test thread
             self.error = error
+
+
+class Contract:
+    """The topic's second contract version (a field added), registered half-way through traffic
+    through whichever gateway answers: gateways are killed and paused meanwhile."""
+
+    def __init__(self, platform: Platform, urls: dict[str, str], ca: str) -> None:
+        schema = json.loads(platform.resolve(platform.topics[TOPIC].contract or "").read_text())
+        self.schema = {**schema, "properties": {**schema["properties"], "country": {"type": "string", "maxLength": 2}}}
+        self.urls, self.ca = urls, ca
+        self.answer: dict[str, Any] | None = None
+        self.tries: list[str] = []
+
+    def register_at(self, moment: float) -> threading.Thread:
+        def register() -> None:
+            time.sleep(max(0.0, moment - time.monotonic()))
+            while self.answer is None and len(self.tries) < 200:
+                url = self.urls[DCS[len(self.tries) % len(DCS)]]
+                try:
+                    answer = httpx.post(f"{url}/v1/topics/{TOPIC}/contract", json=self.schema, timeout=30,
+                                        verify=self.ca, headers={"Authorization": "Bearer demo-adserver-token"})
+                    self.tries.append(f"{url}: {answer.status_code}")
+                    if answer.status_code in (200, 201):
+                        self.answer = answer.json()
+                except httpx.HTTPError as err:
+                    self.tries.append(f"{url}: {err!r}")
+                if self.answer is None:
+                    time.sleep(1)
+
+        thread = threading.Thread(target=register, daemon=True)
+        thread.start()
+        return thread
 
 
 def _race_once(path: Path, urls: dict[str, str], ca: str, limit: int, rng: random.Random, ledger: Ledger,
@@ -230,14 +295,24 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(  # noq
             proc.start()
         subscriber.start()
         phase("start")
+        contract = Contract(platform, urls, ca)
         with Generator(urls, TOPIC, "demo-adserver-token", limit, chaos_rng, ledger, RATE, ca) as generator:
+            registering = contract.register_at(time.monotonic() + MINUTES * 30)
             faults.run(time.monotonic() + MINUTES * 60)
+        registering.join(300)
         phase("traffic")
+        assert contract.answer is not None and contract.answer["version"] == 2, contract.tries
         assert faults.error is None, (faults.log, faults.error)
         assert not generator.failures, generator.failures
         context = f"faults: {faults.log}"
-        # Every kind of fault landed, and clients' retries through the other data centre made copies.
-        assert any(k.startswith("kill") for k in faults.landed) and ledger.resent, (context, ledger.resent)
+        # Every kind of fault landed, clients' retries through the other data centre made copies,
+        # enough events were accepted to show something, and no process ended on its own but as
+        # EXPECTED_CRASHES names.
+        assert set(faults.kinds) == set(KINDS), (f"fault kinds that never landed: {set(KINDS) - set(faults.kinds)}; "
+                                                 "raise CONVEYOR_SOAK_MINUTES", context)
+        assert ledger.resent, (context, ledger.resent)
+        assert len(ledger.events) >= MIN_ACCEPTED, (len(ledger.events), MIN_ACCEPTED, context)
+        assert not faults.unexpected_crashes(), faults.unexpected_crashes()
 
         # Settle: every process up and running again, and kept so until the sinks are read.
         faults.supervise()
@@ -287,17 +362,21 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(  # noq
 
         # One checker of every sink: the lake against the accepted ids, the audit per hour (a resend
         # through the other data centre is counted by both gateways and dropped once by the lake),
-        # the views against a recount, no partition stopped, the dispatcher group acked.
+        # the views against a recount, every source record on central once (read from both sides),
+        # the dispatcher group acked; each over at least one event.
         accepted_file = tmp_path / "accepted.ndjson"
         ledger.write(accepted_file, TOPIC)
         verify = subprocess.run(conveyor("verify", "--platform", str(path), "--accepted", str(accepted_file),
-                                         "--dispatch-group", f"{TOPIC}:{GROUP}", "-o", "json"),
+                                         "--dispatch-group", f"{TOPIC}:{GROUP}", "--min-events", "1", "-o", "json"),
                                 capture_output=True, text=True, timeout=900)
         phase("verify")
         checks = json.loads(verify.stdout[:verify.stdout.rindex("}") + 1])["checks"]
         assert verify.returncode == 0, [c for c in checks if c["verdict"] != "PASS"]
         checked = {check["invariant"] for check in checks if check["verdict"] == "PASS"}
         assert checked == {"lake", "audit", "views", "replication", "dispatch"}, verify.stdout  # none skipped
+        assert not faults.unexpected_crashes(), faults.unexpected_crashes()
+        # Both versions landed in one table: version 2's column is there.
+        assert "country" in read_back_columns(lake_database, warehouse, TOPIC)
         print(f"seed {seed}, {MINUTES:g} minutes of traffic and faults: {len(accepted)} events accepted "
               f"({sum(ledger.acceptances.values())} acceptances, {len(ledger.resent)} resent through the other "
               f"data centre), faults landed: {dict(faults.landed)}, lake commits lost to the other runner: "
