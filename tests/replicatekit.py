@@ -282,3 +282,22 @@ def wait_until_copied(platform: Platform, traffic: Traffic, topics: list[str], w
         return expected
     finally:
         workers.stop_all()
+
+
+class InProcessWorker:
+    """A route's worker in this process, copying until the ``with`` block ends."""
+
+    def __init__(self, platform: Platform, route: str) -> None:
+        from conveyor.replicate.worker import Worker
+
+        self.worker = Worker(platform, route, f"{route}-w0")
+        self.thread = threading.Thread(target=self.worker.run, daemon=True)
+
+    def __enter__(self) -> Any:
+        self.thread.start()
+        return self.worker
+
+    def __exit__(self, *_exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(120)
+        assert not self.thread.is_alive(), "the worker did not stop"

@@ -6,7 +6,6 @@ nothing skipped."""
 from __future__ import annotations
 
 import copy
-import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -20,27 +19,10 @@ from conveyor.config import Platform
 from conveyor.replicate.status import route_status
 from conveyor.replicate.worker import Worker
 from tests.conftest import eventually, platform_variant
-from tests.replicatekit import create_topic, read_records
+from tests.replicatekit import InProcessWorker, create_topic, read_records
 
 pytestmark = pytest.mark.integration
 BATCH = 300
-
-
-class Run:
-    """The route's worker in this process, copying until the block ends."""
-
-    def __init__(self, platform: Platform, route: str) -> None:
-        self.worker = Worker(platform, route, f"{route}-w0")
-        self.thread = threading.Thread(target=self.worker.run, daemon=True)
-
-    def __enter__(self) -> Worker:
-        self.thread.start()
-        return self.worker
-
-    def __exit__(self, *_exc) -> None:
-        self.worker.stop()
-        self.thread.join(120)
-        assert not self.thread.is_alive(), "the worker did not stop"
 
 
 def _owned(worker: Worker, mode: str) -> float:
@@ -102,7 +84,7 @@ def test_each_topic_is_copied_as_its_delivery_promises_and_a_changed_delivery_re
         _produce(platform, topic, 0)
 
     # Both modes in one route: each bucket has a copier per mode.
-    with Run(platform, route) as worker:
+    with InProcessWorker(platform, route) as worker:
         _until_copied(platform, [money, logs], BATCH)
         _until_owned(worker, 2, 2)
 
@@ -111,7 +93,7 @@ def test_each_topic_is_copied_as_its_delivery_promises_and_a_changed_delivery_re
     platform = _variant(data, path, {money: "at_least_once", logs: "exact"})
     for topic in (money, logs):
         _produce(platform, topic, BATCH)
-    with Run(platform, route) as worker:
+    with InProcessWorker(platform, route) as worker:
         _until_copied(platform, [money, logs], 2 * BATCH)
         _until_owned(worker, 2, 2)
         shown = {t.topic: (t.mode, t.waiting) for t in route_status(platform, route).topics}
@@ -121,7 +103,7 @@ def test_each_topic_is_copied_as_its_delivery_promises_and_a_changed_delivery_re
     platform = _variant(data, path, {money: "exact", logs: "exact"})
     for topic in (money, logs):
         _produce(platform, topic, 2 * BATCH)
-    with Run(platform, route) as worker:
+    with InProcessWorker(platform, route) as worker:
         _until_copied(platform, [money, logs], 3 * BATCH)
         assert (_owned(worker, "exactly-once"), _owned(worker, "at-least-once")) == (2, 0)
 

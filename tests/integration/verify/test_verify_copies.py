@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,30 +20,12 @@ from typer.testing import CliRunner
 from conveyor import kafka
 from conveyor.cli import app
 from conveyor.config import Platform
-from conveyor.replicate.worker import Worker
 from conveyor.verify.checks import Verdict
 from conveyor.verify.gather import copies
 from tests.conftest import eventually, platform_variant, read_topic
-from tests.replicatekit import create_topic
+from tests.replicatekit import InProcessWorker, create_topic
 
 pytestmark = pytest.mark.integration
-
-
-class Running:
-    """The route's worker in this process until the block ends."""
-
-    def __init__(self, platform: Platform, route: str) -> None:
-        self.worker = Worker(platform, route, f"{route}-w0")
-        self.thread = threading.Thread(target=self.worker.run, daemon=True)
-
-    def __enter__(self) -> Worker:
-        self.thread.start()
-        return self.worker
-
-    def __exit__(self, *_exc) -> None:
-        self.worker.stop()
-        self.thread.join(120)
-        assert not self.thread.is_alive(), "the worker did not stop"
 
 
 @pytest.fixture
@@ -89,7 +70,7 @@ def _copied(platform: Platform, topic: str, missing: int = 0):
 def test_verify_reads_both_sides_and_fails_on_a_record_deleted_from_central_and_on_a_recorded_gap(route_case):
     platform, path, route, topic = route_case
     _produce(platform, topic, 0, 100)
-    with Running(platform, route):
+    with InProcessWorker(platform, route):
         found = _copied(platform, topic)
     assert (found.verdict, found.checked, found.copied_twice, found.differ, found.unknown) == (Verdict.PASS, 100, 0,
                                                                                                 0, 0)
@@ -99,7 +80,7 @@ def test_verify_reads_both_sides_and_fails_on_a_record_deleted_from_central_and_
     # the gap and goes on from 130; verify reports the 30 as lost, with their offsets.
     _produce(platform, topic, 100, 50)
     _delete_below(platform, "dc1", topic, 130)
-    with Running(platform, route):
+    with InProcessWorker(platform, route):
         found = eventually(lambda: (c := copies(platform)[0]).lost_in_gaps and c.checked == 20 and not c.missing and c,
                            120, "the route to record the gap and copy the rest", interval=1.0)
     assert (found.verdict, found.lost_in_gaps) == (Verdict.FAIL, 30)
