@@ -112,7 +112,13 @@ class Registry:
         consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         self._thread = threading.Thread(target=self._follow, args=(consumer,), name="registry", daemon=True)
         self._thread.start()
-        self.wait_caught_up(timeout)
+        try:
+            self.wait_caught_up(timeout)
+        except RegistryMissing:
+            raise  # still followed: versions count from the topic's creation; stop() ends it
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         self._stop.set()
@@ -266,8 +272,8 @@ def register_contract_files(platform: Platform) -> list[Version]:
     if platform.contracts.topic not in platform.topics:
         return []
     registry = Registry(platform, "conveyor-topics-apply")
-    registry.start()
     try:
+        registry.start()
         created = []
         for topic, spec in sorted(platform.topics.items()):
             if spec.contract is not None:
@@ -287,10 +293,9 @@ def topic_versions(platform: Platform, topic: str) -> list[Version]:
     registry = Registry(platform, f"conveyor-{platform.part.value if platform.part else 'admin'}-{topic}")
     try:
         registry.start()
-    except RegistryMissing:
-        return []  # no registry yet, so no gateway has checked an event against a version of it
-    try:
         with registry.reading() as state:
             return state.versions(f"{topic}-value")
+    except RegistryMissing:
+        return []  # no registry yet, so no gateway has checked an event against a version of it
     finally:
         registry.stop()

@@ -304,7 +304,7 @@ def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, Realtim
                 metrics.observe_trigger(progress.batchId, progress.durationMs)
             feed.publish(batch_positions(progress))
     finally:
-        query.stop()
+        _stop_between_batches(query)
         writer.rejects.close()
         last = batch_positions(query.lastProgress)
         if last:
@@ -314,6 +314,16 @@ def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, Realtim
     if failure is not None:
         raise failure
     return records_behind(query.lastProgress)
+
+
+def _stop_between_batches(query: StreamingQuery, wait: float = 60.0) -> None:
+    """Stop the query once its batch in flight ends (within ``wait`` seconds): stopped in the middle
+    of one, Spark interrupts the batch's Python function, which py4j reports with its whole stack,
+    and the batch is done again at the next start anyway."""
+    deadline = time.monotonic() + wait
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    query.stop()
 
 
 def rebuild(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView]) -> None:

@@ -1,16 +1,20 @@
 """The contract registry reads its own writes: a registration answers only once the registering
 process's follower holds the new version, so whoever asked next, there or in a fresh process,
 sees it. Kafka answers a transaction's commit before it writes the commit's markers, so the end a
-process waits for must be the log's, not the committed readers' stable end."""
+process waits for must be the log's, not the committed readers' stable end. A reader that takes the
+versions once leaves no follower behind, even when the registry's topic does not exist yet."""
 
 from __future__ import annotations
 
+import copy
+import threading
 import uuid
 
 import pytest
 
-from conveyor.bus.registry import Registry
+from conveyor.bus.registry import Registry, topic_versions
 from conveyor.config import Platform
+from tests.conftest import platform_variant
 
 pytestmark = pytest.mark.integration
 
@@ -45,3 +49,18 @@ def test_each_registration_is_held_by_its_registry_when_it_answers(provisioned: 
             assert [v.version for v in state.versions(subject)] == list(range(1, ROUNDS + 1))
     finally:
         fresh.stop()
+
+
+def test_a_one_time_read_of_a_missing_registry_leaves_no_follower_running(provisioned, platform_data, platform_file,
+                                                                          tmp_path):
+    data = copy.deepcopy(platform_data)
+    for spec in data["topics"].values():
+        if spec.get("contract"):
+            spec["contract"] = str(platform_file.parent / spec["contract"])
+    missing = f"_contracts_{uuid.uuid4().hex[:8]}"  # declared, never created
+    data["topics"][missing] = {**data["topics"]["_contracts"]}
+    data["contracts"] = {"topic": missing}
+    platform = platform_variant(data, tmp_path / "platform.yaml")
+    before = {t.ident for t in threading.enumerate() if t.name == "registry"}
+    assert topic_versions(platform, "ad-events") == []
+    assert [t for t in threading.enumerate() if t.name == "registry" and t.ident not in before] == []

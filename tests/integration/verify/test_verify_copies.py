@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 from typer.testing import CliRunner
 
 from conveyor import kafka
@@ -22,7 +22,7 @@ from conveyor.cli import app
 from conveyor.config import Platform
 from conveyor.verify.checks import Verdict
 from conveyor.verify.gather import copies
-from tests.conftest import eventually, platform_variant, read_topic
+from tests.conftest import eventually, platform_variant
 from tests.replicatekit import InProcessWorker, create_topic
 
 pytestmark = pytest.mark.integration
@@ -56,8 +56,29 @@ def _produce(platform: Platform, topic: str, first: int, count: int) -> None:
 
 
 def _delete_below(platform: Platform, cluster: str, topic: str, offset: int) -> None:
-    (future,) = kafka.admin(platform, cluster).delete_records([TopicPartition(topic, 0, offset)]).values()
-    assert future.result().offset == offset
+    """What retention does, on purpose: the partition's earliest offset becomes ``offset``."""
+    admin = kafka.admin(platform, cluster)  # held until the answer: a client collected leaves it unanswered
+    (future,) = admin.delete_records([TopicPartition(topic, 0, offset)]).values()
+    assert future.result(60).low_watermark == offset
+
+
+def _committed(platform: Platform, cluster: str, topic: str) -> list:
+    """Every committed record of the topic's partition 0 (a transaction's marker may end it, so the
+    end is the consumer's end-of-partition event, not an offset)."""
+    consumer = kafka.consumer(platform, cluster, f"test-{uuid.uuid4().hex[:8]}", "test-verify-copies",
+                              {"enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    found = []
+    try:
+        while True:
+            message = consumer.poll(30)
+            assert message is not None, f"{topic} on {cluster} returned nothing for 30 s"
+            if message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                return found
+            found.append(message)
+    finally:
+        consumer.close()
 
 
 def _copied(platform: Platform, topic: str, missing: int = 0):
@@ -89,7 +110,7 @@ def test_verify_reads_both_sides_and_fails_on_a_record_deleted_from_central_and_
     # Central loses the copies of source offsets 130-134 (and all before them, which the source no
     # longer holds to compare): those 5 are missing, named by their source offsets.
     copied_at = {int(dict(m.headers())["conveyor-origin"].split(b"/")[-1]): m.offset()
-                 for m in read_topic(platform, "central", topic)}
+                 for m in _committed(platform, "central", topic)}
     _delete_below(platform, "central", topic, copied_at[134] + 1)
     result = CliRunner().invoke(app, ["verify", "--platform", str(path), "--only", "replication", "-o", "json"])
     assert result.exit_code == 1, result.output
