@@ -1,32 +1,18 @@
 """A lake table's columns, derived from the topic's contract (JSON Schema). Pure.
 
-Every property of the contract becomes a column of the closest Spark type; anything without one
-plain type (objects, arrays, unions) is kept as its JSON text. Kafka's coordinates and the raw value
-follow, so every row can be traced back to the record it came from.
+Every property of the contract becomes a column of the closest Spark type (conveyor.topics.columns);
+anything without one plain type (objects, arrays, unions) is kept as its JSON text. Kafka's
+coordinates and the raw value follow, so every row can be traced back to the record it came from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from conveyor.config import Platform, read_contract
 from conveyor.pipeline.errors import LakeConfigError
-
-
-class Kind(str, Enum):
-    string = "string"
-    long = "bigint"
-    double = "double"
-    boolean = "boolean"
-    timestamp = "timestamp"
-    #: No single plain type: the value's JSON text.
-    json = "json"
-
-    @property
-    def spark_type(self) -> str:
-        return "string" if self is Kind.json else self.value
+from conveyor.topics.columns import COORDINATES, LANDED_AT, REASON, RESERVED, Kind, field_kinds
 
 
 @dataclass(frozen=True)
@@ -39,52 +25,17 @@ class Column:
         return f"{quote(self.name)} {self.kind.spark_type}"
 
 
-#: Where a row came from, after the contract's columns.
-COORDINATES = (
-    ("kafka_partition", "int"),
-    ("kafka_offset", "bigint"),
-    ("kafka_timestamp", "timestamp"),
-    ("raw_value", "binary"),
-)
-#: When the row's run listed the partitions' ends: the same instant for every row of a commit, so
-#: its data files' bounds select exactly the files landed since a moment (de-dup reads only those).
-LANDED_AT = "landed_at"
-
-#: The parser's verdict beside the columns: None for a good record, else why it is quarantined.
-REASON = "quarantine_reason"
-
-_PLAIN = {"string": Kind.string, "integer": Kind.long, "number": Kind.double, "boolean": Kind.boolean}
-
-
 def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
 
-def _kind(spec: Any) -> Kind:
-    if not isinstance(spec, dict):
-        return Kind.json
-    if spec.get("format") == "date-time":
-        return Kind.timestamp
-    types = spec.get("type")
-    if isinstance(types, list):
-        non_null = [t for t in types if t != "null"]
-        types = non_null[0] if len(non_null) == 1 else None
-    if types is None and "enum" in spec:
-        values = spec["enum"]
-        if values and all(isinstance(v, str) for v in values):
-            return Kind.string
-    return _PLAIN.get(types, Kind.json) if isinstance(types, str) else Kind.json
-
-
 def contract_columns(topic: str, schema: dict[str, Any]) -> tuple[Column, ...]:
     """The contract's columns, in the schema's order; event_time is always a timestamp."""
-    properties = schema.get("properties") or {}
-    taken = {name for name, _ in COORDINATES} | {REASON, LANDED_AT}
-    clashes = sorted(taken & set(properties))
+    kinds = field_kinds(schema)
+    clashes = sorted(RESERVED & set(kinds))
     if clashes:
         raise LakeConfigError(f"contract of topic {topic} uses column names the lake reserves: {', '.join(clashes)}")
-    columns = [Column(name, _kind(spec)) for name, spec in properties.items()]
-    return tuple(Column(c.name, Kind.timestamp) if c.name == "event_time" else c for c in columns)
+    return tuple(Column(name, kind) for name, kind in kinds.items())
 
 
 def versions_columns(topic: str, schemas: list[dict[str, Any]]) -> tuple[Column, ...]:

@@ -21,8 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from conveyor.config import Platform
-from conveyor.pipeline.errors import LakeConfigError
-from conveyor.pipeline.schema import contract_columns
+from conveyor.topics.columns import RESERVED, field_kinds
 from conveyor.topics.compatibility import Incompatibility
 
 LAKE = ("the lake's column cannot change its type in place (Iceberg only promotes int to long, float to double "
@@ -44,20 +43,20 @@ def _lake(platform: Platform, topic: str, earlier: Sequence[tuple[int, Any]], ne
     spec = platform.topics.get(topic)
     if spec is None or "lake" not in spec.consumers and topic not in (platform.pipeline.lake.topics or []):
         return
-    try:
-        columns = contract_columns(topic, new)
-    except LakeConfigError as err:
-        yield Incompatibility("(event)", "reserved_column", None, None, sink=str(err))
+    kinds = field_kinds(new)
+    clashes = sorted(RESERVED & set(kinds))
+    if clashes:
+        yield Incompatibility(", ".join(clashes), "reserved_column", None, None,
+                              sink="the lake keeps its own columns under these names")
         return
     had: dict[str, tuple[int, str]] = {}
     for number, schema in earlier:
         if isinstance(schema, dict):
-            had |= {c.name: (number, c.kind.spark_type) for c in contract_columns(topic, schema)}
-    for column in columns:
-        number, kind = had.get(column.name, (None, column.kind.spark_type))
-        if kind != column.kind.spark_type:
-            yield Incompatibility(column.name, "lake_column_type_changed", kind, column.kind.spark_type, number,
-                                  sink=LAKE)
+            had |= {name: (number, kind.spark_type) for name, kind in field_kinds(schema).items()}
+    for name, kind in kinds.items():
+        number, old = had.get(name, (None, kind.spark_type))
+        if old != kind.spark_type:
+            yield Incompatibility(name, "lake_column_type_changed", old, kind.spark_type, number, sink=LAKE)
 
 
 def _views(platform: Platform, topic: str, earlier: Sequence[tuple[int, Any]], new: dict[str, Any]) \
