@@ -49,7 +49,7 @@ demo: setup
 	$(BIN)/conveyor topics plan
 	$(BIN)/conveyor replicate status
 	$(BIN)/conveyor gateway generate --rate 2000 --duration 20 --token demo-adserver-token
-	$(BIN)/conveyor gateway generate --rate 1000 --duration 25 --field country=NL --token demo-adserver-token >/dev/null & sleep 8; $(BIN)/conveyor topics contract ad-events --schema examples/ad-events.v2.schema.json --gateway https://127.0.0.1:18080 --token demo-adserver-token; wait
+	$(BIN)/conveyor gateway generate --rate 1000 --duration 25 --field country=NL --token demo-adserver-token >/dev/null & sleep 8; $(BIN)/conveyor topics contract ad-events --schema examples/ad-events.v2.schema.json --gateway https://127.0.0.1:18080 --token demo-adserver-token && wait
 	$(BIN)/conveyor topics contract ad-events --gateway https://127.0.0.1:18081 --token demo-adserver-token
 	@echo "A version that changes site_id from string to integer is refused (409), and nothing changes:"
 	! $(BIN)/conveyor topics contract ad-events --schema examples/ad-events.breaking.schema.json --gateway https://127.0.0.1:18080 --token demo-adserver-token
