@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from conveyor.gctune import tune_for_throughput
 from conveyor.pipeline.realtime.plan import INT64_MAX, INT64_MIN, ViewPlan, epoch_ms, matches
-from conveyor.pipeline.records import RecordParser, VersionText
+from conveyor.pipeline.records import RecordParser
 from conveyor.pipeline.schema import Column
 
 #: What a task returns, one row per: key field delta, distinct applied event time, rejected record.
@@ -58,11 +58,8 @@ class Claims(Protocol):
 @dataclass(frozen=True)
 class TopicPlan:
     topic: str
-    #: The contract a record naming no version is checked against (the registry's latest, or the file).
     schema_text: str
     columns: tuple[Column, ...]
-    #: The registry's versions: a record is checked against the one its contract header names.
-    versions: tuple[VersionText, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,11 +93,8 @@ class Reject:
     raw: bytes | None
 
 
-#: A Kafka record's coordinates, key, value and contract header: (topic, partition, offset, key, value,
-#: header).
-Source = tuple[str, int, int, bytes | None, bytes | None, bytes | None]
-#: The Kafka columns a task reads, in :data:`Source`'s order.
-SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "contract_header")
+#: A Kafka record's coordinates, key and value: (topic, partition, offset, key, value).
+Source = tuple[str, int, int, bytes | None, bytes | None]
 
 
 class Partial:
@@ -110,8 +104,8 @@ class Partial:
     def __init__(self, plan: BatchPlan, claims: Claims | None, per_record: bool = False) -> None:
         self.plan = plan
         self.per_record = per_record
-        self.parsers = {t.topic: (RecordParser(t.topic, t.schema_text, t.columns, t.versions),
-                                  [c.name for c in t.columns]) for t in plan.topics}
+        self.parsers = {t.topic: (RecordParser(t.topic, t.schema_text, t.columns), [c.name for c in t.columns])
+                        for t in plan.topics}
         self.views = [(v, wm) for v, wm in zip(plan.views, plan.watermarks, strict=True)]
         self.claims = claims
         #: topic -> events waiting for their ids' claims: (event, event_ms, record).
@@ -128,7 +122,7 @@ class Partial:
         self.records += 1
         topic = record[0]
         parser, names = self.parsers[topic]
-        reason, *values = parser.parse(record[4], record[5])
+        reason, *values = parser.parse(record[4])
         if reason is not None:
             return self._reject("malformed", reason, record)
         event = dict(zip(names, values, strict=True))
@@ -156,7 +150,7 @@ class Partial:
         self.unclaimed.clear()
 
     def _reject(self, kind: str, why: str, record: Source, view: str | None = None) -> None:
-        self.rejects.append(Reject(kind, view, why, *record[:5]))
+        self.rejects.append(Reject(kind, view, why, *record))
 
     def _apply(self, record: Source, event: dict[str, Any], event_ms: int) -> None:
         applied = False
@@ -230,13 +224,14 @@ def _section(kind: str, **columns: list[Any]) -> pa.RecordBatch:
 
 def project(batches: Iterator[pa.RecordBatch], plan: BatchPlan,
             claims: Claims | None = None) -> Iterator[pa.RecordBatch]:
-    """For ``mapInArrow`` over Kafka rows (:data:`SOURCE_COLUMNS` and timestamp): one
+    """For ``mapInArrow`` over Kafka rows (topic, partition, offset, timestamp, key, value): one
     batch of partial sums per task; with ``claims``, each event_id counted once."""
     tune_for_throughput()  # the partial sums grow to a dict per key, which the collector would walk again and again
     partial = Partial(plan, claims)
     for batch in batches:
         stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
-        records = zip(*(batch.column(c).to_pylist() for c in SOURCE_COLUMNS), strict=True)
+        records = zip(*(batch.column(c).to_pylist() for c in ("topic", "partition", "offset", "key", "value")),
+                      strict=True)
         for record, stamp in zip(records, stamps, strict=True):
             partial.add(record, stamp // 1000)
     partial.settle()

@@ -21,16 +21,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from conveyor.bus.registry import Registry, RegistryMissing, topic_versions
-from conveyor.bus.registry_state import Version, subject_of
 from conveyor.config import Part, Platform, RealtimeView
 from conveyor.gctune import tune_for_throughput
 from conveyor.pipeline.errors import PipelineError, RunFailedError, spark_failures
-from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, java_client_options, source_cluster
+from conveyor.pipeline.kafka_source import java_client_options, source_cluster
 from conveyor.pipeline.realtime.deltas import OUTPUT_DDL, BatchPlan, TopicPlan, latencies, merge, project
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
 from conveyor.pipeline.realtime.plan import ViewPlan, job_id
@@ -38,7 +35,7 @@ from conveyor.pipeline.realtime.rejects import RejectsOutput
 from conveyor.pipeline.realtime.failover import WritesInDoubtError, await_replicas, replicated_masters
 from conveyor.pipeline.realtime.store import (CheckpointBehindError, EventClaims, RedisBehindError, ViewStore,
                                               claims_prefix, clear_job, connect, redis_target)
-from conveyor.pipeline.schema import contract_columns, read_schema, versions_columns
+from conveyor.pipeline.schema import contract_columns, read_schema
 from conveyor.positions import PositionFeed, group_name, spark_client_id
 
 if TYPE_CHECKING:
@@ -60,19 +57,12 @@ def checkpoint_location(platform: Platform, views: Mapping[str, RealtimeView]) -
     return str(platform.home / checkpoint / job_id(views))
 
 
-def topic_plans(platform: Platform, views: Mapping[str, RealtimeView],
-                versions: Mapping[str, list[Version]] | None = None) -> tuple[TopicPlan, ...]:
-    """The contracts of the views' topics, as the Python workers get them: the registry's versions
-    (``versions``, or read from the registry now), else the contract files."""
+def topic_plans(platform: Platform, views: Mapping[str, RealtimeView]) -> tuple[TopicPlan, ...]:
+    """The contracts of the views' topics, as the Python workers get them."""
     plans = []
     for topic in sorted({v.topic for v in views.values()}):
-        held = versions.get(topic, []) if versions is not None else topic_versions(platform, topic)
-        if held:
-            plans.append(TopicPlan(topic, held[-1].schema, versions_columns(topic, [v.parsed for v in held]),
-                                   tuple((v.version, v.id, v.schema) for v in held)))
-        else:
-            schema = read_schema(platform, topic)
-            plans.append(TopicPlan(topic, json.dumps(schema, sort_keys=True), contract_columns(topic, schema)))
+        schema = read_schema(platform, topic)
+        plans.append(TopicPlan(topic, json.dumps(schema, sort_keys=True), contract_columns(topic, schema)))
     return tuple(plans)
 
 
@@ -96,11 +86,6 @@ class BatchWriter:
         settings = platform.pipeline.realtime
         self.plan = base_plan(platform, views)
         self.views = self.plan.views
-        self._platform, self._views = platform, views
-        #: The contract registry, followed so that each batch knows every version its records name.
-        self.registry = Registry(platform, f"conveyor-realtime-{job_id(views)}") \
-            if platform.contracts.topic in platform.topics else None
-        self._planned_at = -1
         self.ttls = {v.name: v.ttl_seconds for v in self.views}
         self.store = ViewStore(connect(platform), job_id(views))
         self.claims = event_claims(platform, views)
@@ -136,7 +121,7 @@ class BatchWriter:
         except RedisBehindError:
             self.metrics.observe_redis_lost()
             raise
-        plan = self._current_plan().after(newest)
+        plan = self.plan.after(newest)
         stages.lap("state")
         partials = frame.mapInArrow(partial(project, plan=plan, claims=self.claims), OUTPUT_DDL).toArrow()
         stages.lap("spark")
@@ -171,24 +156,6 @@ class BatchWriter:
             log.warning("batch %d: counters at a 64-bit bound (saturated) in %s", batch_id, saturated)
 
 
-    def _current_plan(self) -> BatchPlan:
-        """The plan with every contract version the registry holds now: a gateway enforces a version
-        only once the registry holds it, and the batch's offsets were fixed before this, so reading
-        the registry to its end finds every version the batch's records name."""
-        if self.registry is None:
-            return self.plan
-        try:
-            self.registry.wait_caught_up()
-        except RegistryMissing:
-            return self.plan
-        if self.registry.position != self._planned_at:
-            with self.registry.reading() as state:
-                versions = {t.topic: state.versions(subject_of(t.topic)) for t in self.plan.topics}
-            self.plan = replace(self.plan, topics=topic_plans(self._platform, self._views, versions))
-            self._planned_at = self.registry.position
-        return self.plan
-
-
 class _Stopwatch:
     """Seconds since the previous lap, by stage name."""
 
@@ -216,12 +183,9 @@ def kafka_stream(spark: SparkSession, platform: Platform, views: Mapping[str, Re
         .option("kafka.client.id", spark_client_id("realtime", job_id(views)))
         # Retention deleting unread records fails the query loudly rather than skipping them.
         .option("failOnDataLoss", "true")
-        .option("includeHeaders", "true")  # the contract version each record was checked against
         .options(**options)
     )
-    from pyspark.sql.functions import expr
-
-    return reader.load().select(*_KAFKA_COLUMNS, expr(CONTRACT_HEADER_SQL).alias("contract_header"))
+    return reader.load().select(*_KAFKA_COLUMNS)
 
 
 def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], writer: BatchWriter,
@@ -269,11 +233,6 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
     Returns the records the job was behind at its last batch (:func:`records_behind`)."""
     platform = platform.acting_as(Part.realtime)
     writer = BatchWriter(platform, views, metrics)
-    if writer.registry is not None:
-        try:
-            writer.registry.start()
-        except RegistryMissing as err:  # it keeps following: versions count from the topic's creation
-            log.warning("%s; until then events are checked against the contract files", err)
     try:
         with spark_failures(f"real-time job {job_id(views)} (restart it: the checkpoint replays the failed batch)"):
             return _stream(spark, platform, views, writer, metrics, stop, seconds, available_now)
@@ -281,9 +240,6 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
         if writer.failure is not None:  # the job's own finding, which a restart would only meet again
             raise writer.failure from None
         raise
-    finally:
-        if writer.registry is not None:
-            writer.registry.stop()
 
 
 def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], writer: BatchWriter,
@@ -304,7 +260,7 @@ def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, Realtim
                 metrics.observe_trigger(progress.batchId, progress.durationMs)
             feed.publish(batch_positions(progress))
     finally:
-        _stop_between_batches(query)
+        query.stop()
         writer.rejects.close()
         last = batch_positions(query.lastProgress)
         if last:
@@ -314,16 +270,6 @@ def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, Realtim
     if failure is not None:
         raise failure
     return records_behind(query.lastProgress)
-
-
-def _stop_between_batches(query: StreamingQuery, wait: float = 60.0) -> None:
-    """Stop the query once its batch in flight ends (within ``wait`` seconds): stopped in the middle
-    of one, Spark interrupts the batch's Python function, which py4j reports with its whole stack,
-    and the batch is done again at the next start anyway."""
-    deadline = time.monotonic() + wait
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    query.stop()
 
 
 def rebuild(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView]) -> None:

@@ -35,7 +35,7 @@ from functools import lru_cache
 import pyarrow as pa
 
 from conveyor.gctune import tune_for_throughput
-from conveyor.pipeline.realtime.deltas import SOURCE_COLUMNS, BatchPlan, Partial, Source, latencies
+from conveyor.pipeline.realtime.deltas import BatchPlan, Partial, Source, latencies
 from conveyor.pipeline.realtime.rejects import RejectsOutput
 from conveyor.pipeline.realtime.store import Client, EventClaims, RedisTarget, ViewStore, connect_to, state_key
 
@@ -126,7 +126,7 @@ def _store(target: RedisTarget, job: str) -> ViewStore:
 
 
 def write_live(batches: Iterator[pa.RecordBatch], work: LiveWork) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over Kafka rows (deltas.SOURCE_COLUMNS and timestamp): each Arrow
+    """mapInArrow over Kafka rows (topic, partition, offset, timestamp, key, value): each Arrow
     batch written to the views before the next is read; one row per batch, its record count."""
     tune_for_throughput()
     store = _store(work.target, work.job)
@@ -134,7 +134,7 @@ def write_live(batches: Iterator[pa.RecordBatch], work: LiveWork) -> Iterator[pa
     batch_id = _batch_id()
     for batch in batches:
         stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
-        columns = (batch.column(c).to_pylist() for c in SOURCE_COLUMNS)
+        columns = (batch.column(c).to_pylist() for c in ("topic", "partition", "offset", "key", "value"))
         by_partition: dict[tuple[str, int], list[tuple[Source, int]]] = defaultdict(list)
         for record, stamp in zip(zip(*columns, strict=True), stamps, strict=True):
             by_partition[(record[0], record[1])].append((record, stamp // 1000))

@@ -38,7 +38,6 @@ def kafka_batch(values: list[bytes | None], kafka_second: float = 0, partition: 
         "offset": list(range(first_offset, first_offset + len(values))),
         "timestamp": pa.array([stamp] * len(values), pa.timestamp("us", tz="UTC")),
         "key": pa.array([b"k%d" % n for n in range(len(values))], pa.binary()), "value": values,
-        "contract_header": pa.nulls(len(values), pa.binary()),
     })
 
 

@@ -38,8 +38,7 @@ def _rows(topic: str, values: list[bytes], first: int) -> pa.RecordBatch:
         "topic": [topic] * len(values), "partition": [0] * len(values),
         "offset": list(range(first, first + len(values))),
         "timestamp": pa.array([now] * len(values), pa.timestamp("us", tz="UTC")),
-        "key": pa.array([b"k"] * len(values), pa.binary()), "value": values,
-        "contract_header": pa.nulls(len(values), pa.binary())})
+        "key": pa.array([b"k"] * len(values), pa.binary()), "value": values})
 
 
 def _feed(work, topic: str, values: list[bytes], bounds: list[tuple[int, int]]) -> None:
