@@ -196,6 +196,18 @@ def platform_variant(data: dict[str, Any], path: Path) -> Platform:
     return platform
 
 
+def without_registry_topic(platform_data: dict[str, Any], platform_file: Path, path: Path) -> Platform:
+    """The session's platform whose contract registry topic is declared but never created."""
+    data = copy.deepcopy(platform_data)
+    for spec in data["topics"].values():
+        if spec.get("contract"):
+            spec["contract"] = str(platform_file.parent / spec["contract"])
+    missing = f"_contracts_{uuid.uuid4().hex[:8]}"
+    data["topics"][missing] = {**data["topics"]["_contracts"]}
+    data["contracts"] = {"topic": missing}
+    return platform_variant(data, path)
+
+
 def logs_dc2_variant(platform_data: dict[str, Any], platform_file: Path, path: Path,
                      **settings: Any) -> Platform:
     """The session's platform with dc2 serving logs (``settings`` laid over its cluster, and the

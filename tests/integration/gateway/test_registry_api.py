@@ -25,7 +25,7 @@ from conveyor import kafka
 from conveyor.bus.registry_state import CONTRACT_HEADER, canonical
 from conveyor.config import Platform
 from conveyor.topics import provisioner
-from tests.conftest import base_port, demo_event, eventually, platform_variant, read_topic
+from tests.conftest import base_port, demo_event, eventually, platform_variant, read_topic, without_registry_topic
 
 pytestmark = pytest.mark.integration
 
@@ -189,14 +189,7 @@ def provisioner_ends(platform: Platform, cluster: str, topic: str) -> dict[int, 
 
 def test_a_gateway_serves_by_the_contract_files_until_the_registry_s_topic_exists(provisioned, platform_data,
                                                                                  platform_file, tmp_path, serve_gateway):
-    data = copy.deepcopy(platform_data)
-    for spec in data["topics"].values():
-        if spec.get("contract"):
-            spec["contract"] = str(platform_file.parent / spec["contract"])
-    missing = f"_contracts_{uuid.uuid4().hex[:8]}"  # declared, never created
-    data["topics"][missing] = {**data["topics"]["_contracts"]}
-    data["contracts"] = {"topic": missing}
-    platform = platform_variant(data, tmp_path / "platform.yaml")
+    platform = without_registry_topic(platform_data, platform_file, tmp_path / "platform.yaml")
     url = serve_gateway(platform, "dc1", port=base_port() + GATEWAY_PORTS[0])
     accepted = httpx.post(f"{url}/v1/topics/ad-events/events", json=demo_event(), headers=ADSERVER, timeout=30)
     assert accepted.status_code == 200, accepted.text

@@ -6,7 +6,6 @@ versions once leaves no follower behind, even when the registry's topic does not
 
 from __future__ import annotations
 
-import copy
 import threading
 import uuid
 
@@ -14,7 +13,7 @@ import pytest
 
 from conveyor.bus.registry import Registry, topic_versions
 from conveyor.config import Platform
-from tests.conftest import platform_variant
+from tests.conftest import without_registry_topic
 
 pytestmark = pytest.mark.integration
 
@@ -53,14 +52,7 @@ def test_each_registration_is_held_by_its_registry_when_it_answers(provisioned: 
 
 def test_a_one_time_read_of_a_missing_registry_leaves_no_follower_running(provisioned, platform_data, platform_file,
                                                                           tmp_path):
-    data = copy.deepcopy(platform_data)
-    for spec in data["topics"].values():
-        if spec.get("contract"):
-            spec["contract"] = str(platform_file.parent / spec["contract"])
-    missing = f"_contracts_{uuid.uuid4().hex[:8]}"  # declared, never created
-    data["topics"][missing] = {**data["topics"]["_contracts"]}
-    data["contracts"] = {"topic": missing}
-    platform = platform_variant(data, tmp_path / "platform.yaml")
+    platform = without_registry_topic(platform_data, platform_file, tmp_path / "platform.yaml")
     before = {t.ident for t in threading.enumerate() if t.name == "registry"}
     assert topic_versions(platform, "ad-events") == []
     assert [t for t in threading.enumerate() if t.name == "registry" and t.ident not in before] == []
