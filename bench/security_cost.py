@@ -51,7 +51,7 @@ def _platform(tmp: Path, base_port: int) -> tuple[Platform, dict[str, Path]]:
         data["clusters"][writable] = {"role": "writable", "brokers": 1, "security": security}
         data["clusters"][read] = {"role": "read", "brokers": 1, "security": security}
     data["topics"] = {name: {**spec, "contract": str(ROOT / spec["contract"])} if "contract" in spec else spec
-                      for name, spec in data["topics"].items() if name in ("ad-events", "_audit")}
+                      for name, spec in data["topics"].items() if name == "ad-events"}
     data["routes"] = {writable: {"source": writable, "destination": read, "pattern": "rep-.*"}
                       for writable, read in PAIRS.values()}
     data["pipeline"] |= {"source": "plain-central", "realtime": {"views": {}}}

@@ -157,8 +157,8 @@ def topic_factory(platform: Platform, local_platform: LocalPlatform | None) -> I
     """Creates uniquely named topics (replication from the cluster's defaults) and deletes them after."""
     created: list[tuple[str, str]] = []
 
-    def create(cluster: str, partitions: int = 3, config: dict[str, str] | None = None) -> str:
-        name = f"test-{uuid.uuid4().hex[:10]}"
+    def create(cluster: str, partitions: int = 3, config: dict[str, str] | None = None, name: str | None = None) -> str:
+        name = name or f"test-{uuid.uuid4().hex[:10]}"
         spec = platform.cluster(cluster)
         configs = {"min.insync.replicas": str(spec.default_min_insync), **(config or {})}
         topic = NewTopic(name, partitions, spec.default_replication_factor, config=configs)

@@ -51,9 +51,10 @@ def lake_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def lake_data(platform_data: dict[str, Any], platform_file: Path, folder: Path, topic: str | None,
-              partitions: int, lake: dict[str, Any], delivery: str = "exact") -> dict[str, Any]:
+              partitions: int, lake: dict[str, Any], delivery: str = "exact",
+              clusters: tuple[str, ...] = ("central",)) -> dict[str, Any]:
     """The session's platform with its lake in ``folder`` (a Hadoop catalog) and ``topic``, if
-    given, on central as the lake's only topic."""
+    given, on ``clusters`` (central, the lake's source, among them) as the lake's only topic."""
     data = copy.deepcopy(platform_data)
     for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
         if spec.get("contract"):
@@ -61,7 +62,7 @@ def lake_data(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
     pipeline = data.setdefault("pipeline", {})
     pipeline.update(source="central", catalog={"warehouse": str(folder / "warehouse")})
     if topic is not None:
-        data["topics"][topic] = {"partitions": partitions, "contract": str(CONTRACT), "clusters": ["central"],
+        data["topics"][topic] = {"partitions": partitions, "contract": str(CONTRACT), "clusters": list(clusters),
                                  "delivery": delivery}
         pipeline["lake"] = {"topics": [topic], **lake}
     return data
@@ -95,13 +96,17 @@ class LakeCase:
 @pytest.fixture
 def lake_case(platform_data: dict[str, Any], platform_file: Path, lake_folder: Path, lake_spark: Any,
               topic_factory: Callable[..., str]) -> Callable[..., LakeCase]:
-    """``make(partitions=3, config=None, delivery="exact", **lake_settings) -> LakeCase``."""
+    """``make(partitions=3, config=None, delivery="exact", writable=(), **lake_settings) -> LakeCase``;
+    ``writable``: writable clusters that carry the topic too (created there, declared there)."""
 
     def make(partitions: int = 3, config: dict[str, str] | None = None, delivery: str = "exact",
-             **lake: Any) -> LakeCase:
+             writable: tuple[str, ...] = (), **lake: Any) -> LakeCase:
         topic = topic_factory("central", partitions, config)
+        for cluster in writable:
+            topic_factory(cluster, partitions, config, name=topic)
         path = lake_folder / f"platform-{topic}.yaml"
-        data = lake_data(platform_data, platform_file, lake_folder, topic, partitions, lake, delivery)
+        data = lake_data(platform_data, platform_file, lake_folder, topic, partitions, lake, delivery,
+                         ("central", *writable))
         return LakeCase(platform_variant(data, path), path, topic)
 
     return make

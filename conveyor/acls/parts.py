@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from conveyor.acls.grants import CONSUME, PRODUCE, Grant, Pattern, Resource, principal, wanted_grants, wanted_users
 from conveyor.config import ClusterRole, ConfigError, Part, Platform
 from conveyor.config.contracts import REGISTRY_GROUP_PREFIX, REGISTRY_TRANSACTIONAL_ID
-from conveyor.config.topics import AUDIT_TOPIC
 from conveyor.kafka import OFFSETS_TOPIC
 from conveyor.replicate import plan
 
@@ -48,12 +47,12 @@ def _topics(part: Part, names: Iterable[str], operations: Iterable[str]) -> set[
 
 
 def gateway(platform: Platform, cluster_name: str) -> set[Grant]:
-    """Writes the topics its producers declare (and reads their max.message.bytes) and the audit
-    counts, on every writable cluster (its own and those it fails over to)."""
+    """Writes the topics its producers declare (and reads their max.message.bytes), on every
+    writable cluster (its own and those it fails over to)."""
     if platform.cluster(cluster_name).role != ClusterRole.writable:
         return set()
     produced = {name for name, topic in platform.topics_on(cluster_name).items() if topic.producers}
-    return _topics(Part.gateway, produced | {AUDIT_TOPIC}, (*PRODUCE, "DESCRIBE_CONFIGS"))
+    return _topics(Part.gateway, produced, (*PRODUCE, "DESCRIBE_CONFIGS"))
 
 
 def replicator(platform: Platform, cluster_name: str) -> set[Grant]:
@@ -109,14 +108,17 @@ def dispatcher(platform: Platform, cluster_name: str, dispatch_cluster: str | No
 
 def lake(platform: Platform, cluster_name: str, source: str | None) -> set[Grant]:
     """Reads the topics it lands (pipeline.lake.topics, or those naming the ``lake`` service) and
-    publishes its positions to their monitoring groups."""
-    if cluster_name != source:
+    publishes its positions to their monitoring groups; the audit reads the same topics on every
+    writable cluster, where the gateways accepted them (conveyor.pipeline.accepted)."""
+    writable = platform.cluster(cluster_name).role == ClusterRole.writable
+    if cluster_name != source and not writable:
         return set()
     on_cluster = platform.topics_on(cluster_name)
     landed = set(platform.pipeline.lake.topics or ()) | {n for n, t in on_cluster.items() if "lake" in t.consumers}
     grants = _topics(Part.lake, landed & set(on_cluster), CONSUME)
-    for topic in landed & set(on_cluster):
-        grants |= _on(Part.lake, Resource.group, feed_group("lake", topic), ("READ",))
+    if cluster_name == source:
+        for topic in landed & set(on_cluster):
+            grants |= _on(Part.lake, Resource.group, feed_group("lake", topic), ("READ",))
     return grants
 
 

@@ -165,10 +165,13 @@ def _audit_result(hour: HourAudit) -> str:
         return "lost (at least once)"
     if not hour.complete:
         return "pending"
+    if not hour.held:
+        return "not held"
     return "ok" if not hour.unaudited else "ok, unaudited events"
 
 
-_RESULT_STYLE = {"MISMATCH": "bold red", "lost (at least once)": "yellow", "pending": "yellow", "ok": "green",
+_RESULT_STYLE = {"MISMATCH": "bold red", "lost (at least once)": "yellow", "pending": "yellow", "not held": "dim",
+                 "ok": "green",
                  "ok, unaudited events": "yellow"}
 _AUDIT_COLUMNS = (Column("topic"), Column("hour (UTC)", cell=lambda h: h["hour"].strftime("%Y-%m-%d %H:00")),
                   _count("produced"), _count("landed"), _count("lost"), _count("duplicates"), _count("unaudited"),
@@ -178,10 +181,12 @@ _AUDIT_COLUMNS = (Column("topic"), Column("hour (UTC)", cell=lambda h: h["hour"]
 @app.command()
 def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = None,
           output: OutputOption = OutputFormat.table) -> None:
-    """Compare the gateway's audit counts per (topic, hour) with the rows landed in the lake:
-    events lost, duplicated, or landed without being counted. Exits 4 when a complete hour of an
-    exact topic lost or duplicated events; a topic delivered at least once keeps its copies, and
-    its losses are a warning. Hours still within the allowed lateness are shown as pending."""
+    """Compare what the gateways accepted per (topic, hour), counted from the writable clusters'
+    logs, with the rows landed in the lake: events lost, duplicated, or landed without being
+    accepted there. Exits 4 when a complete hour of an exact topic lost or duplicated events; a
+    topic delivered at least once keeps its copies, and its losses are a warning. Hours still within
+    the allowed lateness are shown as pending; hours retention has deleted records of from those
+    logs as not held (their produced count is no longer whole)."""
     from conveyor.pipeline.audit import audit_lake
     from conveyor.pipeline.lake import lake_topics
 
@@ -192,7 +197,7 @@ def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = No
         hours = audit_lake(spark, model, topics)
     rows = [{**asdict(h), "lost": h.lost, "duplicates": h.duplicates, "unaudited": h.unaudited,
              "result": _audit_result(h)} for h in hours]
-    render(output, Section("hours", "audit: gateway counts against the lake", _AUDIT_COLUMNS, rows))
+    render(output, Section("hours", "audit: accepted events against the lake", _AUDIT_COLUMNS, rows))
     failed, warned = [h for h in hours if h.failed], [h for h in hours if h.warned]
     say(output, f"{len(hours)} hour(s) audited, {len(failed)} with lost or duplicated events, "
         f"{sum(h.lost for h in failed):,} lost, {sum(h.duplicates for h in failed):,} duplicated")

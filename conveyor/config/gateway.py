@@ -37,8 +37,6 @@ class Gateway(Model):
     lanes: int = Field(default=16, ge=1)
     workers_per_lane: int = Field(default=32, ge=1)
     queue_per_lane: int = Field(default=64, ge=0)
-    #: Seconds between publications of the audit counts.
-    audit_interval: Seconds = Field(default=2.0, gt=0)
     #: Requests with more events get a per-partition summary instead of one entry per event.
     summary_above: int = Field(default=100, ge=0)
     #: Serve HTTPS (``tls: {}`` for the platform's certificate, see Tls).

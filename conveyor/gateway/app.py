@@ -19,10 +19,8 @@ import socket
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from datetime import datetime, timezone
 from typing import Any
 
 import orjson
@@ -34,20 +32,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conveyor.auth import SCRYPT_SLOTS, Authorizer, TooManyAttempts
 from conveyor.config import ConfigError, Part, Platform, read_contract
-from conveyor.config.topics import AUDIT_TOPIC
 from conveyor.config.requested import RequestedWatch
 from conveyor.errors import ConveyorError, Refusal
-from conveyor.gateway.audit import AuditCounts
 from conveyor.gateway.bodies import read_body
 from conveyor.gateway.bulkhead import Bulkheads
-from conveyor.gateway.errors import Overloaded, Rejection, RequestTimeout, UnknownTopic
+from conveyor.gateway.errors import Overloaded, RequestTimeout, UnknownTopic
 from conveyor.gateway.limits import read_topic_maxima
 from conveyor.limits import batch_size, event_limit
 from conveyor.gateway.metrics import GatewayMetrics
 from conveyor.gateway.openapi import topic_paths
 from conveyor.gateway.parsing import media_type, prepare
 from conveyor.gateway.registry_api import add_registry_routes
-from conveyor.gateway.writer import Accepted, Record, Writer
+from conveyor.gateway.writer import Accepted, Writer
 from conveyor.gctune import tune_for_throughput
 from conveyor.topics.contracts import Contract, compile_contract, load_contracts
 from conveyor.bus.registrar import Granted, RequestNotFinished, grant
@@ -71,9 +67,7 @@ VERIFIERS = 2 * SCRYPT_SLOTS
 
 
 def instance_id(dc: str) -> str:
-    """Unique per gateway, so cumulative audit counts of a restarted gateway, or of another gateway
-    started in the same process and second, never overwrite its counts (the sum over instances
-    stays exact)."""
+    """Unique per gateway process and start: names it in its log and its health answer."""
     return f"{dc}-{socket.gethostname()}-{os.getpid()}-{int(time.time())}-{uuid.uuid4().hex[:6]}"
 
 
@@ -99,11 +93,9 @@ class Gateway:
         self.requested = RequestedWatch(platform.root)
         self._learning = asyncio.Lock()
         self.metrics = GatewayMetrics(dc)
-        self.audit = AuditCounts(self.source)
         self.writer = Writer(platform, dc, list(cluster.failover), self.settings.failover_after,
                              f"conveyor-gateway-{dc}", on_switch=self._switched, logs_wait=self.settings.logs_wait)
         self.bulkheads: Bulkheads | None = None
-        self._audit_task: asyncio.Task[None] | None = None
         #: Per topic, the most bytes one event's key and value may take; set by :meth:`start`.
         self.event_limits: dict[str, int] = {}
         self._in_progress = 0
@@ -141,7 +133,6 @@ class Gateway:
         self.writer.start(batch_size(maxima.values()))
         self._show_active(self.dc)
         tune_for_throughput()
-        self._audit_task = asyncio.create_task(self._publish_audit_forever())
         log.info("gateway %s writing to %s (failover: %s)", self.source, self.dc,
                  ", ".join(self.writer.order[1:]) or "none")
         self.serving = True
@@ -173,29 +164,10 @@ class Gateway:
         self.serving = False
         if self.registry is not None:
             self.registry.stop()
-        if self._audit_task is not None:
-            self._audit_task.cancel()
-        await self.publish_audit()
         self._verifier.shutdown(wait=False, cancel_futures=True)
         left = await self.writer.stop()
         if left:
             log.error("%d messages were still undelivered at shutdown", left)
-
-    async def _publish_audit_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.audit_interval)
-            await self.publish_audit()
-
-    async def publish_audit(self) -> None:
-        records = self.audit.take_changed(datetime.now(timezone.utc))
-        if not records:
-            return
-        try:
-            await self.writer.write(AUDIT_TOPIC, [Record(k.encode(), v) for k, v in records])
-            self.metrics.audit_records.inc(len(records))
-        except Rejection as err:
-            log.warning("audit counts not published (%s); retrying at the next interval", err)
-            self.audit.mark_all_changed()
 
     async def writable(self) -> str | None:
         """A cluster of the gateway's that answers, or None; probes within ``HEALTH_REUSE`` seconds of
@@ -286,12 +258,8 @@ class Gateway:
             accepted = await self.writer.write(topic, prepared.records,
                                                itemized=len(prepared.records) <= self.settings.summary_above,
                                                headers=headers)
-        hours = prepared.hours
-        if accepted.shed:  # only what a cluster acknowledged is counted for the audit
+        if accepted.shed:
             self.metrics.shed.labels(topic, self.writer.local).inc(len(accepted.shed))
-            shed = set(accepted.shed)
-            hours = [hour for index, hour in enumerate(hours) if index not in shed]
-        self.audit.add(topic, Counter(hours))
         for cluster, count in accepted.by_cluster().items():
             self.metrics.accepted.labels(topic, cluster).inc(count)
         return _answer(accepted)

@@ -29,4 +29,3 @@ class GatewayMetrics:
                             "gateway.logs_wait: answered as shed, not accepted", ["topic", "cluster"], **labels)
         self.topic_requests = Counter("conveyor_gateway_topic_requests", "Topic requests (POST /v1/topics), by "
                                       "outcome: granted or the refusal's reason", ["outcome"], **labels)
-        self.audit_records = Counter("conveyor_gateway_audit_records", "Audit count records published", **labels)

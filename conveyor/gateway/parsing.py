@@ -8,7 +8,6 @@ size, orjson's nesting depth) is checked here, so nothing is refused after the f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -24,8 +23,6 @@ NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl
 @dataclass(frozen=True)
 class Prepared:
     records: list[Record]
-    #: Event hour of each record, for the audit counts.
-    hours: list[datetime]
 
 
 def media_type(content_type: str | None) -> str:
@@ -76,7 +73,7 @@ def prepare(body: bytes, content_type: str, contract: Contract, max_event_bytes:
     events = parse_events(body, content_type, max_events)
     if not events:
         raise MalformedBody("no events in the request")
-    records, hours = [], []
+    records = []
     for index, event in enumerate(events):
         if not isinstance(event, dict):
             raise MalformedBody(f"event {index} is a JSON {type(event).__name__}, not an object", index=index)
@@ -85,7 +82,7 @@ def prepare(body: bytes, content_type: str, contract: Contract, max_event_bytes:
             raise ContractViolation(f"event {index}: {violation.message}", index=index,
                                     field=violation.field, rule=violation.rule)
         try:
-            hours.append(event_hour(event))
+            event_hour(event)  # the lake and the audit file each event under its hour
         except ValueError as err:
             raise ContractViolation(f"event {index}: event_time {event['event_time']!r} cannot be placed in "
                                     f"time ({err})", index=index, field="event_time", rule="format") from None
@@ -99,4 +96,4 @@ def prepare(body: bytes, content_type: str, contract: Contract, max_event_bytes:
             raise TooLarge(f"event {index} is {len(key) + len(value)} bytes with its key, above the limit of "
                            f"{max_event_bytes}", index=index, limit=max_event_bytes)
         records.append(Record(key, value))
-    return Prepared(records, hours)
+    return Prepared(records)

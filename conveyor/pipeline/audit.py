@@ -1,10 +1,10 @@
-"""``conveyor pipeline audit``: the gateway's own counts against the rows that landed, per hour.
+"""``conveyor pipeline audit``: what the gateways accepted against the rows that landed, per hour.
 
 Exact data needs a check of delivery against the producer's own counts (docs/architecture.md,
-section 1). The gateway publishes cumulative accepted counts per (topic, event hour, instance) to
-``_audit`` (format: docs/platform.md, "Formats shared between parts"); the latest record per key
-wins and the sum over instances is what was produced. An hour that is not complete yet may still be
-landing, so only complete hours can fail the audit.
+section 1). What was accepted is counted from the writable clusters' logs, where every accepted
+event is a record (conveyor.pipeline.accepted). An hour that is not complete yet may still be
+landing, and an hour those logs no longer hold whole cannot be counted, so only complete, held
+hours can fail the audit.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from conveyor.config import Platform
-from conveyor.config.topics import AUDIT_TOPIC
 from conveyor.pipeline.completeness import is_complete, landed_until, last_complete_hour
 from conveyor.pipeline.errors import spark_failures
-from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, source_cluster
+from conveyor.pipeline.accepted import Key, accepted_counts
+from conveyor.pipeline.kafka_source import list_watermarks
 from conveyor.pipeline.lake import lake_topics
 from conveyor.pipeline.catalog import require_catalog
 from conveyor.pipeline.tables import (
@@ -37,10 +37,6 @@ PARTITION_PREFIX = "partitions."
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-_AUDIT_SCHEMA = "topic string, hour string, source string, count bigint, updated_at string"
-
-Key = tuple[str, datetime]
-
 
 @dataclass(frozen=True)
 class HourAudit:
@@ -57,6 +53,9 @@ class HourAudit:
     #: The topic is delivered exactly (Topic.delivery): a loss or a copy fails the hour. Delivered at
     #: least once, its copies are kept and a loss only warns.
     exact: bool = True
+    #: The writable clusters' logs still hold every record of the hour (retention deleted none of
+    #: them): only then is ``produced`` whole.
+    held: bool = True
 
     @property
     def lost(self) -> int:
@@ -74,26 +73,33 @@ class HourAudit:
     @property
     def failed(self) -> bool:
         """A complete hour that broke an exact topic's promise: it pages."""
-        return self.complete and self.exact and (self.lost > 0 or self.duplicates > 0)
+        return self.judged and self.exact and (self.lost > 0 or self.duplicates > 0)
 
     @property
     def warned(self) -> bool:
         """A complete hour that lost events of a topic delivered at least once: it warns."""
-        return self.complete and not self.exact and self.lost > 0
+        return self.judged and not self.exact and self.lost > 0
+
+    @property
+    def judged(self) -> bool:
+        """Complete in the lake and held whole by the logs: its figures are final."""
+        return self.complete and self.held
 
 
 def reconcile(
     produced: Mapping[Key, int], landed: Mapping[Key, tuple[int, int]], complete_until: Mapping[str, datetime | None],
-    copies: Mapping[Key, int] | None = None, relaxed: Collection[str] = (),
+    copies: Mapping[Key, int] | None = None, relaxed: Collection[str] = (), held_from: Mapping[str, datetime] | None = None,
 ) -> list[HourAudit]:
     """One line per (topic, hour) either side knows, in order; ``relaxed``: the topics delivered at
-    least once. Pure."""
+    least once; ``held_from``: per topic, the first hour the logs hold whole. Pure."""
     audits = []
     for topic, hour in sorted(set(produced) | set(landed)):
         rows, distinct = landed.get((topic, hour), (0, 0))
         complete = is_complete(hour, complete_until.get(topic))
+        first_held = (held_from or {}).get(topic)
         audits.append(HourAudit(topic, hour, produced.get((topic, hour), 0), rows, distinct, complete,
-                                (copies or {}).get((topic, hour), 0), exact=topic not in relaxed))
+                                (copies or {}).get((topic, hour), 0), exact=topic not in relaxed,
+                                held=first_held is None or hour >= first_held))
     return audits
 
 
@@ -137,32 +143,6 @@ def copies_counts(spark: SparkSession, topic: str) -> dict[Key, int]:
     return {(topic, hour): n for hour, n in dropped_copies(pairs).items()}
 
 
-def produced_counts(spark: SparkSession, platform: Platform, topics: list[str]) -> dict[Key, int]:
-    """Sum over gateway instances of each (topic, hour)'s latest count, read from ``_audit``."""
-    from pyspark.sql.functions import col, from_json, max_by, struct, to_timestamp
-    from pyspark.sql.functions import sum as sum_
-
-    records = (
-        spark.read.format("kafka")
-        .options(**java_client_options(platform, source_cluster(platform)))
-        .option("subscribe", AUDIT_TOPIC)
-        .option("startingOffsets", "earliest")
-        .option("endingOffsets", "latest")
-        .option("kafka.isolation.level", "read_committed")
-        .load()
-    )
-    # Same key, same partition: its latest record is the one with the highest offset.
-    latest = records.groupBy("key").agg(max_by(col("value"), struct("partition", "offset")).alias("value"))
-    audit = latest.select(from_json(col("value").cast("string"), _AUDIT_SCHEMA).alias("a")).select("a.*")
-    totals = (
-        audit.where(col("topic").isin(topics))
-        .groupBy("topic", to_timestamp("hour").alias("hour"))
-        .agg(sum_("count").alias("produced"))
-        .collect()
-    )
-    return {(r.topic, as_utc(r.hour)): int(r.produced) for r in totals}
-
-
 def landed_counts(spark: SparkSession, topic: str) -> dict[Key, tuple[int, int]]:
     from pyspark.sql.functions import count, count_distinct, date_trunc, lit
 
@@ -199,5 +179,5 @@ def audit_lake(spark: SparkSession, platform: Platform, topics: list[str] | None
             landed.update(landed_counts(spark, topic))
             copies.update(copies_counts(spark, topic))
         until = {topic: complete_until(spark, platform, topic) for topic in chosen}
-        produced = produced_counts(spark, platform, chosen)
-    return reconcile(produced, landed, until, copies, platform.relaxed_topics())
+        accepted = accepted_counts(spark, platform, chosen)
+    return reconcile(accepted.counts, landed, until, copies, platform.relaxed_topics(), accepted.held_from)

@@ -8,19 +8,17 @@ Every result is a frozen dataclass with the figures behind it, a :class:`Verdict
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
-from conveyor.pipeline.realtime.plan import ViewPlan, matches, saturate, window_label
 from conveyor.verify.errors import VerifyInputError
 
 if TYPE_CHECKING:
     from conveyor.verify.copies import CopyCheck
+    from conveyor.verify.views import ViewCheck
     from conveyor.pipeline.audit import HourAudit
 
 #: Offending ids, hours, keys or partitions named per kind; the counts are always whole.
@@ -174,21 +172,22 @@ class LakeOnce:
 
 @dataclass(frozen=True)
 class AuditCheck:
-    """The gateway's counts against the lake: every complete hour lost nothing and landed nothing twice."""
+    """Accepted events (the writable clusters' logs) against the lake: every complete hour the logs
+    still hold lost nothing and landed nothing twice."""
 
     complete: int
     pending: int
     failed: tuple[HourAudit, ...]
     #: Events lost in complete hours of topics delivered at least once: told, not failed.
     lost_at_least_once: int = 0
-    #: Events the gateways counted in the complete hours.
+    #: Events accepted in the complete hours.
     checked: int = 0
     invariant = Invariant.audit
-    subject = "gateway counts"
+    subject = "accepted events"
 
     @classmethod
     def of(cls, hours: Sequence[HourAudit]) -> AuditCheck:
-        complete = [h for h in hours if h.complete]
+        complete = [h for h in hours if h.judged]
         return cls(len(complete), len(hours) - len(complete), tuple(h for h in complete if h.failed),
                    sum(h.lost for h in complete if h.warned), sum(h.produced for h in complete))
 
@@ -200,7 +199,7 @@ class AuditCheck:
     def summary(self) -> str:
         return (f"{self.complete:,} complete hour(s) audited, {len(self.failed):,} failed "
                 f"({sum(h.lost for h in self.failed):,} lost, {sum(h.duplicates for h in self.failed):,} "
-                f"duplicated); {self.pending:,} hour(s) not complete yet"
+                f"duplicated); {self.pending:,} hour(s) not complete yet or no longer held by the logs"
                 + (f"; {self.lost_at_least_once:,} event(s) of topics delivered at least once lost"
                    if self.lost_at_least_once else ""))
 
@@ -210,112 +209,7 @@ class AuditCheck:
                      f"lost {h.lost:,}, duplicates {h.duplicates:,}" for h in self.failed[:SAMPLE])
 
 
-# --- 3. views equal a recount ------------------------------------------------------------------
-
-#: key -> hash field -> counter.
-Counters = Mapping[str, Mapping[str, int]]
-
-
-@dataclass(frozen=True)
-class Group:
-    """Lake rows that agree on every field a view reads, within one of its windows."""
-
-    values: Mapping[str, Any]
-    window_start_ms: int
-    rows: int
-    #: The view's sum fields -> their total over the rows (None: no row had a value).
-    sums: Mapping[str, int | None] = field(default_factory=dict)
-
-
-def recount(plan: ViewPlan, groups: Iterable[Group]) -> dict[str, dict[str, int]]:
-    """What the view must hold for ``groups``, counted by the view's own rules (filter, group-by
-    fields present, each metric's ``where`` and ``sum``; counters saturate as Redis' do)."""
-    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for group in groups:
-        if not matches(plan.filter, group.values) or any(group.values.get(g) is None for g in plan.group_by):
-            continue  # the job rejected those as incomplete, or never counted them
-        key = plan.key(group.values, group.window_start_ms)
-        for metric in plan.metrics:
-            if matches(metric.where, group.values):
-                amount = group.rows if metric.sum is None else group.sums.get(metric.sum) or 0
-                counts[key][plan.field(metric.name, group.values)] += amount
-    return {key: {name: saturate(value) for name, value in fields.items()} for key, fields in counts.items()}
-
-
-def window_pattern(plan: ViewPlan) -> re.Pattern[str]:
-    """Matches the view's keys, capturing the window start (the layout's other parts match anything)."""
-    parts = re.split(r"\{(\w+)\}", plan.key_layout)
-    pattern = "".join(re.escape(part) if i % 2 == 0 else "(?P<window_start>\\d{8}T\\d{6}Z)"
-                      if part == "window_start" else re.escape(plan.name) if part == "view" else ".*?"
-                      for i, part in enumerate(parts))
-    return re.compile(pattern + r"\Z")
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    key: str
-    field: str
-    redis: int
-    recount: int
-
-
-@dataclass(frozen=True)
-class ViewCheck:
-    """A view's counters in Redis against a recount over the lake, in the windows still within its ttl."""
-
-    view: str
-    #: The earliest window start compared (windows before it may have expired in Redis).
-    since: datetime
-    windows: int
-    counters: int
-    mismatched: int
-    mismatches: tuple[Mismatch, ...]
-    #: Lake rows left out because the views job rejected them for this view (late, incomplete, future).
-    rejected: int
-    #: Lake rows recounted, the rejected ones included.
-    checked: int = 0
-    invariant = Invariant.views
-
-    @property
-    def subject(self) -> str:
-        return self.view
-
-    @property
-    def verdict(self) -> Verdict:
-        return Verdict.FAIL if self.mismatched else Verdict.PASS
-
-    @property
-    def summary(self) -> str:
-        return (f"{self.windows:,} window(s) since {self.since:%Y-%m-%d %H:%M} UTC, {self.counters:,} counters "
-                f"compared, {self.mismatched:,} differ; {self.rejected:,} rejected event(s) left out of the recount")
-
-    @property
-    def problems(self) -> tuple[str, ...]:
-        return tuple(f"{m.key} {m.field}: redis {m.redis:,}, recount {m.recount:,}" for m in self.mismatches)
-
-
-def compare_view(plan: ViewPlan, since_ms: int, held: Counters, recounted: Counters, rejected: int,
-                 checked: int = 0) -> ViewCheck:
-    """Every counter of every key in a window from ``since_ms`` on, either side; a counter one side
-    lacks is 0 there."""
-    pattern = window_pattern(plan)
-    first_label = window_label(since_ms)
-    windows: dict[str, str] = {}
-    for key in set(held) | set(recounted):
-        found = pattern.match(key)
-        # Labels are fixed-width UTC times: they sort as the times do.
-        if found is not None and found["window_start"] >= first_label:
-            windows[key] = found["window_start"]
-    mismatches, counters = [], 0
-    for key in sorted(windows):
-        ours, theirs = held.get(key, {}), recounted.get(key, {})
-        for name in sorted(set(ours) | set(theirs)):
-            counters += 1
-            if ours.get(name, 0) != theirs.get(name, 0):
-                mismatches.append(Mismatch(key, name, ours.get(name, 0), theirs.get(name, 0)))
-    since = datetime.strptime(first_label + "+0000", "%Y%m%dT%H%M%SZ%z")
-    return ViewCheck(plan.name, since, len(set(windows.values())), counters, len(mismatches),
-                     tuple(mismatches[:SAMPLE]), rejected, checked)
+# --- 3. views equal a recount: conveyor.verify.views --------------------------------------
 
 
 # --- 4. every source record copied once: conveyor.verify.copies -----------------------------
@@ -431,8 +325,8 @@ def exit_status(results: Iterable[Result]) -> int:
     return 1 if Verdict.FAIL in verdicts else 3 if Verdict.SKIP in verdicts or not verdicts else 0
 
 
-#: CopyCheck lives in conveyor.verify.copies, which builds on this module.
-Result = Union[Skipped, Unchecked, TooFew, LakeOnce, AuditCheck, ViewCheck, "CopyCheck", DispatchCheck]
+#: CopyCheck and ViewCheck live in conveyor.verify.copies and .views, which build on this module.
+Result = Union[Skipped, Unchecked, TooFew, LakeOnce, AuditCheck, "ViewCheck", "CopyCheck", DispatchCheck]
 
 
 def failed(results: Iterable[Result]) -> bool:

@@ -8,6 +8,7 @@ Kafka (every record, read with verify's own reader).
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections import defaultdict
@@ -16,12 +17,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
-from conveyor.config import Platform, RealtimeView
+from conveyor.config import Platform, RealtimeView, read_contract
 from conveyor.config.topics import ReplicationMode
 from conveyor.dispatch.acktracker import backlog
 from conveyor.dispatch.ackcodec import decode
@@ -29,26 +29,25 @@ from conveyor.dispatch.errors import AckMetadataError
 from conveyor.pipeline.audit import audit_lake
 from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import source_cluster
-from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms, is_counter
 from conveyor.pipeline.realtime.rejects import reject_fields
 from conveyor.pipeline.realtime.store import Client
-from conveyor.pipeline.schema import quote
 from conveyor.pipeline.tables import data_table, quarantine_table, table_exists
 from conveyor.positions import group_name
 from conveyor.replicate.plan import route_topic
-from conveyor.verify.checks import (SAMPLE, AuditCheck, DispatchCheck, Group, Invariant, LakeOnce, Result, Skipped,
-                                    ViewCheck, compare_view, partition_backlog, recount)
+from conveyor.topics.contracts import compile_contract
+from conveyor.verify.checks import (SAMPLE, AuditCheck, DispatchCheck, Invariant, LakeOnce, Result, Skipped,
+                                    partition_backlog)
 from conveyor.verify.copies import ORIGIN_HEADER, compare_copies, digest, parse_gap, parse_origin
 from conveyor.verify.errors import SinkReadError
+from conveyor.verify.views import (SourceRecord, TopicRead, ViewCheck, compare_view, json_value, key_pattern,
+                                   read_topic, recount)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 _TIMEOUT = 30.0
-#: Column names of the recount's aggregate (contract fields are lower-case words; these cannot clash).
-_WINDOW, _ROWS, _SUM = "__window_start_ms", "__rows", "__sum_"
-#: Coordinates a reject names: (view, or None for every view of the topic; topic) -> {(partition, offset)}.
-Rejected = Mapping[tuple[str | None, str], set[tuple[int, int]]]
+#: The views job's rejects: (view, or None for every view of the topic; topic) -> {(partition, offset): kind}.
+Rejected = Mapping[tuple[str | None, str], Mapping[tuple[int, int], str]]
 
 
 # --- 1. lake exactly once ----------------------------------------------------------------------
@@ -59,10 +58,7 @@ def _sample(rows: DataFrame) -> tuple[str, ...]:
 
 
 def _event_id(value: bytes | None) -> str | None:
-    try:
-        event = orjson.loads(value[5:] if value and value.startswith(b"\x00") else value or b"")
-    except orjson.JSONDecodeError:
-        return None
+    event = json_value(value)
     found = event.get("event_id") if isinstance(event, dict) else None
     return found if isinstance(found, str) else None
 
@@ -189,46 +185,51 @@ def _offsets(platform: Platform, cluster: str, topic: str) -> dict[int, tuple[in
     return {p: (found[0][p], found[1][p]) for p in found[0]}
 
 
-def rejected(platform: Platform) -> dict[tuple[str | None, str], set[tuple[int, int]]]:
-    """Every record the views job rejected, by view and source topic, from its side output."""
+def rejected(platform: Platform) -> Rejected:
+    """Every record the views job rejected, by view and source topic, from its side output: its kind."""
     cluster, topic = source_cluster(platform), platform.pipeline.realtime.rejects_topic
-    found: dict[tuple[str | None, str], set[tuple[int, int]]] = defaultdict(set)
+    found: dict[tuple[str | None, str], dict[tuple[int, int], str]] = defaultdict(dict)
     for message in _read(platform, cluster, topic, _offsets(platform, cluster, topic)):
         fields = reject_fields(message.headers())
         if fields.get("partition", "").isdigit() and fields.get("offset", "").isdigit():
-            found[(fields.get("view"), fields.get("topic", ""))].add((int(fields["partition"]), int(fields["offset"])))
+            coordinates = (int(fields["partition"]), int(fields["offset"]))
+            found[(fields.get("view"), fields.get("topic", ""))][coordinates] = fields.get("kind", "")
     return dict(found)
 
 
-def _groups(spark: SparkSession, plan: ViewPlan, since_ms: int, excluded: set[tuple[int, int]]) -> list[Group]:
-    """The lake rows of the view's topic from ``since_ms``, less ``excluded``, one per distinct
-    combination of the fields the view reads and its window, with their count and sums."""
-    from pyspark.sql.functions import col, count, lit, pmod, unix_millis
-    from pyspark.sql.functions import sum as sum_
-
-    read = sorted({f for f, _ in plan.filter} | set(plan.group_by) | {f for m in plan.metrics for f, _ in m.where})
-    sums = sorted({m.sum for m in plan.metrics if m.sum is not None})
-    if not table_exists(spark, data_table(plan.topic)):
-        return []
-    millis = unix_millis(col("event_time"))
-    rows = spark.table(data_table(plan.topic)).withColumn(_WINDOW, millis - pmod(millis, lit(plan.window_ms)))
-    rows = rows.where(col(_WINDOW) >= since_ms)
-    if excluded:
-        gone = spark.createDataFrame(sorted(excluded), "kafka_partition int, kafka_offset bigint")
-        rows = rows.join(gone, ["kafka_partition", "kafka_offset"], "left_anti")
-    # Summed as decimals: a sum past 64 bits (the contract bounds no integer above) would fail
-    # Spark's ANSI arithmetic, where the view saturates it (checks.recount does the same).
-    counted = rows.groupBy(*(col(quote(f)).alias(f) for f in read), col(_WINDOW)).agg(
-        count(lit(1)).alias(_ROWS),
-        *(sum_(col(quote(s)).cast("decimal(38,0)")).alias(f"{_SUM}{i}") for i, s in enumerate(sums)))
-    return [Group({f: r[f] for f in read}, int(r[_WINDOW]), int(r[_ROWS]),
-                  {s: None if r[f"{_SUM}{i}"] is None else int(r[f"{_SUM}{i}"]) for i, s in enumerate(sums)})
-            for r in counted.toLocalIterator()]
+def view_topic(platform: Platform, topic: str, since_ms: int) -> TopicRead | None:
+    """The view topic's records on the source cluster whose events may fall in a window from
+    ``since_ms`` on (an event is at most the future tolerance ahead of its Kafka timestamp); None
+    when the topic does not exist there."""
+    cluster = source_cluster(platform)
+    ranges = _offsets(platform, cluster, topic)
+    if not ranges:
+        return None
+    tolerance_ms = round(platform.pipeline.realtime.future_tolerance * 1000)
+    starts = _offsets_at(platform, cluster, topic, since_ms - tolerance_ms, ranges)
+    records = (SourceRecord(m.partition(), m.offset(), m.timestamp()[1], m.value())
+               for m in _read(platform, cluster, topic, {p: (starts[p], end) for p, (_, end) in ranges.items()}))
+    return read_topic(records, compile_contract(topic, read_contract(platform, topic)), tolerance_ms)
 
 
-def held(client: Client, plan: ViewPlan) -> dict[str, dict[str, int]]:
-    """Every key of the view in Redis and its counters."""
-    keys = sorted(client.scan_iter(match=plan.key_pattern(), count=1000))
+def _offsets_at(platform: Platform, cluster: str, topic: str, since_ms: int,
+                ranges: Mapping[int, tuple[int, int]]) -> dict[int, int]:
+    """Per partition, the first offset whose timestamp is ``since_ms`` or later (its end if none)."""
+    consumer = kafka.consumer(platform, cluster, f"conveyor-verify-{uuid.uuid4().hex[:8]}", "conveyor-verify")
+    try:
+        found = consumer.offsets_for_times([TopicPartition(topic, p, max(since_ms, 0)) for p in ranges],
+                                           timeout=_TIMEOUT)
+    except KafkaException as exc:
+        raise kafka.KafkaOperationError.from_exception(f"looking up {topic} on {cluster} by time", exc) from None
+    finally:
+        consumer.close()
+    return {tp.partition: ranges[tp.partition][1] if tp.offset < 0 else max(tp.offset, ranges[tp.partition][0])
+            for tp in found}
+
+
+def held(client: Client, view: str, layout: str) -> dict[str, dict[str, int]]:
+    """Every key of the view in Redis and its counters (fields starting with ``_`` are the job's fences)."""
+    keys = sorted(client.scan_iter(match=key_pattern(view, layout), count=1000))
     found: dict[str, dict[str, int]] = {}
     for start in range(0, len(keys), 500):
         chunk = keys[start:start + 500]
@@ -237,25 +238,28 @@ def held(client: Client, plan: ViewPlan) -> dict[str, dict[str, int]]:
             pipe.hgetall(key)
         for key, fields in zip(chunk, pipe.execute(), strict=True):
             if fields:  # expired since the scan
-                found[key] = {name: int(value) for name, value in fields.items() if is_counter(name)}
+                found[key] = {name: int(value) for name, value in fields.items() if not name.startswith("_")}
     return found
 
 
-def view_check(spark: SparkSession, client: Client, name: str, view: RealtimeView, lake: list[str],
-               rejects: Rejected, now: datetime) -> ViewCheck | Skipped:
-    """The view's windows that surely outlive their keys' ttl, against a recount over the lake."""
-    plan = ViewPlan.of(name, view)
-    if plan.topic not in lake:
-        return Skipped(Invariant.views, name, f"its topic {plan.topic} is not landed in the lake: nothing to recount")
-    # A key lives ttl seconds from its last write, and no event is written before its window starts:
-    # from one window after now - ttl on, every window's key is still there if it was ever written.
-    since_ms = plan.window_start(epoch_ms(now) - plan.ttl_seconds * 1000) + plan.window_ms
-    # A reject without a view (a future event) was left out of every view of its topic.
-    excluded = rejects.get((name, plan.topic), set()) | rejects.get((None, plan.topic), set())
-    with spark_failures(f"verify view {name}"):
-        groups = _groups(spark, plan, since_ms, excluded)
-    return compare_view(plan, since_ms, held(client, plan), recount(plan, groups), len(excluded),
-                        sum(g.rows for g in groups) + len(excluded))
+def since(view: RealtimeView, now: datetime) -> int:
+    """The first window surely within the view's ttl: a key lives ttl seconds from its last write,
+    and no event is written before its window starts, so from one window after now - ttl on, every
+    window's key is still there if it was ever written."""
+    window_ms, now_ms = round(view.window * 1000), int(now.timestamp() * 1000)
+    oldest = now_ms - math.ceil(view.ttl) * 1000
+    return oldest - oldest % window_ms + window_ms
+
+
+def view_check(client: Client, name: str, view: RealtimeView, read: TopicRead | None, rejects: Rejected,
+               since_ms: int) -> ViewCheck | Skipped:
+    """The view's windows from ``since_ms`` on against verify's recount of its topic."""
+    if read is None:
+        return Skipped(Invariant.views, name, f"its topic {view.topic} does not exist on the source cluster")
+    # A reject without a view (malformed, future) was left out of every view of its topic.
+    kinds = {**rejects.get((None, view.topic), {}), **rejects.get((name, view.topic), {})}
+    counted = recount(name, view, read, kinds, since_ms)
+    return compare_view(name, view.key_layout, since_ms, held(client, name, view.key_layout), counted)
 
 
 # --- 4. every source record copied once ------------------------------------------------------

@@ -89,10 +89,10 @@ def system(provisioned: Platform, platform_data, platform_file: Path, lake_datab
     data["topics"][TOPIC] = {**data["topics"]["ad-events"], "partitions": 3,
                              "consumers": ["lake", "realtime", "mailer"]}
     data["topics"][REJECTS] = {"partitions": 1, "retention": "7d", "clusters": ["central"]}
-    data["routes"] = {f"{dc}-sys": {"source": dc, "destination": "central", "topics": [TOPIC, "_audit"]}
+    data["routes"] = {f"{dc}-sys": {"source": dc, "destination": "central", "topics": [TOPIC]}
                       for dc in DCS}
     # The edges serve TLS with the local CA's certificate, as the demo's do.
-    data["gateway"] = {**data.get("gateway", {}), "audit_interval": "1s", "tls": {}}
+    data["gateway"] = {**data.get("gateway", {}), "tls": {}}
     data["pipeline"] = {
         "source": "central",
         "catalog": {"type": "jdbc", "uri": lake_database.url, "warehouse": str(tmp_path / "warehouse"),

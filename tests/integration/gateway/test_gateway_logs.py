@@ -24,7 +24,7 @@ ADSERVER = {"Authorization": "Bearer demo-adserver-token", "Content-Type": "appl
 @pytest.fixture
 def logs_platform(provisioned, platform_data, platform_file: Path, tmp_path: Path):
     return logs_dc2_variant(platform_data, platform_file, tmp_path / "logs.yaml",
-                            gateway={"logs_wait": "1s", "audit_interval": "1s"})
+                            gateway={"logs_wait": "1s"})
 
 
 def _shed(url: str) -> float:

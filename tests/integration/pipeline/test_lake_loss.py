@@ -1,19 +1,19 @@
 """Loss is never silent: data deleted before it landed is recorded as a gap with its exact offsets,
-printed, and the CLI exits 3; the audit compares the gateway's counts with what landed."""
+printed, and the CLI exits 3; the audit compares what the writable clusters' logs hold with what
+landed."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections import Counter
 from datetime import datetime, timedelta, timezone
 
+import orjson
 import pytest
 from confluent_kafka import TopicPartition
 
 from conveyor import kafka
-from conveyor.gateway.audit import AuditCounts
-from conveyor.config.topics import AUDIT_TOPIC
+from conveyor.config import Platform
 from conveyor.pipeline.audit import audit_lake
 from conveyor.pipeline.completeness import floor_hour
 from conveyor.pipeline.lake import run_once
@@ -55,8 +55,16 @@ def test_retention_deleting_unread_data_is_recorded_as_a_gap_and_the_cli_exits_3
     assert gaps_of(lake_spark, case.topic) == [Gap(case.topic, 0, 10, 24)]
 
 
-def test_audit_reports_lost_and_duplicated_events_per_complete_hour(lake_spark, lake_case, provisioned):
-    case = lake_case(partitions=2, dedup_window="0s", allowed_lateness="0s")
+def _write(platform: Platform, cluster: str, topic: str, events: list[dict], headers=None) -> None:
+    producer = kafka.producer(platform, cluster, "lake-test-audit")
+    for event in events:
+        producer.produce(topic, orjson.dumps(event), key=event["user_id"].encode(), headers=headers)
+    assert producer.flush(60) == 0
+
+
+def test_audit_counts_the_accepted_events_in_the_writable_logs_and_reports_lost_and_duplicated_per_hour(
+        lake_spark, lake_case):
+    case = lake_case(partitions=2, writable=("dc1",), dedup_window="0s", allowed_lateness="0s")
     first_hour = floor_hour(datetime.now(timezone.utc)) - timedelta(hours=3)
     second_hour = first_hour + timedelta(hours=1)
 
@@ -65,25 +73,31 @@ def test_audit_reports_lost_and_duplicated_events_per_complete_hour(lake_spark, 
 
     first = [demo_event(event_time=at(first_hour, i)) for i in range(6)]
     second = [demo_event(event_time=at(second_hour, i)) for i in range(5)]
-    produce(case.platform, case.topic, first + second + [second[0]])  # one retried twice
-
-    # The gateway's own audit records: two instances, and a superseded count that must not add up.
-    gateway_a, gateway_b = AuditCounts("gw-a"), AuditCounts("gw-b")
-    now = datetime.now(timezone.utc)
-    records = []
-    gateway_a.add(case.topic, Counter({first_hour: 2}))
-    records += gateway_a.take_changed(now)
-    gateway_a.add(case.topic, Counter({first_hour: 2, second_hour: 7}))  # 2 of hour two never arrive
-    gateway_b.add(case.topic, Counter({first_hour: 2}))
-    records += gateway_a.take_changed(now) + gateway_b.take_changed(now)
-    producer = kafka.producer(case.platform, "central", "lake-test-audit")
-    for key, value in records:
-        producer.produce(AUDIT_TOPIC, value, key=key.encode())
-    assert producer.flush(60) == 0
+    # What the gateways accepted: every event is a record in dc1's log. A copy a replicator wrote
+    # there carries its origin and is not accepted twice.
+    _write(case.platform, "dc1", case.topic, first + second)
+    _write(case.platform, "dc1", case.topic, second[:1], headers=[("conveyor-origin", b"dc2/t/0/7")])
+    # On the way to the lake two events of hour two are lost, and one is written twice.
+    produce(case.platform, case.topic, first + second[:3] + [second[0]])
 
     run_once(lake_spark, case.platform)
     hours = {(h.topic, h.hour): h for h in audit_lake(lake_spark, case.platform)}
     ok, bad = hours[(case.topic, first_hour)], hours[(case.topic, second_hour)]
-    assert (ok.produced, ok.landed, ok.lost, ok.duplicates, ok.complete, ok.failed) == (6, 6, 0, 0, True, False)
-    assert (bad.produced, bad.landed, bad.distinct, bad.lost, bad.duplicates) == (7, 6, 5, 2, 1)
+    assert (ok.produced, ok.landed, ok.lost, ok.duplicates, ok.complete, ok.held, ok.failed) == (
+        6, 6, 0, 0, True, True, False)
+    assert (bad.produced, bad.landed, bad.distinct, bad.lost, bad.duplicates) == (5, 4, 3, 2, 1)
     assert bad.failed
+
+    # Retention deletes dc1's first records: the hours before its first retained record can no
+    # longer be counted whole, and are not judged.
+    consumer = kafka.consumer(case.platform, "dc1", "lake-test-audit", "lake-test-audit")
+    try:
+        written = next(p for p in (0, 1) if consumer.get_watermark_offsets(TopicPartition(case.topic, p), 10)[1])
+    finally:
+        consumer.close()
+    admin = kafka.admin(case.platform, "dc1")
+    for future in admin.delete_records([TopicPartition(case.topic, written, 1)]).values():
+        assert future.result().low_watermark == 1
+    hours = {(h.topic, h.hour): h for h in audit_lake(lake_spark, case.platform)}
+    bad = hours[(case.topic, second_hour)]
+    assert (bad.held, bad.complete, bad.failed) == (False, True, False)

@@ -53,8 +53,7 @@ def platform_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "clusters": {"vault": {"role": "writable", "brokers": 2, "security": "sasl_ssl"}},
         "topics": {"orders": {"partitions": 2, "producers": ["shop"], "consumers": ["billing"],
                               "contract": "contracts/ad-events.schema.json"},
-                   "invoices": {"partitions": 1, "producers": ["billing"]},
-                   "_audit": {"partitions": 1, "cleanup_policy": "compact", "retention": -1}},
+                   "invoices": {"partitions": 1, "producers": ["billing"]}},
         "services": {"shop": {"token_sha256": hashlib.sha256(SHOP_TOKEN.encode()).hexdigest()},
                      "billing": {"token_sha256": "0" * 64}},
     }))

@@ -1,13 +1,14 @@
 """``conveyor verify`` on real Kafka, Spark and Redis: the lake invariant passes on what the lake
 landed and fails naming the event id once a row is copied into the table, and naming the record's
-coordinates once a row is gone or a topic was never landed; a view's counters pass
-against a recount over the lake less the views job's rejects, and a counter off by one is named."""
+coordinates once a row is gone or a topic was never landed; a view's counters pass against
+verify's recount of its topic less the views job's rejects that hold, and a counter off by one or
+an on-time event rejected as late is named."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import orjson
 import pytest
@@ -23,7 +24,7 @@ from conveyor.pipeline.realtime.rejects import reject_headers
 from conveyor.pipeline.realtime.store import connect
 from conveyor.pipeline.tables import data_table
 from conveyor.verify.checks import Verdict
-from conveyor.verify.gather import lake_once, rejected, view_check
+from conveyor.verify.gather import lake_once, rejected, since, view_check, view_topic
 from tests.conftest import demo_event
 from tests.lakekit import lake_case, lake_folder, lake_spark, produce  # noqa: F401
 
@@ -76,43 +77,59 @@ def test_a_topic_the_lake_never_landed_fails_against_its_source(lake_spark, lake
     assert check.problems[0].startswith("source records not landed: ")
 
 
-def test_view_equals_a_recount_less_its_rejects_and_a_counter_off_by_one_is_named(lake_spark, lake_case,
-                                                                                   topic_factory):
-    case = lake_case(partitions=2)
-    events = [demo_event(user_id=user, price_micros=5) for user in ("u1", "u1", "u2")]
-    produce(case.platform, case.topic, events)
-    run_once(lake_spark, case.platform)
-    (late,) = lake_spark.table(data_table(case.topic)).where(f"event_id = '{events[2]['event_id']}'").collect()
+def test_view_equals_verifys_recount_of_its_topic_and_a_reject_without_cause_or_a_counter_off_by_one_fails(
+        lake_case, topic_factory):
+    case = lake_case(partitions=1)
+    now = datetime.now(timezone.utc)
+    late = demo_event(user_id="u2", price_micros=5,
+                      event_time=(now - timedelta(minutes=10)).isoformat().replace("+00:00", "Z"))
+    events = [demo_event(user_id=user, price_micros=5) for user in ("u1", "u1")] + [late]
+    coordinates = produce(case.platform, case.topic, events, partition=0)
     name = f"verify_{uuid.uuid4().hex[:8]}"
     view = RealtimeView.model_validate({"topic": case.topic, "group_by": ["user_id"], "window": 60,
-                                        "metrics": {"events": {}, "spend": {"sum": "price_micros"}}})
-    plan = ViewPlan.of(name, view)
-    # The views job rejected the third event as late: its side output names it, in its own format.
+                                        "allowed_lateness": 60, "metrics": {"events": {}, "spend": {"sum": "price_micros"}}})
+    # The views job rejected the third event as late, rightly (ten minutes behind the newest, one
+    # allowed): its side output names it, in its own format.
     rejects_topic = topic_factory("central", 1)
     producer = kafka.producer(case.platform, "central", "verify-test-rejects")
-    reject = Reject("late", name, "before the watermark", case.topic, late.kafka_partition, late.kafka_offset, None,
-                    None)
-    producer.produce(rejects_topic, orjson.dumps(events[2]), headers=reject_headers(reject, 0))
-    assert producer.flush(30) == 0
+
+    def reject(kind: str, event: dict, at: tuple[int, int]) -> None:
+        headers = reject_headers(Reject(kind, name, "test", case.topic, *at, None, None), 0)
+        producer.produce(rejects_topic, orjson.dumps(event), headers=headers)
+        assert producer.flush(30) == 0
+
+    reject("late", late, coordinates[2])
     realtime = case.platform.pipeline.realtime.model_copy(update={"rejects_topic": rejects_topic})
     platform = case.platform.model_copy(update={"pipeline": case.platform.pipeline.model_copy(
         update={"realtime": realtime})})
     # What the views job holds for the two events it counted.
+    plan = ViewPlan.of(name, view)
+    key = plan.key({"user_id": "u1"}, plan.window_start(epoch_ms(datetime.fromisoformat(events[0]["event_time"]))))
     client = connect(platform)
-    keys = [plan.key(e, plan.window_start(epoch_ms(datetime.fromisoformat(e["event_time"])))) for e in events[:2]]
+
+    def check():
+        start = since(view, datetime.now(timezone.utc))
+        return view_check(client, name, view, view_topic(platform, case.topic, start), rejected(platform), start)
+
     try:
-        for key, event in zip(keys, events, strict=False):
-            client.hincrby(key, "events", 1)
-            client.hincrby(key, "spend", event["price_micros"])
+        # Both copies of one event id count once.
+        produce(case.platform, case.topic, [events[0]], partition=0)
+        client.hset(key, mapping={"events": 2, "spend": 10})
+        found = check()
+        assert found.verdict is Verdict.PASS, found.problems
+        assert (found.counters, found.rejected, found.checked, found.unjustified) == (2, 1, 3, 0)
 
-        check = view_check(lake_spark, client, name, view, [case.topic], rejected(platform), datetime.now(timezone.utc))
-        assert check.verdict is Verdict.PASS, check.problems
-        assert (check.counters, check.rejected) == (2 * len(set(keys)), 1)
+        client.hincrby(key, "events", 1)
+        found = check()
+        assert found.verdict is Verdict.FAIL
+        assert [(m.key, m.field, m.redis, m.recount) for m in found.mismatches] == [(key, "events", 3, 2)]
 
-        client.hincrby(keys[0], "events", 1)
-        check = view_check(lake_spark, client, name, view, [case.topic], rejected(platform), datetime.now(timezone.utc))
-        assert check.verdict is Verdict.FAIL
-        held = 2 if len(set(keys)) == 1 else 1
-        assert [(m.key, m.field, m.redis, m.recount) for m in check.mismatches] == [(keys[0], "events", held + 1, held)]
+        # An on-time event rejected as late: the job would not have counted it, and verify says why
+        # the reject does not hold.
+        client.hset(key, mapping={"events": 1, "spend": 5})
+        reject("late", events[1], coordinates[1])
+        found = check()
+        assert (found.verdict, found.mismatched, found.unjustified) == (Verdict.FAIL, 2, 1)
+        assert found.unjustified_at[0].startswith(f"{case.topic}[0]@{coordinates[1][1]}: late (event_time ")
     finally:
-        client.delete(*set(keys))
+        client.delete(key)

@@ -8,7 +8,6 @@ from conveyor.acls import parts
 from conveyor.acls.grants import Grant, Pattern
 from conveyor.config import Part, Platform, RealtimeView, parse_platform
 from conveyor.dispatch.share_reader import PRESENCE_GROUP
-from conveyor.gateway import app as gateway_app
 from conveyor.replicate import plan
 
 TOKEN = "0" * 64
@@ -18,10 +17,9 @@ def _platform(**central: object):
     return parse_platform({
         "clusters": {"dc1": {"role": "writable", "bootstrap": "dc1:9092"},
                      "central": {"role": "read", "bootstrap": "central:9092", **central}},
-        "topics": {"orders": {"partitions": 2, "producers": ["shop"], "consumers": ["lake", "billing"]},
-                   "_audit": {"partitions": 1}},
+        "topics": {"orders": {"partitions": 2, "producers": ["shop"], "consumers": ["lake", "billing"]}},
         "services": {s: {"token_sha256": TOKEN} for s in ("shop", "billing", "lake")},
-        "routes": {"dc1-central": {"source": "dc1", "destination": "central", "topics": ["orders", "_audit"]}},
+        "routes": {"dc1-central": {"source": "dc1", "destination": "central", "topics": ["orders"]}},
     })
 
 
@@ -38,7 +36,6 @@ def _of(grants: set[Grant], part: Part) -> set[tuple[str, str, Pattern, str]]:
 
 
 def test_the_names_granted_are_the_ones_the_parts_use():
-    assert parts.AUDIT_TOPIC == gateway_app.AUDIT_TOPIC
     assert plan.route_topic("r").startswith(parts.ROUTE_TOPIC_PREFIX)
     assert plan.group_id("r").startswith(parts.REPLICATE_GROUP_PREFIX + "r")
     assert plan.transactional_id("r", 3).startswith(f"{parts.REPLICATE_GROUP_PREFIX}r-bucket-")
@@ -46,11 +43,10 @@ def test_the_names_granted_are_the_ones_the_parts_use():
     assert parts.feed_group("lake", "orders") == positions.group_name("lake", "orders")
 
 
-def test_the_gateway_writes_produced_topics_and_the_audit_on_writable_clusters_only():
+def test_the_gateway_writes_produced_topics_on_writable_clusters_only():
     platform = _platform()
     grants = _of(parts.part_grants(platform, "dc1"), Part.gateway)
-    assert grants == {("TOPIC", t, Pattern.literal, op) for t in ("orders", "_audit")
-                      for op in ("WRITE", "DESCRIBE", "DESCRIBE_CONFIGS")}
+    assert grants == {("TOPIC", "orders", Pattern.literal, op) for op in ("WRITE", "DESCRIBE", "DESCRIBE_CONFIGS")}
     # On the read cluster, only the contract registry: it follows it and registers versions there.
     assert _of(parts.part_grants(platform, "central"), Part.gateway) == {
         *(("TOPIC", "_contracts", Pattern.literal, op) for op in ("READ", "WRITE", "DESCRIBE")),
@@ -107,7 +103,7 @@ def test_the_share_dispatcher_publishes_to_its_monitoring_groups():
     assert positions.group_name("dispatch", "billing.x").startswith(parts.feed_group("dispatch", ""))
 
 
-def test_the_pipelines_read_their_topics_on_the_read_cluster_only():
+def test_the_pipelines_read_their_topics_on_the_read_cluster_and_the_audit_on_writable_ones():
     platform = _with_view(_platform())
     lake = _of(parts.part_grants(platform, "central"), Part.lake)
     assert lake == {("TOPIC", "orders", Pattern.literal, "READ"), ("TOPIC", "orders", Pattern.literal, "DESCRIBE"),
@@ -117,7 +113,10 @@ def test_the_pipelines_read_their_topics_on_the_read_cluster_only():
     realtime = _of(parts.part_grants(platform, "central"), Part.realtime)
     assert ("TOPIC", "_realtime_rejects", Pattern.literal, "WRITE") in realtime
     assert ("GROUP", "conveyor.realtime.", Pattern.prefixed, "READ") in realtime
-    assert not _of(parts.part_grants(platform, "dc1"), Part.lake) | _of(parts.part_grants(platform, "dc1"), Part.realtime)
+    # The audit counts what the gateways accepted in the writable clusters' logs; nothing else there.
+    assert _of(parts.part_grants(platform, "dc1"), Part.lake) == {
+        ("TOPIC", "orders", Pattern.literal, "READ"), ("TOPIC", "orders", Pattern.literal, "DESCRIBE")}
+    assert not _of(parts.part_grants(platform, "dc1"), Part.realtime)
 
 
 def test_ops_only_describes_except_the_route_topics_commit_records_and_the_throttles_quotas():

@@ -73,7 +73,7 @@ def test_requested_topics_load_beside_platform_yaml_and_join_the_routes(folder: 
     assert (spec.partitions, spec.producers, spec.requested_by) == (9, ["adserver"], "adserver")
     platform = load_platform(folder / "platform.yaml")
     assert platform.topics["clicks"] == spec
-    assert platform.route_topics("dc1-central") == {"ad-events", "notifications", "_audit", "clicks"}
+    assert platform.route_topics("dc1-central") == {"ad-events", "notifications", "clicks"}
     assert platform.copies("dc2-central", "clicks")
     # The gateway may write it on the writable clusters; the replicator copies it into central.
     assert ("TOPIC", "clicks", parts.Pattern.literal, "WRITE") in {

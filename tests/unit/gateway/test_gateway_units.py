@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson
 import pytest
 
 from conveyor.config import load_platform
-from conveyor.gateway.audit import AuditCounts
 from conveyor.auth import Authorizer, Forbidden, Unauthenticated
 from conveyor.gateway.bulkhead import Bulkheads
 from conveyor.gateway.errors import ContractViolation, MalformedBody, Overloaded, TooLarge
@@ -39,7 +36,6 @@ def test_single_event_array_and_ndjson_all_parse_to_keyed_records():
     assert [r.key for r in one.records] == [b"u1"]
     assert [r.key for r in many.records] == [b"a", b"b"]
     assert [r.key for r in lines.records] == [b"a", b"b", b"c"]
-    assert one.hours == [datetime(2026, 11, 21, 5, tzinfo=timezone.utc)]
     assert orjson.loads(one.records[0].value) == event()
 
 
@@ -116,22 +112,6 @@ def test_full_lane_refuses_at_once_while_other_lanes_flow():
         assert set(bulkheads.occupancy().values()) == {0}
 
     asyncio.run(scenario())
-
-
-def test_audit_records_are_cumulative_per_topic_hour_and_source():
-    counts = AuditCounts("dc1-test")
-    h5, h6 = datetime(2026, 11, 21, 5, tzinfo=timezone.utc), datetime(2026, 11, 21, 6, tzinfo=timezone.utc)
-    now = datetime(2026, 11, 21, 6, 30, tzinfo=timezone.utc)
-    counts.add("ad-events", Counter({h5: 3, h6: 1}))
-    counts.add("ad-events", Counter({h5: 2}))
-    records = dict(counts.take_changed(now))
-    assert set(records) == {"ad-events|2026-11-21T05:00:00Z|dc1-test", "ad-events|2026-11-21T06:00:00Z|dc1-test"}
-    assert orjson.loads(records["ad-events|2026-11-21T05:00:00Z|dc1-test"]) == {
-        "topic": "ad-events", "hour": "2026-11-21T05:00:00Z", "source": "dc1-test", "count": 5,
-        "updated_at": "2026-11-21T06:30:00Z"}
-    assert counts.take_changed(now) == []
-    counts.mark_all_changed()
-    assert len(counts.take_changed(now)) == 2
 
 
 @pytest.mark.parametrize(("content_type", "accepted"), [

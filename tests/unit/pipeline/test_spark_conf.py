@@ -112,7 +112,7 @@ def test_lake_topics_come_from_the_cli_then_the_file_then_the_lake_consumers():
     ("topics", "problem"),
     [
         (["nope"], "pipeline.lake.topics: names unknown topic 'nope'"),
-        (["_audit"], "pipeline.lake.topics: topic '_audit' has no contract"),
+        (["_contracts"], "pipeline.lake.topics: topic '_contracts' has no contract"),
     ],
 )
 def test_platform_check_names_a_lake_topic_it_cannot_land(topics, problem):

@@ -6,29 +6,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conveyor.config import RealtimeView
 from conveyor.pipeline.audit import HourAudit
-from conveyor.pipeline.realtime.plan import ViewPlan, epoch_ms
-from conveyor.verify.checks import (SAMPLE, AuditCheck, Group, Invariant, LakeOnce, Skipped, Unchecked, Verdict,
-                                    at_least, compare_view, exit_status, failed, parse_accepted, parse_dispatch_group,
-                                    partition_backlog, recount)
+from conveyor.verify.checks import (AuditCheck, Invariant, LakeOnce, Skipped, Unchecked, Verdict, at_least,
+                                    exit_status, failed, parse_accepted, parse_dispatch_group, partition_backlog)
 from conveyor.verify.copies import compare_copies, digest, parse_gap, parse_origin
 from conveyor.verify.errors import VerifyInputError
 
 HOUR = datetime(2025, 3, 1, 12, tzinfo=timezone.utc)
-MINUTE_MS = 60_000
-START = epoch_ms(HOUR)
-
-CTR = ViewPlan.of("banner_ctr", RealtimeView.model_validate({
-    "topic": "ad-events", "filter": {"type": ["impression", "click"]}, "group_by": ["banner_id"], "window": 60,
-    "metrics": {"impressions": {"where": {"type": "impression"}}, "clicks": {"where": {"type": "click"}},
-                "spend_micros": {"sum": "price_micros"}},
-    "key": "view:{view}:{banner_id}:{window_start}"}))
-#: A group-by field outside the key: its values name the hash fields.
-INTERESTS = ViewPlan.of("user_interests", RealtimeView.model_validate({
-    "topic": "ad-events", "group_by": ["user_id", "category"], "window": 3600,
-    "metrics": {"events": {}, "clicks": {"where": {"type": "click"}}},
-    "key": "view:{view}:{user_id}:{window_start}"}))
 
 
 @pytest.mark.parametrize(("result", "verdict", "problems"), [
@@ -80,63 +64,6 @@ def _hour(lost: int = 0, copies: int = 0, complete: bool = True, hour: int = 0) 
 def test_audit_fails_only_on_a_complete_hour_with_loss_or_copies(hours, verdict, complete, pending, failing):
     check = AuditCheck.of(hours)
     assert (check.verdict, check.complete, check.pending, len(check.failed)) == (verdict, complete, pending, failing)
-
-
-def _group(window: int = 0, rows: int = 1, price: int | None = None, **values: object) -> Group:
-    return Group(values, START + window * MINUTE_MS, rows, {"price_micros": price})
-
-
-def _key(banner: str, window: int = 0) -> str:
-    return CTR.key({"banner_id": banner}, START + window * MINUTE_MS)
-
-
-@pytest.mark.parametrize(("groups", "expected"), [
-    ([_group(rows=3, price=30, type="impression", banner_id="b1"),
-      _group(rows=1, price=5, type="click", banner_id="b1")],
-     {_key("b1"): {"impressions": 3, "clicks": 1, "spend_micros": 35}}),
-    ([_group(rows=2, type="conversion", banner_id="b1")], {}),
-    ([_group(rows=2, type="impression", banner_id=None)], {}),
-    ([_group(rows=2, type="impression", banner_id="b1"), _group(window=1, rows=1, type="impression", banner_id="b1")],
-     {_key("b1"): {"impressions": 2, "spend_micros": 0}, _key("b1", 1): {"impressions": 1, "spend_micros": 0}}),
-    ([_group(rows=1, price=2**63 - 1, type="click", banner_id="b"),
-      _group(rows=1, price=9, type="click", banner_id="b")],
-     {_key("b"): {"clicks": 2, "spend_micros": 2**63 - 1}}),
-], ids=["metrics-where-and-sum", "outside-the-filter", "group-by-field-missing", "per-window", "saturates-as-redis"])
-def test_recount_follows_the_views_rules(groups, expected):
-    assert recount(CTR, groups) == expected
-
-
-def test_recount_names_fields_after_group_by_values_outside_the_key():
-    groups = [Group({"user_id": "u1", "category": "cars", "type": "click"}, START, 2),
-              Group({"user_id": "u1", "category": "news", "type": "view"}, START, 1)]
-    key = INTERESTS.key({"user_id": "u1"}, START)
-    assert recount(INTERESTS, groups) == {key: {"events:cars": 2, "clicks:cars": 2, "events:news": 1}}
-
-
-@pytest.mark.parametrize(("held", "recounted", "verdict", "windows", "counters", "mismatches"), [
-    ({_key("b1"): {"impressions": 3, "clicks": 1}}, {_key("b1"): {"impressions": 3, "clicks": 1}},
-     Verdict.PASS, 1, 2, []),
-    ({_key("b1"): {"impressions": 3}}, {_key("b1"): {"impressions": 4}}, Verdict.FAIL, 1, 1,
-     [(_key("b1"), "impressions", 3, 4)]),
-    ({}, {_key("b1", 1): {"clicks": 1}}, Verdict.FAIL, 1, 1, [(_key("b1", 1), "clicks", 0, 1)]),
-    ({_key("b2"): {"clicks": 2}}, {}, Verdict.FAIL, 1, 1, [(_key("b2"), "clicks", 2, 0)]),
-    ({_key("b1"): {"spend_micros": 0}}, {_key("b1"): {}}, Verdict.PASS, 1, 1, []),
-    ({_key("b1", -5): {"clicks": 9}}, {}, Verdict.PASS, 0, 0, []),
-    ({"view:banner_ctr:b1:junk": {"clicks": 1}}, {}, Verdict.PASS, 0, 0, []),
-], ids=["equal", "one-counter-differs", "key-missing-in-redis", "key-nothing-landed-for", "absent-counts-as-zero",
-        "window-before-the-ttl-bound", "not-a-window-key"])
-def test_view_differs_wherever_a_counter_differs_in_a_window_within_ttl(held, recounted, verdict, windows, counters,
-                                                                       mismatches):
-    check = compare_view(CTR, START, held, recounted, rejected=0)
-    assert (check.verdict, check.windows, check.counters) == (verdict, windows, counters)
-    assert [(m.key, m.field, m.redis, m.recount) for m in check.mismatches] == mismatches
-    assert check.since == HOUR
-
-
-def test_view_names_ten_mismatches_and_counts_them_all():
-    held = {_key(f"b{i:02}"): {"clicks": 1} for i in range(12)}
-    check = compare_view(CTR, START, held, {}, rejected=0)
-    assert (check.mismatched, len(check.mismatches), len(check.problems)) == (12, SAMPLE, SAMPLE)
 
 
 def _copies_of(source: dict, copies: dict, gaps=(), exact=True, ranges=None):
