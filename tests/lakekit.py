@@ -160,16 +160,21 @@ PRODUCERS = {"ad-events": "adserver", "notifications": "notifier"}
 
 
 def gateway_lake_case(platform_data: dict[str, Any], folder: Path, contracts: Iterable[str],
-                      realtime: Callable[[dict[str, str]], dict[str, Any]] | None = None,
+                      realtime: Callable[[dict[str, str]], dict[str, Any]] | None = None, via: str | None = None,
                       **lake: Any) -> GatewayLakeCase:
     """Declares and creates one new dc1 topic per contract; delete them with :func:`drop_topics`.
-    ``realtime``: the pipeline's real-time settings, built from the topics (contract -> topic)."""
+    ``realtime``: the pipeline's real-time settings, built from the topics (contract -> topic).
+    ``via``: a route ``dc1-<via>`` copies the topics into that cluster and the lake lands them from
+    there (the route's worker creates them there); else the lake lands them straight from dc1."""
     data = lake_data(platform_data, ROOT / "platform.yaml", folder, None, 0, {})
     topics = {contract: f"gw-{contract}-{uuid.uuid4().hex[:8]}" for contract in contracts}
     for contract, topic in topics.items():
         data["topics"][topic] = {"partitions": 3, "contract": str(ROOT / "contracts" / f"{contract}.schema.json"),
-                                 "producers": [PRODUCERS[contract]], "consumers": ["lake"], "clusters": ["dc1"]}
-    data["pipeline"].update(source="dc1", lake={"topics": list(topics.values()), **lake})
+                                 "producers": [PRODUCERS[contract]], "consumers": ["lake"],
+                                 "clusters": ["dc1", *([via] if via else [])]}
+    if via is not None:
+        data["routes"] = {f"dc1-{via}": {"source": "dc1", "destination": via, "topics": list(topics.values())}}
+    data["pipeline"].update(source=via or "dc1", lake={"topics": list(topics.values()), **lake})
     if realtime is not None:
         data["pipeline"]["realtime"] = realtime(topics)
     path = folder / f"platform-{next(iter(topics.values()))}.yaml"
@@ -183,9 +188,12 @@ def gateway_lake_case(platform_data: dict[str, Any], folder: Path, contracts: It
 
 
 def drop_topics(case: GatewayLakeCase) -> None:
-    admin = kafka.admin(case.platform, "dc1")
-    for future in admin.delete_topics(list(case.topics.values())).values():
-        future.result(30)
+    """The case's topics, on every cluster that holds them."""
+    for cluster in case.platform.clusters:
+        admin = kafka.admin(case.platform, cluster)
+        held = [t for t in case.topics.values() if t in admin.list_topics(timeout=10).topics]
+        for future in admin.delete_topics(held).values() if held else ():
+            future.result(30)
 
 
 #: Every this many events, the chaos traffic sends one record that is not JSON, so the quarantine's

@@ -141,11 +141,11 @@ class Ledger:
         return {event_id for event_id, dcs in self.through.items() if len(dcs) > 1}
 
     def per_hour(self) -> Counter[datetime]:
-        """Acceptances per event hour: what the gateways' audit counts."""
+        """Events accepted per event hour (an event resent is one)."""
         hours: Counter[datetime] = Counter()
-        for event_id, times in self.acceptances.items():
-            moment = datetime.fromisoformat(self.events[event_id]["event_time"]).astimezone(timezone.utc)
-            hours[moment.replace(minute=0, second=0, microsecond=0)] += times
+        for event in self.events.values():
+            moment = datetime.fromisoformat(event["event_time"]).astimezone(timezone.utc)
+            hours[moment.replace(minute=0, second=0, microsecond=0)] += 1
         return hours
 
     def write(self, path: Path, topic: str) -> None:

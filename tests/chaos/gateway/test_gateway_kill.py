@@ -11,95 +11,24 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 
 from conveyor.config import Platform
-from conveyor_sdk.publisher import Publisher
 from conveyor.pipeline.lake import run_once
-from tests.conftest import demo_event, eventually, read_topic
+from tests.conftest import read_topic
+from tests.gatewaykit import GatewayProcess, Traffic
 from tests.lakekit import GatewayLakeCase, drop_topics, gateway_lake_case, lake_folder, lake_spark, rows_of  # noqa: F401
 
 pytestmark = pytest.mark.chaos
 
 KILLS = int(os.environ.get("CONVEYOR_GATEWAY_CHAOS_KILLS", "2"))
 SEED = int(os.environ.get("CONVEYOR_CHAOS_SEED", random.randrange(1 << 32)))
-
-
-class GatewayProcess:
-    """``conveyor gateway serve`` in its own process, on a fixed port, restartable."""
-
-    def __init__(self, case: GatewayLakeCase, port: int, log: Path) -> None:
-        self.argv = [sys.executable, "-m", "conveyor", "gateway", "serve", "--dc", "dc1", "--port", str(port),
-                     "--platform", str(case.path)]
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = log
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
-        def answers() -> bool:
-            assert self.process is not None and self.process.poll() is None, \
-                f"gateway exited: {self.log.read_text()[-2000:]}"
-            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
-
-        eventually(answers, 60, f"the gateway to answer on {self.url}", errors=(httpx.HTTPError,))
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(60)
-
-
-class Traffic:
-    """SDK batches until stopped: every event sent, and the ids of batches the gateway took."""
-
-    def __init__(self, url: str, topic: str) -> None:
-        self.url, self.topic = url, topic
-        self.sent: list[str] = []
-        self.acked: list[str] = []
-        self.failure: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        n = 0
-        try:
-            with Publisher(self.url, "demo-adserver-token", batch_size=50, max_attempts=60, backoff=0.05,
-                           max_backoff=1.0, timeout=30) as publisher:
-                while not self._stop.is_set():
-                    batch = [demo_event(user_id=f"user-{n + i}") for i in range(50)]
-                    self.sent.extend(e["event_id"] for e in batch)
-                    publisher.publish(self.topic, batch)
-                    self.acked.extend(e["event_id"] for e in batch)
-                    n += len(batch)
-        except BaseException as failure:  # surfaced by the test thread
-            self.failure = failure
-
-    def __enter__(self) -> Traffic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(120)
-        assert not self._thread.is_alive(), "the SDK's last batch never completed"
 
 
 @pytest.fixture
@@ -114,7 +43,7 @@ def test_killed_gateway_loses_nothing_it_answered_and_the_lake_counts_each_event
         case: GatewayLakeCase, lake_spark: Any, tmp_path: Path) -> None:  # noqa: F811
     rng = random.Random(SEED)
     topic = case.topics["ad-events"]
-    gateway = GatewayProcess(case, case.platform.runtime.base_port + 500, tmp_path / "gateway.log")
+    gateway = GatewayProcess(case.path, case.platform.runtime.base_port + 500, tmp_path / "gateway.log")
     gateway.start()
     try:
         with Traffic(gateway.url, topic) as traffic:
@@ -136,8 +65,9 @@ def test_killed_gateway_loses_nothing_it_answered_and_the_lake_counts_each_event
         gateway.stop()
 
     run_once(lake_spark, case.platform, [topic])
+    sent = {e["event_id"] for e in traffic.sent}
     landed = [row["event_id"] for row in rows_of(lake_spark, topic)]
     assert len(landed) == len(set(landed)), f"the lake holds duplicates; {note}"
-    assert set(landed) == set(traffic.sent), (
-        f"lake: {len(set(landed) - set(traffic.sent))} unexpected, {len(set(traffic.sent) - set(landed))} missing "
+    assert set(landed) == sent, (
+        f"lake: {len(set(landed) - sent)} unexpected, {len(sent - set(landed))} missing "
         f"of {len(traffic.sent)} sent; {note}")
