@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from conveyor.acls.grants import CONSUME, PRODUCE, Grant, Pattern, Resource, principal, wanted_grants, wanted_users
 from conveyor.config import ClusterRole, ConfigError, Part, Platform
 from conveyor.config.contracts import REGISTRY_GROUP_PREFIX, REGISTRY_TRANSACTIONAL_ID
+from conveyor.config.topics import REWINDS_TOPIC
 from conveyor.kafka import OFFSETS_TOPIC
 from conveyor.replicate import plan
 
@@ -134,12 +135,15 @@ def realtime(platform: Platform, cluster_name: str, source: str | None) -> set[G
 
 def ops(cluster_name: str) -> set[Grant]:
     """Describes every topic, group and broker it watches, reads the replicators' route topics for
-    their gaps and __consumer_offsets for a rewound group's commits, and sets the throttle's client quotas (ALTER_CONFIGS on the cluster)."""
+    their gaps and __consumer_offsets for a rewound group's commits, keeps its rewind evidence in a
+    topic of its own, and sets the throttle's client quotas (ALTER_CONFIGS on the cluster)."""
     part = Part.ops
     return (_on(part, Resource.topic, ANY, ("DESCRIBE", "DESCRIBE_CONFIGS"))
             | _on(part, Resource.topic, ROUTE_TOPIC_PREFIX, ("READ",), Pattern.prefixed)
             # A group's commit records, kept as a rewind's evidence (conveyor.ops.commit_log).
             | _on(part, Resource.topic, OFFSETS_TOPIC, ("READ",))
+            # Its own rewind evidence, kept in the cluster across restarts (conveyor.ops.rewind_store).
+            | _on(part, Resource.topic, REWINDS_TOPIC, ("READ", "WRITE", "DESCRIBE", "CREATE"))
             | _on(part, Resource.group, ANY, ("DESCRIBE",))
             | _on(part, Resource.cluster, CLUSTER, ("DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS")))
 

@@ -12,9 +12,8 @@ from conveyor.config.contracts import Compatibility
 from conveyor.config.tokens import TokenHash
 from conveyor.config.units import DurationMs, Model, Name, Seconds, SizeBytes
 
-
-#: The gateway's audit counts (docs/platform.md, "Formats shared between parts").
-AUDIT_TOPIC = "_audit"
+#: Where the ops watcher keeps its rewind evidence on each cluster it watches (conveyor.ops.rewind_history).
+REWINDS_TOPIC = "_conveyor_ops_rewinds"
 
 
 class CleanupPolicy(str, Enum):

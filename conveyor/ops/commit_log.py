@@ -16,7 +16,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_END, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from conveyor import kafka
 from conveyor.kafka import OFFSETS_TOPIC
@@ -125,32 +125,55 @@ class CommitLog:
 def read_commits(platform: Platform, cluster: str, group: str, since_ms: int, limit: int = 2000,
                  timeout: float = 10.0) -> CommitLog:
     """The group's commit records appended since ``since_ms``, oldest first (at most ``limit``)."""
+    return read_groups_commits(platform, cluster, {group: since_ms}, limit, timeout)[group]
+
+
+def read_groups_commits(platform: Platform, cluster: str, since: dict[str, int], limit: int = 2000,
+                        timeout: float = 10.0) -> dict[str, CommitLog]:
+    """Each group's commit records appended since its time in ``since``, oldest first: every
+    ``__consumer_offsets`` partition that holds one of them read once, from the earliest of its
+    groups' times, at most ``limit`` records per partition."""
     admin = kafka.admin(platform, cluster)
     topic = admin.list_topics(OFFSETS_TOPIC, timeout=timeout).topics.get(OFFSETS_TOPIC)
     if topic is None or topic.error is not None or not topic.partitions:
         raise OpsError(f"{OFFSETS_TOPIC} cannot be described on {cluster}: {topic.error if topic else 'not listed'}")
-    partition = coordinator_partition(group, len(topic.partitions))
-    leader = topic.partitions[partition].leader
+    by_partition: dict[int, list[str]] = {}
+    for group in since:
+        by_partition.setdefault(coordinator_partition(group, len(topic.partitions)), []).append(group)
     consumer = kafka.consumer(platform, cluster, "conveyor-ops-commit-log", "conveyor-ops-commit-log",
                               {"enable.auto.commit": False, "enable.partition.eof": True})
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(OFFSETS_TOPIC, partition), timeout=timeout)
-        (start,) = consumer.offsets_for_times([TopicPartition(OFFSETS_TOPIC, partition, since_ms)], timeout=timeout)
-        first = high if start.offset in (OFFSET_END, -1) else start.offset
-        consumer.assign([TopicPartition(OFFSETS_TOPIC, partition, first)])
-        commits: list[Commit] = []
-        deadline, position, seen = time.monotonic() + timeout, first, 0
-        while position < high and seen < limit and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None or message.error() is not None:
-                continue
-            position, seen = message.offset() + 1, seen + 1
-            key = decode_key(message.key()) if message.key() else None
-            if key is None or key[0] != group:
-                continue
-            offset, epoch, metadata, commit_ms = decode_value(message.value())
-            commits.append(Commit(key[1], key[2], offset, epoch, metadata, commit_ms, message.offset(),
-                                  message.timestamp()[1], message.leader_epoch()))
-        return CommitLog(group, partition, leader if leader >= 0 else None, tuple(commits), position < high)
+        found: dict[str, CommitLog] = {}
+        for partition, groups in sorted(by_partition.items()):
+            leader = topic.partitions[partition].leader
+            commits, truncated = _read_partition(consumer, partition, min(since[g] for g in groups), set(groups),
+                                                 limit, timeout)
+            for group in groups:
+                own = tuple(c for g, c in commits if g == group and c.written_ms >= since[group])
+                found[group] = CommitLog(group, partition, leader if leader >= 0 else None, own, truncated)
+        return found
     finally:
         consumer.close()
+
+
+def _read_partition(consumer: Consumer, partition: int, since_ms: int, groups: set[str], limit: int,
+                    timeout: float) -> tuple[list[tuple[str, Commit]], bool]:
+    """(group, commit) of ``groups`` in one partition from ``since_ms``; True when cut short."""
+    _, high = consumer.get_watermark_offsets(TopicPartition(OFFSETS_TOPIC, partition), timeout=timeout)
+    (start,) = consumer.offsets_for_times([TopicPartition(OFFSETS_TOPIC, partition, since_ms)], timeout=timeout)
+    first = high if start.offset in (OFFSET_END, -1) else start.offset
+    consumer.assign([TopicPartition(OFFSETS_TOPIC, partition, first)])
+    commits: list[tuple[str, Commit]] = []
+    deadline, position, seen = time.monotonic() + timeout, first, 0
+    while position < high and seen < limit and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None or message.error() is not None:
+            continue
+        position, seen = message.offset() + 1, seen + 1
+        key = decode_key(message.key()) if message.key() else None
+        if key is None or key[0] not in groups:
+            continue
+        offset, epoch, metadata, commit_ms = decode_value(message.value())
+        commits.append((key[0], Commit(key[1], key[2], offset, epoch, metadata, commit_ms, message.offset(),
+                                       message.timestamp()[1], message.leader_epoch())))
+    return commits, position < high

@@ -52,7 +52,7 @@ def evidence_json(e: RewindEvidence) -> dict[str, Any]:
             "before_ms": e.before_ms, "after_ms": e.after_ms,
             "before": _offsets_json(e.before), "after": _offsets_json(e.after),
             "commit_log": _commit_log_json(e.commit_log) if e.commit_log else None,
-            "commit_log_error": e.commit_log_error}
+            "commit_log_error": e.commit_log_error, "found": e.found}
 
 
 def _commit_log_json(found: CommitLog) -> dict[str, Any]:

@@ -93,6 +93,9 @@ class RewindEvidence:
     #: first saw it (None: not read, or ``commit_log_error`` says why not).
     commit_log: CommitLog | None = None
     commit_log_error: str | None = None
+    #: "watched" (seen in the watcher's samples), "after a restart" (found in __consumer_offsets for
+    #: a time no watcher ran) or "evidence gone" (conveyor.ops.rewind_history).
+    found: str = "watched"
 
 
 def _committed_at(windows: Sequence[PartitionWindow], at_ms: int) -> dict[TopicPartition, int | None]:

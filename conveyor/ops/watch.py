@@ -25,7 +25,7 @@ from conveyor.config import Part, Platform
 from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
 from conveyor.kafka import OFFSETS_TOPIC
 from conveyor.ops.alerts import Alert, group_alerts, health_alert, replication_gap_alert, sampling_alert, sort_alerts
-from conveyor.ops.commit_log import read_commits
+from conveyor.ops.commit_log import read_commits, read_groups_commits
 from conveyor.ops.errors import OpsError, SampleError
 from conveyor.ops.health import (
     BrokerReading,
@@ -43,7 +43,9 @@ from conveyor.ops.sampler import SamplerProcess
 from conveyor.ops.host import HostPage
 from conveyor.ops.scrape import Scraper, component_url, metrics_targets
 from conveyor.ops.offset_manager import assess_offset_manager
-from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, RewindEvidence
+from conveyor.ops.rewind_history import Seen, missed
+from conveyor.ops.rewind_store import RewindStore
+from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, RewindEvidence, excluded
 from conveyor.ops.traffic import TopicRates, TrafficPolicy, assess_traffic, topic_rates
 from conveyor.replicate.plan import Gap
 from conveyor.replicate.status import route_gaps
@@ -131,6 +133,11 @@ class ClusterWatch:
         self.traffic_policy = TrafficPolicy(samples=max(2, ops.window))
         self._traffic: deque[TopicRates] = deque(maxlen=self.traffic_policy.samples)
         self.rewinds: deque[RewindEvidence] = deque(maxlen=_REWINDS_KEPT)
+        #: The evidence and last seen offsets kept in the cluster itself, so a restart loses neither.
+        self.store = RewindStore(platform, cluster)
+        #: Each group's committed offsets as last written to the store; None until the store was read.
+        self._saved: dict[str, Seen] | None = None
+        self._unsaved: list[RewindEvidence] = []
         #: Distinct offset findings seen since start, by (group, kind): each counted once.
         self.findings_total: Counter[tuple[str, str]] = Counter()
         self.calls_total: Counter[str] = Counter()
@@ -150,6 +157,8 @@ class ClusterWatch:
         readings = self.scraper.readings(self.targets)
         at = snapshot.at_ms if snapshot is not None else now_ms()
         if snapshot is not None:
+            if self._saved is None:
+                self._restore(snapshot)
             self.tracker.push(snapshot)
             self.calls_total.update(snapshot.calls)
             leaders = snapshot.leaders()
@@ -157,6 +166,8 @@ class ClusterWatch:
             self._leaders = leaders
         groups = self.tracker.evaluate(at, self.lag_policy, self.rewind_policy)
         self._count_findings(groups)
+        if snapshot is not None and self._saved is not None:
+            self._save(snapshot)
         health = self._health(at, readings, snapshot, groups)
         alerts = [health_alert(f) for f in health.findings]
         alerts += [a for g in groups for a in group_alerts(g)]
@@ -202,9 +213,48 @@ class ClusterWatch:
         current = {f for g in groups for f in g.findings.offsets}
         for finding in current - self._findings:
             self.findings_total[(finding.group, finding.kind.name.lower())] += 1
-        self.rewinds.extend(self._with_commit_log(e) for g in groups for e in g.evidence
-                            if e.finding not in self._findings)
+        new = [self._with_commit_log(e) for g in groups for e in g.evidence if e.finding not in self._findings]
+        self.rewinds.extend(new)
+        self._unsaved.extend(new)
         self._findings = current
+
+    def _restore(self, snapshot: OffsetSnapshot) -> None:
+        """The evidence kept before this watcher started, and the moves back made while none ran."""
+        try:
+            evidence, seen = self.store.load()
+        except (KafkaException, OpsError) as err:
+            log.warning("%s: the rewind evidence kept in the cluster could not be read (tried again next round): %s",
+                        self.cluster, err)
+            return
+        self.rewinds.extend(evidence)
+        changed = {g.group: (seen[g.group], g.committed) for g in snapshot.groups
+                   if g.group in seen and g.committed is not None and dict(g.committed) != dict(seen[g.group].committed)}
+        try:
+            logs, error = read_groups_commits(self.platform, self.cluster, {
+                group: last.at_ms - COMMIT_LOG_LEAD_MS for group, (last, _) in changed.items()}) if changed else {}, None
+        except (KafkaException, OpsError) as err:
+            logs, error = {}, f"{type(err).__name__}: {err}"
+        for group, (last, committed) in sorted(changed.items()):
+            for found in missed(self.cluster, last, committed, snapshot.at_ms, logs.get(group), error):
+                log.warning("%s: %s (%s)", self.cluster, found.finding.message, found.found)
+                self.findings_total[(found.group, found.finding.kind.name.lower())] += 1
+                self.rewinds.append(found)
+                self._unsaved.append(found)
+        self._saved = seen
+
+    def _save(self, snapshot: OffsetSnapshot) -> None:
+        """New evidence, and each group's committed offsets where they changed."""
+        assert self._saved is not None
+        changed = [Seen(g.group, snapshot.at_ms, dict(g.committed)) for g in snapshot.groups
+                   if g.committed is not None and not excluded(g.group, self.tracker.exclude)
+                   and (g.group not in self._saved or dict(self._saved[g.group].committed) != dict(g.committed))]
+        try:
+            self.store.save(self._unsaved, changed)
+        except (KafkaException, OpsError) as err:
+            log.warning("%s: rewind evidence not written to the cluster (tried again next round): %s", self.cluster, err)
+            return
+        self._unsaved = []
+        self._saved.update((s.group, s) for s in changed)
 
     def _with_commit_log(self, evidence: RewindEvidence) -> RewindEvidence:
         """The evidence with the group's commits from __consumer_offsets since shortly before the

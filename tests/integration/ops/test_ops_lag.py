@@ -1,6 +1,7 @@
 """Lag evaluation against real brokers: a stopped consumer goes STOP, a slow one WARN, and a group
 whose offsets are reset backwards raises REWIND with rewind and reset findings, whose evidence
-keeps the group's commit records read from __consumer_offsets.
+keeps the group's commit records read from __consumer_offsets; the evidence outlives the watcher,
+and a rewind made while no watcher ran is found by the next one.
 
 Each test drives one cluster's watcher round by round (``ClusterWatch.cycle``), producing and
 committing between rounds, so what each window holds is decided by the test, not by timing.
@@ -168,3 +169,46 @@ def test_resetting_offsets_backwards_raises_rewind(ops_platform, watch, topic_fa
     # The ops principal may read it (its grants on a secured cluster), and finds the same records.
     as_ops = read_commits(ops_platform.acting_as(Part.ops), "central", group, evidence.before_ms - 60_000)
     assert as_ops.commits == log.commits
+
+
+def test_rewind_evidence_outlives_the_watcher_and_a_rewind_while_none_ran_is_found(ops_platform, topic_factory):
+    topic = topic_factory("central", partitions=2)
+    group = f"ops-restart-{uuid.uuid4().hex[:6]}"
+    produce(kafka.producer(ops_platform, "central", "ops-test"), topic, 200, partitions=2)
+    consumer = kafka.consumer(ops_platform, "central", group, "ops-test")
+    admin = kafka.admin(ops_platform, "central")
+
+    def commit(*offsets: tuple[int, int]) -> None:
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets], asynchronous=False)
+
+    def reset(partition: int, offset: int) -> None:
+        moved = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition, offset)])]
+        admin.alter_consumer_group_offsets(moved)[group].result()
+
+    try:
+        # A watcher sees partition 0 rewound, keeps the evidence, and stops.
+        with cluster_watch(ops_platform) as first:
+            commit((0, 50), (1, 50))
+            first.cycle()
+            commit((0, 80), (1, 80))
+            first.cycle()
+            reset(0, 20)
+            first.cycle()
+            (watched,) = [e for e in first.rewinds if e.group == group]
+            assert (watched.found, watched.finding.from_offset, watched.finding.to_offset) == ("watched", 80, 20)
+            first.cycle()  # the offsets it last saw are kept: partition 0 at 20, 1 at 80
+        # While no watcher runs, partition 1 is rewound and then committed on past where it was.
+        commit((1, 90))
+        reset(1, 30)
+        commit((1, 120))
+        with cluster_watch(ops_platform) as second:
+            second.cycle()
+            kept = [e for e in second.rewinds if e.group == group]
+            assert [(e.found, e.finding.partition, e.finding.from_offset, e.finding.to_offset) for e in kept] == [
+                ("watched", 0, 80, 20), ("after a restart", 1, 90, 30)]
+            # The restored evidence is the one the first watcher read, commit records included.
+            assert kept[0].commit_log == watched.commit_log
+            assert [c.offset for c in kept[1].commit_log.commits if c.partition == 1][-3:] == [90, 30, 120]
+            assert second.findings_total[(group, "rewind")] == 1
+    finally:
+        consumer.close()

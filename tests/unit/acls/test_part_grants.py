@@ -119,10 +119,11 @@ def test_the_pipelines_read_their_topics_on_the_read_cluster_and_the_audit_on_wr
     assert not _of(parts.part_grants(platform, "dc1"), Part.realtime)
 
 
-def test_ops_only_describes_except_the_route_topics_commit_records_and_the_throttles_quotas():
+def test_ops_only_describes_except_the_route_topics_commit_records_its_evidence_and_the_throttles_quotas():
     grants = _of(parts.part_grants(_platform(), "dc1"), Part.ops)
     writes = {(r, n, op) for r, n, _, op in grants if op not in ("DESCRIBE", "DESCRIBE_CONFIGS")}
     assert writes == {("TOPIC", "_conveyor_replicate_", "READ"), ("TOPIC", "__consumer_offsets", "READ"),
+                      *(("TOPIC", "_conveyor_ops_rewinds", op) for op in ("READ", "WRITE", "CREATE")),
                       ("BROKER", "kafka-cluster", "ALTER_CONFIGS")}
 
 
