@@ -30,12 +30,12 @@ class RewindStore:
         spec = self.platform.cluster(self.cluster)
         topic = NewTopic(REWINDS_TOPIC, 1, spec.default_replication_factor,
                          config={"cleanup.policy": "compact", "min.insync.replicas": str(spec.default_min_insync)})
+        admin = kafka.admin(self.platform, self.cluster)  # kept referenced until the future resolves
         try:
-            kafka.admin(self.platform, self.cluster).create_topics([topic])[REWINDS_TOPIC].result(_TIMEOUT)
+            admin.create_topics([topic])[REWINDS_TOPIC].result(_TIMEOUT)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise kafka.KafkaOperationError.from_exception(f"creating {REWINDS_TOPIC} on {self.cluster}",
-                                                              exc) from None
+                raise OpsError(f"{REWINDS_TOPIC} cannot be created on {self.cluster}: {exc.args[0].str()}") from None
 
     def load(self) -> tuple[list[RewindEvidence], dict[str, Seen]]:
         """Every record of the topic (created first if absent), read to its end."""

@@ -89,7 +89,8 @@ def held_from(starts: dict[Partition, int], first_written: dict[Partition, datet
 
 def accepted_counts(spark: SparkSession, platform: Platform, topics: list[str]) -> Accepted:
     """Every record of ``topics`` in every writable cluster's log, counted per event hour."""
-    from pyspark.sql.functions import col, count, date_trunc, exists, expr, get_json_object, lit, try_to_timestamp
+    from pyspark.sql.functions import (coalesce, col, count, date_trunc, exists, expr, get_json_object, lit,
+                                       try_to_timestamp)
     from pyspark.sql.functions import min as min_
 
     platform = platform.acting_as(Part.lake)
@@ -107,7 +108,9 @@ def accepted_counts(spark: SparkSession, platform: Platform, topics: list[str]) 
                    .option("endingOffsets", "latest").option("kafka.isolation.level", "read_committed")
                    .option("includeHeaders", "true").load()).cache()
         try:
-            written = records.where(~exists(col("headers"), lambda h: h["key"] == lit(ORIGIN_HEADER)))
+            # A record without headers has none (null), not an empty list.
+            copied = coalesce(exists(col("headers"), lambda h: h["key"] == lit(ORIGIN_HEADER)), lit(False))
+            written = records.where(~copied)
             # A value framed with a registry id (0x00 and four bytes) holds its JSON from byte 6.
             body = expr("CASE WHEN substring(value, 1, 1) = X'00' THEN substring(value, 6) ELSE value END")
             hour = date_trunc("hour", try_to_timestamp(get_json_object(body.cast("string"), "$.event_time")))

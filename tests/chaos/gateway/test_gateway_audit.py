@@ -31,7 +31,7 @@ from conveyor.pipeline.lake import run_once
 from tests.conftest import demo_event, eventually, read_topic
 from tests.gatewaykit import GatewayProcess, Traffic
 from tests.lakekit import GatewayLakeCase, drop_topics, gateway_lake_case, lake_folder, lake_spark  # noqa: F401
-from tests.replicatekit import InProcessWorker
+from tests.replicatekit import InProcessWorker, read_records, wait_until_replicated
 
 pytestmark = pytest.mark.chaos
 
@@ -53,10 +53,6 @@ def case(provisioned: Platform, platform_data: dict[str, Any], lake_folder: Path
                              allowed_lateness="0s")
     yield made
     drop_topics(made)
-
-
-def _hour(value: bytes) -> datetime:
-    return floor_hour(datetime.fromisoformat(orjson.loads(value)["event_time"]))
 
 
 def test_the_audit_counts_every_accepted_event_across_gateway_kills_and_names_a_record_removed_on_the_way(
@@ -87,15 +83,16 @@ def test_the_audit_counts_every_accepted_event_across_gateway_kills_and_names_a_
 
     # The route copies dc1 into central; then one record is deleted there before the lake reads it.
     with InProcessWorker(case.platform, "dc1-central"):
-        eventually(lambda: len(read_topic(case.platform, "central", topic)) == len(written), 120,
+        wait_until_replicated(case.platform, topic)
+        eventually(lambda: len(read_records(case.platform, [topic])) == len(written), 120,
                    f"central to hold dc1's {len(written)} records", interval=3)
-    copied = read_topic(case.platform, "central", topic)
-    ids = Counter(orjson.loads(m.value())["event_id"] for m in copied)
+    copied = read_records(case.platform, [topic])
+    ids = Counter(event["event_id"] for _, _, _, event in copied)
     # A record whose event the SDK never resent, so no copy of it lands in its place.
-    victim = next(m for m in sorted(copied, key=lambda m: (m.partition(), m.offset()))
-                  if m.offset() == 0 and ids[orjson.loads(m.value())["event_id"]] == 1)
+    _, partition, _, victim = next(r for r in sorted(copied, key=lambda r: r[1:3])
+                                   if r[2] == 0 and ids[r[3]["event_id"]] == 1)
     admin = kafka.admin(case.platform, "central")
-    for future in admin.delete_records([TopicPartition(topic, victim.partition(), 1)]).values():
+    for future in admin.delete_records([TopicPartition(topic, partition, 1)]).values():
         assert future.result().low_watermark == 1
 
     run_once(lake_spark, case.platform, [topic])
@@ -103,7 +100,7 @@ def test_the_audit_counts_every_accepted_event_across_gateway_kills_and_names_a_
     retried = len(written) - len(traffic.sent)
     print(f"gateway audit chaos: {KILLS} kills ({mid_request} mid-request), {len(traffic.sent)} events sent, "
           f"{retried} written twice by retries; {note}")
-    lost_hour = _hour(victim.value())
+    lost_hour = floor_hour(datetime.fromisoformat(victim["event_time"]))
     assert set(hours) == set(HOURS), note
     for hour in HOURS:
         audit = hours[hour]
