@@ -87,10 +87,11 @@ def _views(platform: Platform, results: list[Result]) -> None:
         first = min(starts[name] for name, view in views.items() if view.topic == topic)
         with _checking(results, Invariant.views, topic, f"reading {topic} on the source cluster"):
             reads[topic] = view_topic(platform, topic, first)
+    newest = max((r.newest_ms for r in reads.values() if r is not None and r.newest_ms is not None), default=None)
     for name, view in sorted(views.items()):
         if view.topic in reads:
             with _checking(results, Invariant.views, name, f"recounting view {name}"):
-                results.append(view_check(client, name, view, reads[view.topic], rejects, starts[name]))
+                results.append(view_check(client, name, view, reads[view.topic], rejects, starts[name], newest))
 
 
 def _dispatch(platform: Platform, groups: list[tuple[str, str]], results: list[Result]) -> None:

@@ -252,13 +252,14 @@ def since(view: RealtimeView, now: datetime) -> int:
 
 
 def view_check(client: Client, name: str, view: RealtimeView, read: TopicRead | None, rejects: Rejected,
-               since_ms: int) -> ViewCheck | Skipped:
-    """The view's windows from ``since_ms`` on against verify's recount of its topic."""
+               since_ms: int, newest_ms: int | None = None) -> ViewCheck | Skipped:
+    """The view's windows from ``since_ms`` on against verify's recount of its topic; ``newest_ms``:
+    the newest event time of every views' topic (a job's watermark follows all of its topics)."""
     if read is None:
         return Skipped(Invariant.views, name, f"its topic {view.topic} does not exist on the source cluster")
     # A reject without a view (malformed, future) was left out of every view of its topic.
     kinds = {**rejects.get((None, view.topic), {}), **rejects.get((name, view.topic), {})}
-    counted = recount(name, view, read, kinds, since_ms)
+    counted = recount(name, view, read, kinds, since_ms, newest_ms)
     return compare_view(name, view.key_layout, since_ms, held(client, name, view.key_layout), counted)
 
 

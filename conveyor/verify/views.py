@@ -12,9 +12,10 @@ itself shows its reason:
 - ``malformed``: the value is not a JSON object, or the contract refuses it;
 - ``future``: its ``event_time`` is more than the future tolerance after its Kafka timestamp;
 - ``incomplete``: a group-by field of the view is missing;
-- ``late``: its ``event_time`` is before the newest event time of the topic less the view's allowed
-  lateness. The job's watermark for a batch is the newest time it had seen before it, less the
-  lateness, so it is never above that bound: an event at or after it cannot have been late.
+- ``late``: its ``event_time`` is before the newest event time of the views' topics less the view's
+  allowed lateness. The job's watermark for a batch is the newest time it had seen before it (in
+  any topic of its views), less the lateness, so it is never above that bound: an event at or after
+  it cannot have been late.
 
 Any other reject is unjustified: the event is counted here as the job should have counted it, and
 the check names the record.
@@ -168,7 +169,7 @@ def _why_not(kind: str, view: RealtimeView, event: Event, newest_ms: int | None)
         bound = None if newest_ms is None else newest_ms - round(view.allowed_lateness * 1000)
         if bound is not None and event.event_ms < bound:
             return None
-        return (f"event_time {_iso(event.event_ms)} is within {view.allowed_lateness:g}s of the topic's newest event "
+        return (f"event_time {_iso(event.event_ms)} is within {view.allowed_lateness:g}s of the views' newest event "
                 f"time {_iso(newest_ms)}")
     return "the record is a valid event of its contract, on time"
 
@@ -178,9 +179,11 @@ def _iso(ms: int | None) -> str:
 
 
 def recount(name: str, view: RealtimeView, read: TopicRead, rejects: Mapping[tuple[int, int], str],
-            since_ms: int) -> Recount:
+            since_ms: int, newest_ms: int | None = None) -> Recount:
     """What view ``name`` must hold in its windows from ``since_ms`` on. ``rejects``: the kind of
-    each of the topic's records the job rejected for this view (or for every view of the topic)."""
+    each of the topic's records the job rejected for this view (or for every view of the topic);
+    ``newest_ms``: the newest event time of every views' topic (default: of this one)."""
+    newest_ms = read.newest_ms if newest_ms is None else newest_ms
     window_ms = round(view.window * 1000)
     in_key = set(view.key_fields)
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -198,7 +201,7 @@ def recount(name: str, view: RealtimeView, read: TopicRead, rejects: Mapping[tup
         checked += 1
         kind = next((rejects[c] for c in event.coordinates if c in rejects), None)
         if kind is not None:
-            why_not = _why_not(kind, view, event, read.newest_ms)
+            why_not = _why_not(kind, view, event, newest_ms)
             if why_not is None:
                 rejected += 1
                 continue

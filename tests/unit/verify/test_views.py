@@ -160,3 +160,11 @@ def test_view_names_ten_mismatches_and_counts_them_all():
 
 def test_the_scan_pattern_escapes_the_layouts_glob_characters():
     assert key_pattern("v", "x[{view}]*{user_id}:{window_start}") == "x\\[v\\]\\**:*"
+
+
+def test_a_late_reject_holds_against_a_newer_event_of_another_views_topic():
+    # The job's watermark follows every topic of its views: here the only newer event is elsewhere.
+    alone = read_topic(_records(LATE), CONTRACT, TOLERANCE_MS)
+    assert recount("banner_ctr", CTR, alone, {(0, 0): "late"}, START).unjustified
+    counted = recount("banner_ctr", CTR, alone, {(0, 0): "late"}, START, newest_ms=START + 3 * MINUTE_MS)
+    assert (counted.rejected, counted.unjustified) == (1, ())
