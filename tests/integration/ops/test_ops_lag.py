@@ -25,7 +25,7 @@ from conveyor.ops.health import Severity
 from conveyor.ops.lag import Status
 from conveyor.ops.rewind import FindingKind
 from conveyor.ops.tracker import GroupReport
-from conveyor.ops.watch import ClusterReport, ClusterWatch
+from conveyor.ops.watch import COMMIT_LOG_LEAD_MS, ClusterReport, ClusterWatch
 from tests.opskit import cluster_watch, ops_platform_with
 
 pytestmark = pytest.mark.integration
@@ -167,7 +167,7 @@ def test_resetting_offsets_backwards_raises_rewind(ops_platform, watch, topic_fa
     offsets_topic = admin.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
     assert log.coordinator == offsets_topic.partitions[log.partition].leader
     # The ops principal may read it (its grants on a secured cluster), and finds the same records.
-    as_ops = read_commits(ops_platform.acting_as(Part.ops), "central", group, evidence.before_ms - 60_000)
+    as_ops = read_commits(ops_platform.acting_as(Part.ops), "central", group, evidence.before_ms - COMMIT_LOG_LEAD_MS)
     assert as_ops.commits == log.commits
 
 
