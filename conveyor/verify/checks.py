@@ -182,6 +182,8 @@ class AuditCheck:
     lost_at_least_once: int = 0
     #: Events accepted in the complete hours.
     checked: int = 0
+    #: Every hour either side knows, with its figures (``conveyor pipeline audit``'s rows).
+    hours: tuple[HourAudit, ...] = ()
     invariant = Invariant.audit
     subject = "accepted events"
 
@@ -189,7 +191,7 @@ class AuditCheck:
     def of(cls, hours: Sequence[HourAudit]) -> AuditCheck:
         complete = [h for h in hours if h.judged]
         return cls(len(complete), len(hours) - len(complete), tuple(h for h in complete if h.failed),
-                   sum(h.lost for h in complete if h.warned), sum(h.produced for h in complete))
+                   sum(h.lost for h in complete if h.warned), sum(h.produced for h in complete), tuple(hours))
 
     @property
     def verdict(self) -> Verdict:
