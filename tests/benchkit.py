@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +30,21 @@ def bench_port(offset: int = 0) -> int:
 
 
 def _run(name: str, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"bench.{name}", *args], cwd=ROOT, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=timeout)
+    with subprocess.Popen([sys.executable, "-m", f"bench.{name}", *args], cwd=ROOT, env={**os.environ, **env},
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as bench:
+        try:
+            out, err = bench.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # Interrupted, not killed: its own cleanup stops the platform it started, whose brokers
+            # would otherwise outlive it and load every later test of the suite.
+            bench.send_signal(signal.SIGINT)
+            try:
+                bench.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                bench.kill()
+                bench.communicate()
+            raise
+    return subprocess.CompletedProcess(bench.args, bench.returncode, out, err)
 
 
 def run_bench(name: str, results: Path, *args: str, ports: bool = True, timeout: float = 600) -> dict[str, Any]:
