@@ -202,9 +202,11 @@ class Faults:
     def unexpected_crashes(self) -> list[str]:
         return [c for c in self.crashes if not any(pattern in c for pattern in EXPECTED_CRASHES)]
 
-    def run(self, deadline: float) -> None:
+    def run(self, deadline: float, grace: float = 300.0) -> None:
+        """Faults until ``deadline``, and past it, for at most ``grace`` seconds, until every kind has
+        landed once (a broker that takes minutes to restart must not leave a kind undealt)."""
         try:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline or (self.due and time.monotonic() < deadline + grace):
                 time.sleep(self.rng.uniform(2, 8))
                 self.supervise()
                 self._one()
