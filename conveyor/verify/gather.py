@@ -29,6 +29,7 @@ from conveyor.dispatch.errors import AckMetadataError
 from conveyor.pipeline.audit import audit_lake
 from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import source_cluster
+from conveyor.pipeline.realtime.plan import is_counter
 from conveyor.pipeline.realtime.rejects import reject_fields
 from conveyor.pipeline.realtime.store import Client
 from conveyor.pipeline.tables import data_table, quarantine_table, table_exists
@@ -228,7 +229,7 @@ def _offsets_at(platform: Platform, cluster: str, topic: str, since_ms: int,
 
 
 def held(client: Client, view: str, layout: str) -> dict[str, dict[str, int]]:
-    """Every key of the view in Redis and its counters (fields starting with ``_`` are the job's fences)."""
+    """Every key of the view in Redis and its counters (the job's fences left out)."""
     keys = sorted(client.scan_iter(match=key_pattern(view, layout), count=1000))
     found: dict[str, dict[str, int]] = {}
     for start in range(0, len(keys), 500):
@@ -238,7 +239,7 @@ def held(client: Client, view: str, layout: str) -> dict[str, dict[str, int]]:
             pipe.hgetall(key)
         for key, fields in zip(chunk, pipe.execute(), strict=True):
             if fields:  # expired since the scan
-                found[key] = {name: int(value) for name, value in fields.items() if not name.startswith("_")}
+                found[key] = {name: int(value) for name, value in fields.items() if is_counter(name)}
     return found
 
 

@@ -34,6 +34,7 @@ import re
 import orjson
 
 from conveyor.config import RealtimeView
+from conveyor.pipeline.records import FRAME, FRAMED
 from conveyor.topics.contracts import Contract
 from conveyor.verify.checks import SAMPLE, Invariant, Verdict
 
@@ -41,8 +42,6 @@ from conveyor.verify.checks import SAMPLE, Invariant, Verdict
 LABEL_FORMAT = "%Y%m%dT%H%M%SZ"
 #: A Redis counter's bounds (a signed 64-bit integer): a view's counters stop there.
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-#: The Confluent wire format's first byte: a value framed with a registry id is 0x00 + 4 bytes + JSON.
-_FRAMED = b"\x00"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -94,7 +93,7 @@ def _event_ms(value: Any) -> int | None:
 def json_value(value: bytes | None) -> Any:
     """A record's value as JSON, a registry id's framing left out; None when it is not JSON."""
     try:
-        return orjson.loads((value[5:] if value and value.startswith(_FRAMED) else value) or b"")
+        return orjson.loads((value[FRAME:] if value and value.startswith(FRAMED) else value) or b"")
     except orjson.JSONDecodeError:
         return None
 
@@ -111,7 +110,7 @@ def parse(value: bytes | None, contract: Contract) -> tuple[dict[str, Any] | Non
 def read_topic(records: Iterable[SourceRecord], contract: Contract, future_tolerance_ms: int) -> TopicRead:
     """The topic's events, one per event_id (the first in partition and offset order holds the others)."""
     first: dict[str, int] = {}
-    events: list[Event] = []
+    kept: list[tuple[SourceRecord, dict[str, Any], int]] = []
     copies: dict[int, list[tuple[int, int]]] = defaultdict(list)
     malformed, future, newest = set(), set(), None
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
@@ -128,11 +127,11 @@ def read_topic(records: Iterable[SourceRecord], contract: Contract, future_toler
             copies[first[event_id]].append((record.partition, record.offset))
             continue
         if isinstance(event_id, str):
-            first[event_id] = len(events)
-        events.append(Event(record.partition, record.offset, event_ms, event))
-    held = [Event(e.partition, e.offset, e.event_ms, e.fields, tuple(copies[i])) if copies.get(i) else e
-            for i, e in enumerate(events)]
-    return TopicRead(tuple(held), frozenset(malformed), frozenset(future), newest)
+            first[event_id] = len(kept)
+        kept.append((record, event, event_ms))
+    events = tuple(Event(r.partition, r.offset, event_ms, event, tuple(copies.get(i, ())))
+                   for i, (r, event, event_ms) in enumerate(kept))
+    return TopicRead(events, frozenset(malformed), frozenset(future), newest)
 
 
 def _selects(match: Mapping[str, str | list[str]], event: Mapping[str, Any]) -> bool:
