@@ -62,7 +62,7 @@ def _write(platform: Platform, cluster: str, topic: str, events: list[dict], hea
     assert producer.flush(60) == 0
 
 
-def test_audit_counts_the_accepted_events_in_the_writable_logs_and_reports_lost_and_duplicated_per_hour(
+def test_audit_counts_the_accepted_events_in_the_writable_logs_and_reports_lost_and_duplicated_per_hour_with_dedup_off_so_a_copy_lands(
         lake_spark, lake_case):
     case = lake_case(partitions=2, writable=("dc1",), dedup_window="0s", allowed_lateness="0s")
     first_hour = floor_hour(datetime.now(timezone.utc)) - timedelta(hours=3)
