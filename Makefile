@@ -33,8 +33,8 @@ system-deps:
 	@command -v mvn >/dev/null 2>&1 || { echo "mvn is required to resolve Kafka's jars"; exit 1; }
 
 # The demo platform end to end: clusters up, topics everywhere, a round trip through each cluster,
-# a gateway per data centre, a topic asked for through the bus (on every cluster and in both
-# routes, copied at least once beside the exact topics), and realistic ad traffic through both
+# a gateway per data centre, a topic asked for through the bus and granted by the registrar (on
+# every cluster and in both routes, copied at least once beside the exact topics), and realistic ad traffic through both
 # gateways. Every component serves its metrics where platform.yaml's ops.components says, so the
 # dashboard's panels fill.
 demo: setup
@@ -45,6 +45,7 @@ demo: setup
 	$(BIN)/conveyor gateway start --dc dc1
 	$(BIN)/conveyor gateway start --dc dc2
 	$(BIN)/conveyor replicate start --metrics-port 18181
+	$(BIN)/conveyor topics registrar-start --metrics-port 18182
 	$(BIN)/conveyor topics request searches --contract examples/searches.schema.json --rate 500 --consumer lake --delivery at_least_once --gateway https://127.0.0.1:18080 --token demo-adserver-token
 	$(BIN)/conveyor topics plan
 	$(BIN)/conveyor replicate status

@@ -17,11 +17,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 import socket
 import struct
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator

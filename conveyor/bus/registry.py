@@ -1,15 +1,17 @@
 """The contract registry, kept in a compacted topic of the read cluster (contracts.topic, one
-partition): every process that serves or reads a topic follows it, and every new version is
-written through it. Nothing lives on a host's disk.
+partition): every process that serves or reads a topic follows it, and every new version, every
+topic request and the registrar's decision on it are written through it. Nothing lives on a
+host's disk.
 
 Reading: :class:`Registry` reads the topic from its start and keeps following it on a thread of
 its own (read committed), so a version registered anywhere reaches every follower within a poll.
 
-Writing: one writer at a time across every host, with no election. Each registration is a Kafka
-transaction under one transactional id: starting it (``init_transactions``) fences any registration
-still in flight elsewhere, whose commit then fails and is tried again from the start. Between the
-fence and its commit a registration reads the topic to its end, so the version number and the id
-it picks are the next ones, and two registrations never take the same.
+Writing: one writer at a time across every host, with no election. Each write is a Kafka
+transaction under one transactional id: starting it (``init_transactions``) fences any write still
+in flight elsewhere, whose commit then fails and is tried again from the start. Between the fence
+and its commit a write reads the topic to its end, so the version number and the id a registration
+picks are the next ones, two registrations never take the same, and two requests for one name
+are taken in order.
 """
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from conveyor import kafka
-from conveyor.bus.registry_state import RegistryState, Version, canonical, config_record, topic_of, version_record
+from conveyor.bus.registry_state import (RegistryState, RequestRecord, RequestState, Version, canonical, config_record,
+                                         request_record, topic_of, version_record)
+from conveyor.bus.requests import check_asked, granted_topics
 from conveyor.config import Compatibility, Platform, read_contract
+from conveyor.config.problems import NotSetError
 from conveyor.config.contracts import REGISTRY_GROUP_PREFIX, REGISTRY_TRANSACTIONAL_ID
 from conveyor.errors import Refusal
 from conveyor.topics.compatibility import Incompatibility, check
@@ -40,6 +45,7 @@ log = logging.getLogger("conveyor.registry")
 TIMEOUT = 30.0
 #: Registrations fenced by another in flight are tried again this many times.
 ATTEMPTS = 5
+T = TypeVar("T")
 
 
 class InvalidContract(Refusal):
@@ -211,35 +217,84 @@ class Registry:
         already is, when it is one."""
         _compile(subject, schema)
         text = canonical(schema)
+
+        def step() -> tuple[Registration, list[tuple[bytes, bytes]]]:
+            with self._changed:
+                existing = self.state.find(subject, text)
+                if existing is not None:
+                    return Registration(existing, created=False), []
+                latest = self.state.latest(subject)
+                number = 1 if latest is None else latest.version + 1
+                version = Version(subject, number, self.state.id_for(text), text, by,
+                                  datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            rule, found = self.incompatibilities(subject, schema)
+            if found:
+                raise refusal(subject, rule, found)
+            log.info("registering %s version %d (id %d) for %s", subject, version.version, version.id, by)
+            return Registration(version, created=True), [version_record(version)]
+
+        return self._transact(f"registering {subject}", step)
+
+    def submit(self, asked: RequestRecord) -> tuple[RequestRecord, bool]:
+        """Record a topic request for the provisioner: (the request held, whether it is new). The
+        same request asked again is the one held; a name taken or a cap passed is refused and
+        nothing is written (conveyor.bus.requests.check_asked)."""
+        now = datetime.fromisoformat(asked.requested_at)
+
+        def step() -> tuple[tuple[RequestRecord, bool], list[tuple[bytes, bytes]]]:
+            with self._changed:
+                held = check_asked(self.platform, self.state.requests, asked, now)
+            return ((held, False), []) if held is not None else ((asked, True), [request_record(asked)])
+
+        return self._transact(f"requesting {asked.topic}", step)
+
+    def decide(self, pending: RequestRecord, decision: RequestRecord) -> bool:
+        """Write the provisioner's decision on ``pending``, unless the request changed meanwhile
+        (another provisioner decided it, or it was asked again after a refusal)."""
+        def step() -> tuple[bool, list[tuple[bytes, bytes]]]:
+            with self._changed:
+                current = self.state.requests.get(pending.topic) == pending
+            return (True, [request_record(decision)]) if current else (False, [])
+
+        return self._transact(f"deciding the request for {pending.topic}", step)
+
+    def wait_decided(self, topic: str, timeout: float) -> RequestRecord | None:
+        """The request for ``topic`` once it is no longer pending, or None after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                record = self.state.requests.get(topic)
+                if record is not None and record.state != RequestState.pending:
+                    return record
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._changed.wait(min(left, 0.5))
+
+    def _transact(self, what: str, step: Callable[[], tuple[T, list[tuple[bytes, bytes]]]]) -> T:
+        """Run ``step`` on the registry read to its end under the registry's one transactional id
+        (which fences any writer still in flight elsewhere), then write the records it returns in
+        one transaction; a step fenced or interrupted is run again from the start."""
         for attempt in range(1, ATTEMPTS + 1):
             producer = kafka.producer(self.platform, self.cluster, self.client_id,
                                       {"transactional.id": REGISTRY_TRANSACTIONAL_ID, "transaction.timeout.ms": 60_000})
             try:
-                producer.init_transactions(TIMEOUT)  # fences any registration still in flight
+                producer.init_transactions(TIMEOUT)  # fences any writer still in flight
                 self.wait_caught_up()
-                with self._changed:
-                    existing = self.state.find(subject, text)
-                    if existing is not None:
-                        return Registration(existing, created=False)
-                    latest = self.state.latest(subject)
-                    number = 1 if latest is None else latest.version + 1
-                    version = Version(subject, number, self.state.id_for(text), text, by,
-                                      datetime.now(timezone.utc).isoformat(timespec="seconds"))
-                rule, found = self.incompatibilities(subject, schema)
-                if found:
-                    raise refusal(subject, rule, found)
-                key, value = version_record(version)
+                result, records = step()
+                if not records:
+                    return result
                 producer.begin_transaction()
-                producer.produce(self.topic, value, key, partition=0)
+                for key, value in records:
+                    producer.produce(self.topic, value, key, partition=0)
                 producer.commit_transaction(TIMEOUT)
                 self.wait_caught_up()
-                log.info("registered %s version %d (id %d) for %s", subject, version.version, version.id, by)
-                return Registration(version, created=True)
+                return result
             except KafkaException as err:
                 error = err.args[0]
                 if attempt == ATTEMPTS or not (error.retriable() or error.code() in _FENCED):
-                    raise RegistryUnavailable(f"registering {subject} failed: {error.str()}") from None
-                log.info("registration of %s fenced or interrupted (%s); trying again", subject, error.str())
+                    raise RegistryUnavailable(f"{what} failed: {error.str()}") from None
+                log.info("%s: fenced or interrupted (%s); trying again", what, error.str())
         raise AssertionError("unreachable")
 
     def set_rule(self, subject: str | None, rule: Compatibility) -> None:
@@ -285,17 +340,33 @@ def register_contract_files(platform: Platform) -> list[Version]:
         registry.stop()
 
 
-def topic_versions(platform: Platform, topic: str) -> list[Version]:
-    """The registry's versions of a topic's contract as of now, oldest first (none without a
-    registry): for a reader that takes them once, such as a lake run."""
+def _read_once(platform: Platform, client_id: str, read: Callable[[RegistryState], T], empty: T) -> T:
+    """``read`` of the registry as it is now, for a reader that takes it once; ``empty`` without a
+    registry, while its topic does not exist yet (then no gateway has written to it), or while its
+    cluster has no address (not started: the command fails where it connects, saying so)."""
     if platform.contracts.topic not in platform.topics:
-        return []
-    registry = Registry(platform, f"conveyor-{platform.part.value if platform.part else 'admin'}-{topic}")
+        return empty
+    registry = Registry(platform, client_id)
     try:
         registry.start()
         with registry.reading() as state:
-            return state.versions(f"{topic}-value")
-    except RegistryMissing:
-        return []  # no registry yet, so no gateway has checked an event against a version of it
+            return read(state)
+    except (RegistryMissing, NotSetError):
+        return empty
     finally:
         registry.stop()
+
+
+def topic_versions(platform: Platform, topic: str) -> list[Version]:
+    """The registry's versions of a topic's contract as of now, oldest first (none without a
+    registry): for a reader that takes them once, such as a lake run."""
+    part = platform.part.value if platform.part else "admin"
+    return _read_once(platform, f"conveyor-{part}-{topic}", lambda state: state.versions(f"{topic}-value"), [])
+
+
+def with_granted(platform: Platform) -> Platform:
+    """``platform`` with the topics granted through the bus as the registry holds them now: for a
+    command that takes them once (topics plan and apply, acl plan and apply, a lake run)."""
+    part = platform.part.value if platform.part else "admin"
+    requested = _read_once(platform, f"conveyor-{part}-requests", lambda state: granted_topics(state.requests), {})
+    return platform.with_requested(requested)

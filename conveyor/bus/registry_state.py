@@ -7,7 +7,9 @@ text registered under two subjects keeps one id, as Confluent's does), the schem
 it and when. The records, keyed so that compaction keeps each one:
 
 - ``version|<subject>|<number>``: a version, its value the JSON of :class:`Version`;
-- ``config|<subject>``: a subject's compatibility rule; ``config|`` the registry's own.
+- ``config|<subject>``: a subject's compatibility rule; ``config|`` the registry's own;
+- ``request|<topic>``: a topic request (conveyor.bus.requests) and the provisioner's decision on it,
+  the value the JSON of :class:`RequestRecord`. Every host learns the requested topics here.
 """
 
 from __future__ import annotations
@@ -86,6 +88,39 @@ def config_record(subject: str | None, rule: Compatibility) -> tuple[bytes, byte
     return config_key(subject), json.dumps({"compatibility": rule.value}).encode()
 
 
+class RequestState:
+    """Where a topic request stands: asked, then granted or refused by the provisioner."""
+
+    pending, granted, refused = "pending", "granted", "refused"
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    topic: str
+    #: The topic's declaration as platform.yaml would hold it (conveyor.config.Topic, as JSON).
+    declaration: dict[str, Any]
+    #: The contract's canonical text: version 1 of the topic's subject once granted.
+    contract: str
+    requested_by: str
+    requested_at: str
+    state: str = RequestState.pending
+    decided_at: str | None = None
+    #: A refusal's body (error, message and its figures), as the gateway answers it.
+    refusal: dict[str, Any] | None = None
+
+    @property
+    def partitions(self) -> int:
+        return int(self.declaration["partitions"])
+
+
+def request_key(topic: str) -> bytes:
+    return f"request|{topic}".encode()
+
+
+def request_record(record: RequestRecord) -> tuple[bytes, bytes]:
+    return request_key(record.topic), json.dumps(asdict(record)).encode()
+
+
 @dataclass
 class RegistryState:
     """Every subject's versions and rules, as the records so far make them."""
@@ -97,6 +132,8 @@ class RegistryState:
     rules: dict[str | None, Compatibility] = field(default_factory=dict)
     #: topic -> its latest version, kept as records come: the gateway asks it for every request.
     newest: dict[str, Version] = field(default_factory=dict)
+    #: topic -> the latest request for it, whatever its state.
+    requests: dict[str, RequestRecord] = field(default_factory=dict)
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         """Take one record of the topic (a tombstone, ``value`` None, deletes what its key held)."""
@@ -116,6 +153,11 @@ class RegistryState:
                     self.newest.pop(topic, None)
                 else:
                     self.newest[topic] = latest
+        elif kind == "request":
+            if value is None:
+                self.requests.pop(rest, None)
+            else:
+                self.requests[rest] = RequestRecord(**json.loads(value))
         elif kind == "config":
             if value is None:
                 self.rules.pop(rest or None, None)

@@ -19,7 +19,7 @@ from conveyor.cli.common import (
     Section,
     YesOption,
     confirm,
-    platform_to_apply,
+    platform_with_granted,
     render,
 )
 from conveyor.cli.topics_cmd import PLAN_CHANGES, PLAN_IN_SYNC, ClusterOption, PruneOption
@@ -62,7 +62,7 @@ def plan(
     """Show what `apply` would change: missing SCRAM users and ACLs, and with --prune the ACLs
     platform.yaml does not declare. Exit status: 0 when every secured cluster matches, 2 when
     `apply` would change something, 1 on an error."""
-    plans = provisioner.plan(platform_to_apply(platform, keep=False), cluster, prune)
+    plans = provisioner.plan(platform_with_granted(platform, keep=False), cluster, prune)
     code = PLAN_IN_SYNC if all(p.in_sync for p in plans) else PLAN_CHANGES
     render(output, _section(plans), exit_code=code)
     raise typer.Exit(code)
@@ -81,7 +81,7 @@ def apply(
 ) -> None:
     """Create the missing SCRAM users (those a cluster's users names) and ACLs; with --prune, after a typed
     confirmation (or --yes), also remove the ACLs platform.yaml does not declare."""
-    model = platform_to_apply(platform, keep=True)
+    model = platform_with_granted(platform, keep=True)
     plans = provisioner.plan(model, cluster, prune, reset_passwords)
     report = Report(output)
     report.add(_section(plans))

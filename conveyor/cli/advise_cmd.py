@@ -8,7 +8,7 @@ import typer
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section,
                                  err_console, platform_from, render)
 from conveyor.config import parse_duration_ms
-from conveyor.ops.advise import AdvicePolicy, TopicDemand, Verdict, advise
+from conveyor.topics.advise import AdvicePolicy, TopicDemand, Verdict, advise
 from conveyor.ops.advise_live import measure
 
 app = typer.Typer(rich_markup_mode="markdown", no_args_is_help=True, help="Advice from measured traffic.")

@@ -58,12 +58,21 @@ def platform_to_apply(path: Path, keep: bool) -> Platform:
 
     platform = load_platform(path)
     view = read_resolved_view(platform)
-    if view is None:
-        return platform
-    view = with_current_users(platform, view, local_security(platform.home))
-    if keep:
-        write_resolved_view(platform, view)
-    return with_resolved_view(platform, view)
+    if view is not None:
+        view = with_current_users(platform, view, local_security(platform.home))
+        if keep:
+            write_resolved_view(platform, view)
+        platform = with_resolved_view(platform, view)
+    return platform
+
+
+def platform_with_granted(path: Path, keep: bool) -> Platform:
+    """:func:`platform_to_apply` with the topics granted through the bus (the contract registry's),
+    so that they keep their ACLs and --prune leaves them alone: `acl plan` and `apply`, `topics
+    plan` and `apply`."""
+    from conveyor.bus.registry import with_granted
+
+    return with_granted(platform_to_apply(path, keep))
 
 
 MetricsPortOption = Annotated[int | None, typer.Option(

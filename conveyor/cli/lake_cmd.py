@@ -41,10 +41,11 @@ def status(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = N
     the last run, the last complete hour, whether yesterday is complete (yesterday must land by
     01:00), and the offsets still waiting in Kafka."""
     from conveyor.pipeline.catalog import describe
+    from conveyor.bus.registry import with_granted
     from conveyor.pipeline.lake import lake_topics
     from conveyor.pipeline.status import lake_status
 
-    model = platform_from(platform)
+    model = with_granted(platform_from(platform))  # requested topics the lake lands too
     lake_topics(model, topics)
     spark = start_spark(model, "conveyor-lake-status")
     with err_console.status("reading the lake's tables"):

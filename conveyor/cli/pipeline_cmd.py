@@ -133,6 +133,7 @@ def lake(
     committed with the table's data to the partitions' current ends. Bad records go to quarantine;
     data retention deleted before it landed is recorded as a gap and the run goes on (exit 3). With -o json,
     each run prints one JSON document."""
+    from conveyor.bus.registry import with_granted
     from conveyor.pipeline.lake import lake_topics
     from conveyor.pipeline.lake_service import LakeConfig, LakeJob, LakeScheduler
     from conveyor.pipeline.schedule import Schedule
@@ -143,7 +144,7 @@ def lake(
         interval = parse_duration_ms(every) / 1000 if every else None
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--every") from None
-    model = platform_from(platform)
+    model = with_granted(platform_from(platform))  # requested topics the lake lands too
     lake_topics(model, topics)  # refuse unknown topics before Spark starts
     spark = start_spark(model, "conveyor-lake")
     job = LakeJob(spark, LakeConfig(model, topics, metrics_file), partial(_progress, spark, output),
@@ -188,9 +189,10 @@ def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = No
     the allowed lateness are shown as pending; hours retention has deleted records of from those
     logs as not held (their produced count is no longer whole)."""
     from conveyor.pipeline.audit import audit_lake
+    from conveyor.bus.registry import with_granted
     from conveyor.pipeline.lake import lake_topics
 
-    model = platform_from(platform)
+    model = with_granted(platform_from(platform))  # requested topics the lake lands too
     lake_topics(model, topics)
     spark = start_spark(model, "conveyor-audit")
     with err_console.status("counting produced and landed events per hour"):

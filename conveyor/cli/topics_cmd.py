@@ -1,5 +1,6 @@
-"""``conveyor topics plan``, ``apply``, ``request`` and ``contract``: every topic in every cluster, topics
-asked for through the bus, and their contracts' versions."""
+"""``conveyor topics plan``, ``apply``, ``request``, ``registrar`` and ``contract``: every topic in every
+cluster, topics asked for through the bus and the service that grants them, and their contracts'
+versions."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Report, Section,
-                                 StrictOption, YesOption, confirm, durability_section, platform_from, platform_to_apply,
-                                 render)
+from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsHostOption, MetricsPortOption,
+                                 OutputFormat, OutputOption, PlatformOption, Report, Section, StrictOption, YesOption,
+                                 confirm, console, durability_section, platform_from, platform_with_granted, render)
 from conveyor.acls import provisioner as acl_provisioner
 from conveyor.bus.registry import register_contract_files
 from conveyor.config import Delivery, Platform
@@ -101,7 +102,7 @@ def plan(
     -detailed-exitcode: 0 when every cluster matches platform.yaml, 2 when `apply` would change
     something, 1 on an error, when the plan holds something Kafka cannot apply, or with --strict on
     a warning."""
-    model = platform_from(platform)
+    model = platform_with_granted(platform, keep=False)
     plans = provisioner.plan(model, cluster, prune)
     quotas = plan_quotas(model, cluster)
     findings = [f for f in durability_findings(model) if not cluster or f.cluster in cluster]
@@ -136,7 +137,7 @@ def apply(
     """Create missing topics, add partitions, fix config drift and set producer quotas on every
     cluster. Deletes only with --prune, after a typed confirmation (or --yes). Changes nothing if
     any part cannot apply."""
-    platform_model = platform_to_apply(platform, keep=True)
+    platform_model = platform_with_granted(platform, keep=True)
     plans = provisioner.plan(platform_model, cluster, prune)
     deletions = [(p.cluster, c.topic) for p in plans for c in p.changes if c.kind == ChangeKind.delete]
     report = Report(output)
@@ -177,20 +178,21 @@ def request(
     delivery: Annotated[Delivery, typer.Option(help="exact (each event once: a loss or a copy pages) or at_least_once "
                                                     "(copies kept, a loss warns).")] = Delivery.exact,
     requester: Annotated[str | None, typer.Option(
-        "--as", help="Grant it here, as the platform's admin, on behalf of this service.")] = None,
+        "--as", help="Ask as the platform's admin, on behalf of this service, and grant it here at once.")] = None,
     gateway: Annotated[str | None, typer.Option(
         help="Ask the gateway at this URL instead (POST /v1/topics), as the service --token names.")] = None,
     token: Annotated[str, typer.Option(envvar="CONVEYOR_TOKEN", help="The asking service's token (with --gateway).")] = "",
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the registrar's decision (with --gateway).")] = 120,
     platform: PlatformOption = DEFAULT_PLATFORM,
     output: OutputOption = OutputFormat.table,
 ) -> None:
-    """Ask for a topic through the bus: it is recorded in requested-topics.yaml beside
-    platform.yaml, created on every cluster with its configs and ACLs, and copied by every route
-    that takes requested topics. Refused with the figures when a cluster's partition budget would
-    be passed. Asking again for the same topic changes nothing."""
+    """Ask for a topic through the bus. The request is recorded in the contract registry; the
+    registrar (`conveyor topics registrar`, holding the admin credentials) creates the topic on
+    every cluster with its configs and ACLs, registers its contract as version 1, and grants it;
+    every gateway then serves it and every route that takes requested topics copies it. Refused
+    with the figures when a cap of topic_requests or a cluster's partition budget would be passed.
+    Asking again for the same topic changes nothing."""
     import json
-
-    from conveyor.bus.requests import InvalidRequest, read_request
 
     if (gateway is None) == (requester is None):
         raise typer.BadParameter("give --as SERVICE (granted here) or --gateway URL with --token (asked of the gateway)")
@@ -201,21 +203,42 @@ def request(
     body = {"topic": topic, "contract": schema, "expected_rate": rate, "consumers": consumer or [],
             "producers": producer or [], "retention": retention, "delivery": delivery.value}
     model = platform_from(platform)
-    if gateway is not None:
-        granted = _ask_gateway(model, gateway, token, body)
-    else:
-        from conveyor.bus.registrar import grant
-
-        try:
-            asked = read_request(body)
-        except InvalidRequest as err:
-            raise typer.BadParameter(str(err)) from None
-        granted = grant(model, asked, requester or "").body()
+    granted = _ask_gateway(model, gateway, token, body, wait) if gateway is not None \
+        else _grant_here(model, body, requester or "")
     rows = [{"topic": granted["topic"], "partitions": granted["partitions"], "clusters": ", ".join(granted["clusters"]),
              "routes": ", ".join(granted["routes"]) or "none", "requested_by": granted["requested_by"]}]
     render(output, Section("granted", "topic granted" if granted["new"] else "topic granted before; nothing changed",
                            (Column("topic"), Column("partitions"), Column("clusters"), Column("routes"),
                             Column("requested by", "requested_by")), rows), new=granted["new"])
+
+
+def _grant_here(model: Platform, body: dict[str, Any], requester: str) -> dict[str, Any]:
+    """Record the request as the platform's admin and decide it at once, as the registrar does."""
+    from datetime import datetime, timezone
+
+    from conveyor.registrar import Registrar
+    from conveyor.bus.registry_state import RequestState
+    from conveyor.bus.requests import InvalidRequest, RefusedBefore, granted, new_record, read_request
+    from conveyor.errors import ConveyorError
+
+    registrar = Registrar(model, "conveyor-topics-request")
+    registrar.start()
+    try:
+        try:
+            asked = new_record(read_request(body), requester, model, datetime.now(timezone.utc))
+        except InvalidRequest as err:
+            raise typer.BadParameter(str(err)) from None
+        held, new = registrar.registry.submit(asked)
+        record = held if held.state != RequestState.pending else (
+            registrar.decide(held) or registrar.registry.wait_decided(held.topic, 30))
+        if record is None:
+            raise ConveyorError(f"topic {held.topic}: a cluster or the registry did not answer; the request stays "
+                                "recorded, ask again or let `conveyor topics registrar` finish it")
+        if record.refusal is not None:
+            raise RefusedBefore(record.refusal)
+        return granted(model, record, new).body()
+    finally:
+        registrar.stop()
 
 
 @app.command()
@@ -266,8 +289,23 @@ def contract(
     render(output, Section("contract", title, (Column("topic"), Column("version"), Column("id")), rows))
 
 
-def _ask_gateway(model: Platform, gateway: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
-    return _gateway_call(model, gateway, token, "POST", "/v1/topics", body)
+def _ask_gateway(model: Platform, gateway: str, token: str, body: dict[str, Any], wait: float) -> dict[str, Any]:
+    """The gateway's grant; while it answers pending (202), its request's state polled until decided."""
+    import time
+
+    from conveyor.errors import ConveyorError
+
+    answer = _gateway_call(model, gateway, token, "POST", "/v1/topics", body)
+    deadline = time.monotonic() + wait
+    while answer.get("state") == "pending":
+        if time.monotonic() > deadline:
+            raise ConveyorError(f"topic {body['topic']}: the request is recorded but not decided after {wait:g} s; is "
+                                "the registrar running? (`conveyor topics registrar`)")
+        time.sleep(1)
+        answer = {**_gateway_call(model, gateway, token, "GET", answer["poll"]), "new": True}
+    if answer.get("state") == "refused":
+        raise ConveyorError(f"the gateway refused: {answer['refusal']['message']}")
+    return answer
 
 
 def _gateway_call(model: Platform, gateway: str, token: str, method: str, path: str, body: Any = None) -> Any:
@@ -284,10 +322,43 @@ def _gateway_call(model: Platform, gateway: str, token: str, method: str, path: 
                                verify=trusted(model))
     except httpx.HTTPError as err:
         raise ConveyorError(f"the gateway at {url} did not answer ({err}); is it running? (`conveyor status`)") from None
-    if answer.status_code not in (200, 201):
+    if answer.status_code not in (200, 201, 202):
         try:
             message = answer.json().get("message", answer.text)
         except ValueError:
             message = answer.text
         raise ConveyorError(f"the gateway refused: {method} {path} ({answer.status_code}): {message}")
     return answer.json()
+
+
+@app.command()
+def registrar(
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    once: Annotated[bool, typer.Option("--once", help="Decide what is pending, then exit.")] = False,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
+) -> None:
+    """Grant the topics services request through the bus (the platform's one holder of the admin
+    credentials for it): each pending request in the contract registry is checked against the
+    clusters' partition budgets, created on every cluster with its configs and ACLs, its contract
+    registered as version 1, then granted; a registrar stopped half-way leaves it pending and the
+    next one finishes it. Runs until SIGTERM; serves /metrics and /healthz with --metrics-port."""
+    from conveyor.registrar import Registrar
+    from conveyor.service import Endpoint, Loop, serve
+
+    service = Registrar(platform_from(platform))
+    raise typer.Exit(serve(Loop(service.metrics, lambda stop: service.run(stop, once), service.health),
+                           Endpoint(metrics_host, metrics_port)))
+
+
+@app.command("registrar-start")
+def registrar_start(platform: PlatformOption = DEFAULT_PLATFORM, metrics_port: MetricsPortOption = None) -> None:
+    """Start the registrar as a background service of the local platform (stopped by `conveyor down`)."""
+    from conveyor.runtime.services import start_service
+
+    model = platform_from(platform)
+    args = ["topics", "registrar", "--platform", str(platform.resolve())]
+    if metrics_port is not None:
+        args += ["--metrics-port", str(metrics_port)]
+    pid, started = start_service(model, "registrar", args)
+    console.print(f"registrar {'started' if started else 'already running'} (pid {pid})")

@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from conveyor.config.checks import cross_checks
 from conveyor.config.platform import Platform
 from conveyor.config.problems import ConfigError, Problem
-from conveyor.config.requested import read_requested, requested_path
 from conveyor.config.units import DEFAULT_PLATFORM_FILE
 
 
@@ -111,22 +110,4 @@ def load_platform(path: str | Path = DEFAULT_PLATFORM_FILE) -> Platform:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ConfigError([Problem("", f"{where}not valid YAML ({getattr(err, 'problem', err)})")], path) from None
-    return with_requested_topics(parse_platform(data, root=path.resolve().parent, source=path))
-
-
-def with_requested_topics(platform: Platform) -> Platform:
-    """``platform`` with the topics of requested-topics.yaml beside it, checked as declared ones are."""
-    requested = read_requested(platform.root)
-    if not requested:
-        return platform
-    source = requested_path(platform.root)
-    twice = sorted(set(requested) & set(platform.topics))
-    if twice:
-        raise ConfigError([Problem(f"topics.{name}", "is declared in platform.yaml as well; keep one of the two")
-                           for name in twice], source)
-    merged = platform.with_requested(requested)
-    own = [f"topics.{name}" for name in requested]
-    problems = [p for p in cross_checks(merged) if any(p.path == o or p.path.startswith(o + ".") for o in own)]
-    if problems:
-        raise ConfigError(problems, source)
-    return merged
+    return parse_platform(data, root=path.resolve().parent, source=path)

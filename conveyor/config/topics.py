@@ -146,3 +146,11 @@ class TopicRequests(Model):
     #: the request gives neither (the partition advisor's inputs).
     processing_time: Seconds = Field(default=0.005, gt=0)
     max_lag: Seconds = Field(default=60.0, gt=0)
+    #: Caps per asking service, so that one token cannot fill the clusters: topics it holds
+    #: (granted ones), partitions across them, and requests in any hour (refused ones included).
+    max_topics_per_service: int = Field(default=20, ge=1)
+    max_partitions_per_service: int = Field(default=500, ge=1)
+    max_requests_per_hour: int = Field(default=30, ge=1)
+    #: How long POST /v1/topics waits for the provisioner's decision before it answers 202 with
+    #: a URL to poll.
+    grant_wait: Seconds = Field(default=15.0, ge=0)

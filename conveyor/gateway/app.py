@@ -18,6 +18,7 @@ import os
 import socket
 import time
 import uuid
+from datetime import datetime, timezone
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -31,9 +32,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conveyor.auth import SCRYPT_SLOTS, Authorizer, TooManyAttempts
-from conveyor.config import ConfigError, Part, Platform, read_contract
-from conveyor.config.requested import RequestedWatch
-from conveyor.errors import ConveyorError, Refusal
+from conveyor.config import Part, Platform, read_contract
+from conveyor.errors import Refusal
 from conveyor.gateway.bodies import read_body
 from conveyor.gateway.bulkhead import Bulkheads
 from conveyor.gateway.errors import Overloaded, RequestTimeout, UnknownTopic
@@ -46,10 +46,9 @@ from conveyor.gateway.registry_api import add_registry_routes
 from conveyor.gateway.writer import Accepted, Writer
 from conveyor.gctune import tune_for_throughput
 from conveyor.topics.contracts import Contract, compile_contract, load_contracts
-from conveyor.bus.registrar import Granted, RequestNotFinished, grant
-from conveyor.bus.registry import Registry, RegistryMissing
-from conveyor.bus.registry_state import Version, subject_of, verdict
-from conveyor.bus.requests import read_request
+from conveyor.bus.registry import Registry, RegistryMissing, RegistryUnavailable
+from conveyor.bus.registry_state import RequestRecord, RequestState, Version, subject_of, verdict
+from conveyor.bus.requests import RefusedBefore, granted, granted_topics, new_record, read_request
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +88,6 @@ class Gateway:
             else None
         #: topic -> (the registry's version, its compiled contract): compiled once per version.
         self._versions: dict[str, tuple[Version, Contract]] = {}
-        #: requested-topics.yaml, re-read when a request names a topic the gateway does not know.
-        self.requested = RequestedWatch(platform.root)
         self._learning = asyncio.Lock()
         self.metrics = GatewayMetrics(dc)
         self.writer = Writer(platform, dc, list(cluster.failover), self.settings.failover_after,
@@ -127,6 +124,7 @@ class Gateway:
                 log.warning("%s; until then events are checked against the contract files", err)
             else:
                 await asyncio.to_thread(self._register_declared)
+                await self.learn_requested()
         self.bulkheads = Bulkheads(s.lanes, s.workers_per_lane, s.queue_per_lane)
         maxima = await asyncio.to_thread(read_topic_maxima, self.platform, self.writer.order, self.contracts)
         self.event_limits = {topic: event_limit(s.max_event_bytes, m) for topic, m in maxima.items()}
@@ -217,36 +215,63 @@ class Gateway:
             raise UnknownTopic(f"no topic {topic} takes events through the gateway", topic=topic)
         self.auth.check_producer(service, topic)
 
-    async def request_topic(self, service: str, body: bytes) -> Granted:
-        """A topic request of an authorized service: granted on every cluster, then served here."""
-        request = read_request(body)
-        try:
-            granted = await asyncio.to_thread(grant, self.platform, request, service)
-        except ConfigError as err:
-            raise RequestNotFinished(f"the requested topics cannot be read: {err}") from None
+    def _registry(self) -> Registry:
+        if self.registry is None:
+            raise RegistryUnavailable(f"the platform keeps no contract registry (its topic {self.platform.contracts.topic} "
+                                      "is not declared), so topics cannot be requested through the bus")
+        return self.registry
+
+    async def request_topic(self, service: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        """A topic request of an authorized service, recorded in the registry for the registrar
+        (conveyor.registrar): 201 once granted (200 when the same request was granted before),
+        the registrar's refusal, or 202 when it has not decided within topic_requests.grant_wait."""
+        registry = self._registry()
+        asked = new_record(read_request(body), service, self.platform, datetime.now(timezone.utc))
+        held, new = await asyncio.to_thread(registry.submit, asked)
+        record: RequestRecord | None = held
+        if held.state == RequestState.pending:
+            record = await asyncio.to_thread(registry.wait_decided, held.topic,
+                                             self.platform.topic_requests.grant_wait)
+        if record is None:
+            return 202, self.request_state(held.topic)
+        if record.refusal is not None:
+            raise RefusedBefore(record.refusal)
         await self.learn_requested()
-        return granted
+        return 201 if new else 200, granted(self.platform, record, new).body()
+
+    def request_state(self, topic: str) -> dict[str, Any]:
+        """Where the request for ``topic`` stands (GET /v1/topics/requests/{topic})."""
+        with self._registry().reading() as state:
+            record = state.requests.get(topic)
+        if record is None:
+            raise UnknownTopic(f"no topic {topic} was requested", topic=topic)
+        answer: dict[str, Any] = {"topic": topic, "state": record.state, "requested_by": record.requested_by,
+                                  "requested_at": record.requested_at, "poll": f"/v1/topics/requests/{topic}"}
+        if record.state == RequestState.granted:
+            answer.update(granted(self.platform, record, False).body())
+        if record.refusal is not None:
+            answer["refusal"] = record.refusal
+        return answer
 
     async def learn_requested(self) -> None:
-        """Serve the topics granted since the start (requested-topics.yaml changed)."""
+        """Serve the topics granted since the last look, with their latest contract versions: the
+        registry holds both, so a gateway started anywhere serves every one."""
+        if self.registry is None:
+            return
         async with self._learning:
-            try:
-                topics = self.requested.changed()
-                if topics is None:
-                    return
-                platform = self.platform.with_requested(topics)
-                new = {name: compile_contract(name, read_contract(platform, name))
-                       for name, spec in topics.items() if name not in self.contracts and spec.contract is not None}
-            except ConveyorError as err:  # a hand edit gone wrong: serve what was served before
-                log.error("requested topics not taken: %s", err)
+            with self.registry.reading() as state:
+                topics = granted_topics(state.requests)
+                versions = {name: state.newest.get(name) for name in topics if name not in self.contracts}
+            new = {name: compile_contract(name, v.parsed) for name, v in versions.items() if v is not None}
+            if not new:
                 return
-            maxima = await asyncio.to_thread(read_topic_maxima, platform, self.writer.order, new) if new else {}
+            platform = self.platform.with_requested(topics)
+            maxima = await asyncio.to_thread(read_topic_maxima, platform, self.writer.order, new)
             self.event_limits.update({t: event_limit(self.settings.max_event_bytes, m) for t, m in maxima.items()})
             self.contracts.update(new)
             self.platform = platform
             self.auth.learn_topics(platform)
-            if new:
-                log.info("serving requested topic(s) %s", ", ".join(sorted(new)))
+            log.info("serving requested topic(s) %s", ", ".join(sorted(new)))
 
     async def publish(self, topic: str, body: bytes, content_type: str) -> dict[str, Any]:
         """Events of an authorized request, all written or none acknowledged."""
@@ -331,13 +356,27 @@ def create_app(gateway: Gateway) -> FastAPI:
             gateway.auth.check_requester(service)
             media_type(request.headers.get("content-type"))
             body = await read_body(request, REQUEST_BODY_LIMIT, gateway.settings.body_timeout)
-            granted = await gateway.request_topic(service, body)
+            status, answer = await gateway.request_topic(service, body)
         except Refusal as err:
             gateway.metrics.topic_requests.labels(err.reason).inc()
             return Response(orjson.dumps(err.body()), err.status, _refusal_headers(err), media_type="application/json")
-        gateway.metrics.topic_requests.labels("granted").inc()
+        gateway.metrics.topic_requests.labels("granted" if status < 202 else "pending").inc()
         app.openapi_schema = None  # the new topic's path
-        return Response(orjson.dumps(granted.body()), 201 if granted.new else 200, media_type="application/json")
+        headers = {"Location": answer["poll"]} if status == 202 else None
+        return Response(orjson.dumps(answer), status, headers, media_type="application/json")
+
+    @app.get("/v1/topics/requests/{topic}")
+    async def topic_request(topic: str, request: Request) -> Response:
+        """Where a topic request stands: pending, granted (with its clusters and routes) or refused
+        (with the refusal); any service that may request topics may ask."""
+        try:
+            service = await gateway.service_of(request.headers.get("authorization"),
+                                               request.client.host if request.client else "")
+            gateway.auth.check_requester(service)
+            answer = gateway.request_state(topic)
+        except Refusal as err:
+            return Response(orjson.dumps(err.body()), err.status, _refusal_headers(err), media_type="application/json")
+        return Response(orjson.dumps(answer), 200, media_type="application/json")
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

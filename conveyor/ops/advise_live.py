@@ -6,7 +6,7 @@
 - backlog: the largest lag (end minus committed offsets, summed over partitions) of any group
   reading the topic, at the end of the window;
 - processing time per message: measured per group that stayed behind through the window
-  (:func:`~conveyor.ops.advise.measured_processing_seconds`: members over messages committed per
+  (:func:`~conveyor.topics.advise.measured_processing_seconds`: members over messages committed per
   second); the slowest group counts, since it is the one the partitions must serve.
 """
 
@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException
 
 from conveyor import kafka
 from conveyor.config import Platform
-from conveyor.ops.advise import measured_processing_seconds
+from conveyor.topics.advise import measured_processing_seconds
 from conveyor.ops.balance.live import samples, scrape_twice
 from conveyor.ops.errors import SampleError
 from conveyor.ops.sampler import SamplerProcess

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, astuple, dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial, reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conveyor.config import Part, Platform
 from conveyor.pipeline import guard
@@ -179,13 +179,22 @@ class _CommitPlan:
     branch: str
 
 
+def _requested_schema(platform: Platform, topic: str) -> dict[str, Any] | None:
+    """A topic granted through the bus has no contract file: its contract is the registry's."""
+    spec = platform.topics.get(topic)
+    if spec is None or spec.contract is not None or spec.requested_by is None:
+        return None
+    versions = topic_versions(platform, topic)
+    return versions[-1].parsed if versions else None
+
+
 class _TopicLanding:
     """One topic's part of a run."""
 
     def __init__(self, spark: SparkSession, platform: Platform, topic: str, run_id: str, step: StepCallback) -> None:
         self.spark, self.platform, self.topic, self.run_id = spark, platform, topic, run_id
         self.step = partial(step, topic)
-        schema = read_schema(platform, topic)
+        schema = _requested_schema(platform, topic) or read_schema(platform, topic)
         self.schema_text = json.dumps(schema, sort_keys=True)
         self.columns = contract_columns(topic, schema)
         #: The registry's versions of the topic's contract (none without a registry).

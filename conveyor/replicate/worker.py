@@ -19,8 +19,9 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from conveyor import kafka
-from conveyor.config import CleanupPolicy, ConfigError, Part, Platform, ReplicationMode, Topic
-from conveyor.config.requested import RequestedWatch
+from conveyor.bus.registry import Registry, RegistryMissing
+from conveyor.bus.requests import granted_topics
+from conveyor.config import CleanupPolicy, Part, Platform, ReplicationMode, Topic
 from conveyor.errors import ConveyorError
 from conveyor.replicate import plan
 from conveyor.replicate.copier import BucketCopier
@@ -45,7 +46,12 @@ class Worker:
         self.metrics = metrics or ReplicateMetrics()
         self.registry = self.metrics.registry
         self.state = RouteState(platform, route_name, self.route, self.worker_id, self.metrics)
-        self.requested = RequestedWatch(platform.root)
+        #: The contract registry, followed for the topics granted through the bus when the route
+        #: takes them; None otherwise.
+        self.registry = (Registry(platform, f"conveyor-replicator-{self.worker_id}")
+                         if self.route.requested and platform.contracts.topic in platform.topics else None)
+        self._registry_started = False
+        self._requested: dict[str, Topic] = {}
         #: The buckets the group gave this worker, and their copiers: one per mode the route's topics
         #: are copied in. Changed by the membership callbacks and by discovery (a topic of a mode new
         #: to the route), so under the lock.
@@ -81,13 +87,12 @@ class Worker:
     def discover(self) -> None:
         """Source topics of the route, created or grown on the destination before they are copied;
         the configs of undeclared ones brought to their source's."""
-        try:
-            requested = self.requested.changed()
-        except ConfigError as err:  # a hand edit gone wrong: copy what was copied before
-            log.error("%s: requested topics not taken: %s", self.state.name, err)
-            requested = None
-        if requested is not None:  # topics granted through the bus join the route as they come
-            self.state.platform = self.state.platform.with_requested(requested)
+        if self.registry is not None:  # topics granted through the bus join the route as they come
+            with self.registry.reading() as state:
+                requested = granted_topics(state.requests)
+            if requested != self._requested:
+                self.state.platform = self.state.platform.with_requested(requested)
+                self._requested = requested
         platform, route = self.state.platform, self.route
         source_admin = kafka.admin(platform, route.source)
         metadata = source_admin.list_topics(timeout=10)
@@ -177,6 +182,12 @@ class Worker:
         """The route topic and the destination topics, retried until the clusters answer."""
         while not self._stop.is_set():
             try:
+                if self.registry is not None and not self._registry_started:
+                    try:
+                        self.registry.start()
+                    except RegistryMissing:  # still followed: requests count from the topic's creation
+                        pass
+                    self._registry_started = True
                 ensure_topics(self.state.platform, self.route.destination,
                               {plan.route_topic(self.state.name): self._route_topic_spec()})
                 self.discover()
@@ -192,6 +203,8 @@ class Worker:
         """Copy until SIGTERM or SIGINT; returns the exit status."""
         route, platform = self.route, self.state.platform
         if not self._prepare():
+            if self.registry is not None:
+                self.registry.stop()
             return 0
         discovery = threading.Thread(target=self._discover_forever, name="discovery", daemon=True)
         discovery.start()
@@ -219,4 +232,6 @@ class Worker:
             for copier in self._running():
                 copier.join(90)
             membership.close()  # leaves the group at once, so the others take the buckets now
+            if self.registry is not None:
+                self.registry.stop()
         return status

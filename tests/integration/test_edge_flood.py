@@ -254,8 +254,9 @@ def test_past_the_overall_cap_every_address_is_refused_until_the_deadline_frees_
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{url}/healthz", verify=verify, timeout=5)
         after = holding(url, verify, "dashboard", 1, 15)  # the deadline freed every place
-        assert refused(after, "dashboard", "handshake_deadline") - refused(before, "dashboard", "handshake_deadline") \
-            == 250
+        # The scrape just before the flood may hold its place until the server has seen it close.
+        assert 249 <= refused(after, "dashboard", "handshake_deadline") \
+            - refused(before, "dashboard", "handshake_deadline") <= 250
         assert refused(after, "dashboard", "cap_total") - refused(before, "dashboard", "cap_total") >= 51
         assert refused(after, "dashboard", "cap_per_client") == refused(before, "dashboard", "cap_per_client")
     finally:

@@ -1,18 +1,22 @@
-"""Topic requests without Kafka: partitions from the rate, the budgets, requested-topics.yaml read
-beside platform.yaml, and the routes and grants that take requested topics."""
+"""Topic requests without Kafka: partitions from the rate, the budgets and the caps, the records the
+registry keeps of them, and the routes and grants that take requested topics."""
 
 from __future__ import annotations
 
+import json
 import shutil
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conveyor.acls import parts
-from conveyor.bus.requests import InvalidRequest, OverBudget, TopicRequest, check_budgets, partitions_for, requested_topic
-from conveyor.config import ConfigError, Part, Topic, load_platform
-from conveyor.config.requested import RequestedWatch, read_requested, requested_path, write_requested
+from conveyor.bus.registry_state import RegistryState, RequestRecord, request_key, request_record
+from conveyor.bus.requests import (InvalidRequest, OverBudget, OverCap, RefusedBefore, TooManyRequests, TopicRequest,
+                                   TopicTaken, check_asked, check_budgets, check_caps, decided, granted_topics,
+                                   new_record, partitions_for, refusal_body, requested_topic)
+from conveyor.config import Part, Platform, load_platform
 from conveyor.config.topics import TopicRequests
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -59,20 +63,25 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _granted(folder: Path, name: str = "clicks", **fields) -> Topic:
-    platform = load_platform(folder / "platform.yaml")
-    spec = requested_topic(_request(topic=name, consumers=["lake"], **fields), "adserver", platform)
-    (folder / "contracts" / "requested").mkdir(exist_ok=True)
-    shutil.copy(ROOT / "contracts" / "ad-events.schema.json", folder / spec.contract)
-    write_requested(folder, {**read_requested(folder), name: spec})
-    return spec
+NOW = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
+CONTRACT = json.loads((ROOT / "contracts" / "ad-events.schema.json").read_text())
 
 
-def test_requested_topics_load_beside_platform_yaml_and_join_the_routes(folder: Path):
-    spec = _granted(folder)
-    assert (spec.partitions, spec.producers, spec.requested_by) == (9, ["adserver"], "adserver")
+def _asked(platform: Platform, name: str = "clicks", by: str = "adserver", at: datetime = NOW, **fields) -> RequestRecord:
+    return new_record(_request(topic=name, contract=CONTRACT, consumers=["lake"], **fields), by, platform, at)
+
+
+def _granted(folder: Path, name: str = "clicks", **fields) -> Platform:
+    """The platform as a part that follows the registry sees it once ``name`` is granted."""
     platform = load_platform(folder / "platform.yaml")
-    assert platform.topics["clicks"] == spec
+    record = decided(_asked(platform, name, **fields), NOW)
+    return platform.with_requested(granted_topics({name: record}))
+
+
+def test_requested_topics_from_the_registry_join_the_routes_and_the_grants(folder: Path):
+    platform = _granted(folder)
+    spec = platform.topics["clicks"]
+    assert (spec.partitions, spec.producers, spec.requested_by, spec.contract) == (9, ["adserver"], "adserver", None)
     assert platform.route_topics("dc1-central") == {"ad-events", "notifications", "clicks"}
     assert platform.copies("dc2-central", "clicks")
     # The gateway may write it on the writable clusters; the replicator copies it into central.
@@ -82,42 +91,91 @@ def test_requested_topics_load_beside_platform_yaml_and_join_the_routes(folder: 
 
 
 def test_a_route_that_declines_requested_topics_does_not_copy_them(folder: Path):
-    _granted(folder)
     data = yaml.safe_load((folder / "platform.yaml").read_text())
     data["routes"]["dc1-central"]["requested"] = False
     (folder / "platform.yaml").write_text(yaml.safe_dump(data))
-    platform = load_platform(folder / "platform.yaml")
+    platform = _granted(folder)
     assert not platform.copies("dc1-central", "clicks") and platform.copies("dc2-central", "clicks")
 
 
-def test_a_name_both_declared_and_requested_is_a_problem_of_the_requested_file(folder: Path):
-    _granted(folder, name="notifications")
-    with pytest.raises(ConfigError) as err:
-        load_platform(folder / "platform.yaml")
-    assert err.value.source == requested_path(folder)
-    assert "topics.notifications: is declared in platform.yaml as well" in str(err.value)
+def test_only_granted_requests_are_topics():
+    platform = load_platform(ROOT / "platform.yaml")
+    pending = _asked(platform, "a")
+    refused = decided(_asked(platform, "b"), NOW, OverBudget("full"))
+    assert granted_topics({"a": pending, "b": refused, "c": decided(_asked(platform, "c"), NOW)}).keys() == {"c"}
+    assert refused.refusal == {"error": "partition_budget", "message": "full", "status": 422}
 
 
-def test_a_requested_topic_naming_an_unknown_service_is_reported_in_its_file(folder: Path):
-    _granted(folder)
-    text = requested_path(folder).read_text().replace("- lake", "- nobody")
-    requested_path(folder).write_text(text)
-    with pytest.raises(ConfigError) as err:
-        load_platform(folder / "platform.yaml")
-    assert err.value.source == requested_path(folder) and "unknown service 'nobody'" in str(err.value)
+def test_a_request_record_survives_the_registry_topic():
+    platform = load_platform(ROOT / "platform.yaml")
+    record = decided(_asked(platform), NOW)
+    state = RegistryState()
+    state.apply(*request_record(record))
+    assert state.requests == {"clicks": record}
+    state.apply(request_key("clicks"), None)
+    assert state.requests == {}
 
 
-def test_an_entry_without_requested_by_is_refused(folder: Path):
-    requested_path(folder).write_text("topics:\n  clicks: {partitions: 3}\n")
-    with pytest.raises(ConfigError, match="requested_by: is required in this file"):
-        read_requested(folder)
+def test_the_same_request_again_is_the_one_held_and_another_under_the_name_is_refused():
+    platform = load_platform(ROOT / "platform.yaml")
+    held = decided(_asked(platform), NOW)
+    assert check_asked(platform, {"clicks": held}, _asked(platform, at=NOW + timedelta(minutes=5)), NOW) is held
+    with pytest.raises(TopicTaken, match="requested by adserver"):
+        check_asked(platform, {"clicks": held}, _asked(platform, retention=172_800_000), NOW)
+    with pytest.raises(TopicTaken, match="declared in platform.yaml"):
+        check_asked(platform, {}, _asked(platform, "notifications"), NOW)
+    # A refused request may be asked again.
+    refused = decided(_asked(platform), NOW, OverBudget("full"))
+    assert check_asked(platform, {"clicks": refused}, _asked(platform), NOW) is None
 
 
-def test_the_watch_answers_once_per_change(folder: Path):
-    watch = RequestedWatch(folder)
-    assert watch.changed() == {} and watch.changed() is None
-    _granted(folder)
-    assert set(watch.changed() or {}) == {"clicks"} and watch.changed() is None
+def _settings(**caps) -> TopicRequests:
+    return TopicRequests(**caps)
+
+
+def test_a_service_holding_its_most_topics_is_refused_naming_the_cap():
+    platform = load_platform(ROOT / "platform.yaml")
+    held = [decided(_asked(platform, f"t{i}", at=NOW - timedelta(hours=2)), NOW) for i in range(3)]
+    check_caps(_settings(max_topics_per_service=4), held, _asked(platform), NOW)
+    with pytest.raises(OverCap) as refused:
+        check_caps(_settings(max_topics_per_service=3), held, _asked(platform), NOW)
+    assert refused.value.status == 422 and refused.value.details["cap"] == "max_topics_per_service"
+    # Another service's topics and refused requests do not count.
+    others = [decided(_asked(platform, f"o{i}", by="notifier", at=NOW - timedelta(hours=2)), NOW) for i in range(5)]
+    gone = [decided(_asked(platform, f"r{i}", at=NOW - timedelta(hours=2)), NOW, OverBudget("x")) for i in range(5)]
+    check_caps(_settings(max_topics_per_service=4), held + others + gone, _asked(platform), NOW)
+
+
+def test_partitions_across_a_services_topics_are_capped():
+    platform = load_platform(ROOT / "platform.yaml")
+    held = [decided(_asked(platform, f"t{i}", at=NOW - timedelta(hours=2)), NOW) for i in range(2)]  # 9 each
+    check_caps(_settings(max_partitions_per_service=27), held, _asked(platform), NOW)
+    with pytest.raises(OverCap, match="holds 18 partitions of requested topics; 9 more") as refused:
+        check_caps(_settings(max_partitions_per_service=26), held, _asked(platform), NOW)
+    assert refused.value.details["cap"] == "max_partitions_per_service"
+
+
+def test_requests_within_the_hour_are_capped_with_429():
+    platform = load_platform(ROOT / "platform.yaml")
+    recent = [_asked(platform, f"t{i}", at=NOW - timedelta(minutes=50)) for i in range(2)]
+    old = [_asked(platform, f"o{i}", at=NOW - timedelta(minutes=61)) for i in range(5)]
+    check_caps(_settings(max_requests_per_hour=3), recent + old, _asked(platform), NOW)
+    with pytest.raises(TooManyRequests) as refused:
+        check_caps(_settings(max_requests_per_hour=2), recent + old, _asked(platform), NOW)
+    assert refused.value.status == 429 and refused.value.details["cap"] == "max_requests_per_hour"
+
+
+def test_a_contract_the_platform_cannot_enforce_is_refused_before_anything_is_recorded():
+    platform = load_platform(ROOT / "platform.yaml")
+    no_event_id = {**CONTRACT, "required": [f for f in CONTRACT["required"] if f != "event_id"]}
+    with pytest.raises(InvalidRequest, match="event_id"):
+        new_record(_request(contract=no_event_id), "adserver", platform, NOW)
+
+
+def test_a_refusal_recorded_is_answered_as_it_was():
+    answer = RefusedBefore(refusal_body(OverBudget("cluster central is full", cluster="central")))
+    assert (answer.status, answer.reason, answer.body()) == (422, "partition_budget", {
+        "error": "partition_budget", "message": "cluster central is full", "cluster": "central"})
 
 
 def test_the_admin_platform_connects_with_the_client_settings(folder: Path):
@@ -125,18 +183,11 @@ def test_the_admin_platform_connects_with_the_client_settings(folder: Path):
     assert platform.acting_as(None).part is None
 
 
-def test_a_watch_made_after_the_file_changed_still_reads_it_first(folder: Path):
-    _granted(folder)
-    watch = RequestedWatch(folder)  # a service that loaded its platform before the request
-    assert set(watch.changed() or {}) == {"clicks"}
-
-
 def test_a_request_may_ask_for_at_least_once_delivery_and_the_lake_then_keeps_copies(folder: Path):
     from conveyor.config import Delivery
     from conveyor.pipeline.dedup import dedup_window
 
-    _granted(folder, delivery="at_least_once")
-    platform = load_platform(folder / "platform.yaml")
+    platform = _granted(folder, delivery="at_least_once")
     assert platform.topics["clicks"].delivery is Delivery.at_least_once
     assert platform.relaxed_topics() == ["clicks"]
     assert dedup_window(platform, "clicks") == 0 and dedup_window(platform, "ad-events") == 3600

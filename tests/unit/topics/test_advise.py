@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.ops.advise import AdvicePolicy, TopicDemand, Verdict, advise, measured_processing_seconds
+from conveyor.topics.advise import AdvicePolicy, TopicDemand, Verdict, advise, measured_processing_seconds
 
 POLICY = AdvicePolicy(utilisation=0.5, stall_seconds=30, max_partitions=100, brokers=3)
 
