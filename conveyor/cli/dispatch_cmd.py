@@ -32,9 +32,11 @@ def serve(
     """Serve Discovery and Reader over gRPC for every (topic, group) clients ask for, with the
     standard gRPC health service and reflection. SIGTERM commits every partition's acks and leaves
     the groups before exiting."""
+    from conveyor.bus.registry import with_granted
     from conveyor.dispatch.server import DispatchNode
 
-    node = DispatchNode(platform_from(platform), host=host, port=port, metrics_port=metrics_port, advertise=advertise,
+    # Topics granted through the bus as of the start: their consumers read them here too.
+    node = DispatchNode(with_granted(platform_from(platform)), host=host, port=port, metrics_port=metrics_port, advertise=advertise,
                         metrics_host=metrics_host)
     raise typer.Exit(serve_service(node))  # the node serves its own /metrics: it knows its port
 

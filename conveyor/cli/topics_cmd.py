@@ -214,6 +214,7 @@ def request(
 
 def _grant_here(model: Platform, body: dict[str, Any], requester: str) -> dict[str, Any]:
     """Record the request as the platform's admin and decide it at once, as the registrar does."""
+    import logging
     from datetime import datetime, timezone
 
     from conveyor.registrar import Registrar
@@ -221,6 +222,7 @@ def _grant_here(model: Platform, body: dict[str, Any], requester: str) -> dict[s
     from conveyor.bus.requests import InvalidRequest, RefusedBefore, granted, new_record, read_request
     from conveyor.errors import ConveyorError
 
+    logging.getLogger("conveyor.registrar").setLevel(logging.WARNING)  # the outcome is this command's output
     registrar = Registrar(model, "conveyor-topics-request")
     registrar.start()
     try:
