@@ -48,7 +48,7 @@ class Worker:
         self.state = RouteState(platform, route_name, self.route, self.worker_id, self.metrics)
         #: The contract registry, followed for the topics granted through the bus when the route
         #: takes them; None otherwise.
-        self.registry = (Registry(platform, f"conveyor-replicator-{self.worker_id}")
+        self.contract_registry = (Registry(platform, f"conveyor-replicator-{self.worker_id}")
                          if self.route.requested and platform.contracts.topic in platform.topics else None)
         self._registry_started = False
         self._requested: dict[str, Topic] = {}
@@ -87,8 +87,8 @@ class Worker:
     def discover(self) -> None:
         """Source topics of the route, created or grown on the destination before they are copied;
         the configs of undeclared ones brought to their source's."""
-        if self.registry is not None:  # topics granted through the bus join the route as they come
-            with self.registry.reading() as state:
+        if self.contract_registry is not None:  # topics granted through the bus join the route as they come
+            with self.contract_registry.reading() as state:
                 requested = granted_topics(state.requests)
             if requested != self._requested:
                 self.state.platform = self.state.platform.with_requested(requested)
@@ -182,9 +182,9 @@ class Worker:
         """The route topic and the destination topics, retried until the clusters answer."""
         while not self._stop.is_set():
             try:
-                if self.registry is not None and not self._registry_started:
+                if self.contract_registry is not None and not self._registry_started:
                     try:
-                        self.registry.start()
+                        self.contract_registry.start()
                     except RegistryMissing:  # still followed: requests count from the topic's creation
                         pass
                     self._registry_started = True
@@ -203,8 +203,8 @@ class Worker:
         """Copy until SIGTERM or SIGINT; returns the exit status."""
         route, platform = self.route, self.state.platform
         if not self._prepare():
-            if self.registry is not None:
-                self.registry.stop()
+            if self.contract_registry is not None:
+                self.contract_registry.stop()
             return 0
         discovery = threading.Thread(target=self._discover_forever, name="discovery", daemon=True)
         discovery.start()
@@ -232,6 +232,6 @@ class Worker:
             for copier in self._running():
                 copier.join(90)
             membership.close()  # leaves the group at once, so the others take the buckets now
-            if self.registry is not None:
-                self.registry.stop()
+            if self.contract_registry is not None:
+                self.contract_registry.stop()
         return status

@@ -39,6 +39,9 @@ PROCESSES, PER_PROCESS = 4, 5_000
 #: machine (20,000 connects took 4 to 8 s with the load at 8 on two cores); the edges' default is 5 s.
 HANDSHAKE = 15.0
 OPS_TOKEN = "demo-ops-token"  # the demo platform's ops.token
+#: A real request under the flood is answered within this; a flooded edge never answers (the
+#: request times out or its handshake is cut). Generous, for a machine loaded by the suite.
+ANSWERED_WITHIN = 5.0
 
 
 def metrics(url: str, verify: object = True) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -110,7 +113,7 @@ def test_a_flood_of_idle_connections_leaves_the_gateway_serving(provisioned: Pla
 
         answer, seconds = timed(post)
         assert answer.status_code == 200, answer.text  # type: ignore[attr-defined]
-        assert seconds < 1.0, f"a real request took {seconds:.2f} s under the flood"
+        assert seconds < ANSWERED_WITHIN, f"a real request took {seconds:.2f} s under the flood"
 
         # The handshake deadline closes every connection that never spoke TLS.
         closed = flood_held(flood, lambda h: h.closed_by_server == h.connected, HANDSHAKE + 20,
@@ -161,7 +164,7 @@ def test_a_flood_of_idle_connections_leaves_the_dispatcher_serving_its_connected
         assert time.monotonic() - started < HANDSHAKE, "the flood took longer than the handshake deadline"
 
         status, seconds = timed(lambda: check(connected))
-        assert status == health_pb2.HealthCheckResponse.SERVING and seconds < 1.0, seconds
+        assert status == health_pb2.HealthCheckResponse.SERVING and seconds < ANSWERED_WITHIN, seconds
         # No cap per address in gRPC: while one client holds the cap, a new connection from anyone
         # is refused, until the handshake deadline frees the places.
         with fresh_channel(node.advertise, credentials) as new, pytest.raises(grpc.RpcError) as err:
@@ -173,7 +176,7 @@ def test_a_flood_of_idle_connections_leaves_the_dispatcher_serving_its_connected
         assert held_open() == 1, refusals
         with fresh_channel(node.advertise, credentials) as new:
             status, seconds = timed(lambda: check(new))
-        assert status == health_pb2.HealthCheckResponse.SERVING and seconds < 1.0, seconds
+        assert status == health_pb2.HealthCheckResponse.SERVING and seconds < ANSWERED_WITHIN, seconds
 
 
 @pytest.fixture
@@ -224,7 +227,7 @@ def test_a_flood_of_idle_connections_leaves_the_dashboard_serving(provisioned: P
 
         answer, seconds = timed(page)
         assert answer.status_code == 200 and "<html" in answer.text.lower(), answer  # type: ignore[attr-defined]
-        assert seconds < 1.0, f"the dashboard took {seconds:.2f} s under the flood"
+        assert seconds < ANSWERED_WITHIN, f"the dashboard took {seconds:.2f} s under the flood"
 
         flood_held(flood, lambda h: h.closed_by_server == h.connected, HANDSHAKE + 20,
                    "every flood connection closed by the dashboard")
