@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from conveyor import kafka
 from conveyor.acls import provisioner as acl_provisioner
-from conveyor.bus.registry import Registry, RegistryUnavailable
+from conveyor.bus.registry import Registry, RegistryMissing, RegistryUnavailable
 from conveyor.bus.registry_state import RequestRecord, RequestState, subject_of
 from conveyor.bus.requests import check_budgets, declared, decided, granted_topics
 from conveyor.config import Platform
@@ -117,7 +117,10 @@ class Registrar:
         return None
 
     def run(self, stop: threading.Event, once: bool = False) -> int:
-        self.start()
+        try:
+            self.start()
+        except RegistryMissing as err:  # still followed: requests count from the topic's creation
+            log.warning("%s; no request can be made until then", err)
         try:
             while True:
                 self.decide_pending()
