@@ -111,13 +111,19 @@ class Registry:
 
     # -- following -------------------------------------------------------------------------------
 
-    def start(self, timeout: float = TIMEOUT) -> None:
-        """Read the topic to its end, then keep following it."""
+    def follow(self) -> None:
+        """Follow the topic from its start on a thread of its own, without waiting for it: for a
+        part that works with what it holds meanwhile (a replicator worker copying declared topics)."""
+        self._stop.clear()
         consumer = kafka.consumer(self.platform, self.cluster, f"{REGISTRY_GROUP_PREFIX}{self.client_id}", self.client_id,
                                   {"isolation.level": "read_committed", "enable.auto.commit": False})
         consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         self._thread = threading.Thread(target=self._follow, args=(consumer,), name="registry", daemon=True)
         self._thread.start()
+
+    def start(self, timeout: float = TIMEOUT) -> None:
+        """Read the topic to its end, then keep following it."""
+        self.follow()
         try:
             self.wait_caught_up(timeout)
         except RegistryMissing:

@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from conveyor import kafka
-from conveyor.bus.registry import Registry, RegistryMissing
+from conveyor.bus.registry import Registry
 from conveyor.bus.requests import granted_topics
 from conveyor.config import CleanupPolicy, Part, Platform, ReplicationMode, Topic
 from conveyor.errors import ConveyorError
@@ -50,7 +50,6 @@ class Worker:
         #: takes them; None otherwise.
         self.contract_registry = (Registry(platform, f"conveyor-replicator-{self.worker_id}")
                          if self.route.requested and platform.contracts.topic in platform.topics else None)
-        self._registry_started = False
         self._requested: dict[str, Topic] = {}
         #: The buckets the group gave this worker, and their copiers: one per mode the route's topics
         #: are copied in. Changed by the membership callbacks and by discovery (a topic of a mode new
@@ -182,12 +181,6 @@ class Worker:
         """The route topic and the destination topics, retried until the clusters answer."""
         while not self._stop.is_set():
             try:
-                if self.contract_registry is not None and not self._registry_started:
-                    try:
-                        self.contract_registry.start()
-                    except RegistryMissing:  # still followed: requests count from the topic's creation
-                        pass
-                    self._registry_started = True
                 ensure_topics(self.state.platform, self.route.destination,
                               {plan.route_topic(self.state.name): self._route_topic_spec()})
                 self.discover()
@@ -201,10 +194,17 @@ class Worker:
 
     def run(self) -> int:
         """Copy until SIGTERM or SIGINT; returns the exit status."""
-        route, platform = self.route, self.state.platform
-        if not self._prepare():
+        if self.contract_registry is not None:
+            self.contract_registry.follow()  # granted topics join as the follower reads them
+        try:
+            return self._copy()
+        finally:
             if self.contract_registry is not None:
                 self.contract_registry.stop()
+
+    def _copy(self) -> int:
+        route, platform = self.route, self.state.platform
+        if not self._prepare():
             return 0
         discovery = threading.Thread(target=self._discover_forever, name="discovery", daemon=True)
         discovery.start()
@@ -232,6 +232,4 @@ class Worker:
             for copier in self._running():
                 copier.join(90)
             membership.close()  # leaves the group at once, so the others take the buckets now
-            if self.contract_registry is not None:
-                self.contract_registry.stop()
         return status
