@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+import subprocess
 import shutil
 import time
 import uuid
@@ -55,6 +56,32 @@ def eventually(check: Callable[[], T], timeout: float, what: str,
         assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}" + (
             f" (last: {last!r})" if last is not None else "")
         time.sleep(interval)
+
+
+#: Service processes tests start (:func:`outlived_by_nothing` stops those still running after their test).
+_CHILDREN: list[subprocess.Popen] = []
+
+
+def track(process: subprocess.Popen) -> subprocess.Popen:
+    """``process``, stopped at the end of the test that started it if it still runs then (a test
+    that fails half-way leaves no worker copying, and loading the machine, for the tests after it)."""
+    _CHILDREN.append(process)
+    return process
+
+
+@pytest.fixture(autouse=True)
+def outlived_by_nothing() -> Iterator[None]:
+    yield
+    left = [p for p in _CHILDREN if p.poll() is None]
+    _CHILDREN.clear()
+    for process in left:
+        process.terminate()
+    for process in left:
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
 from conveyor.config import Platform
-from tests.conftest import eventually, platform_variant
+from tests.conftest import eventually, platform_variant, track
 
 ROUTES = ("dc1-central", "dc2-central")
 BASE = "rep-base"
@@ -54,9 +54,9 @@ class Workers:
         route = name.rsplit("-w", 1)[0]
         routes = [] if route == "all" else ["--route", route]
         log = open(self.log_dir / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(
+        self.procs[name] = track(subprocess.Popen(
             [sys.executable, "-m", "conveyor", "replicate", "worker", *routes, "--id", name,
-             "--platform", str(self.platform_file)], stdout=log, stderr=subprocess.STDOUT)
+             "--platform", str(self.platform_file)], stdout=log, stderr=subprocess.STDOUT))
 
     def kill_one(self) -> str:
         name = self.rng.choice(sorted(self.procs))
