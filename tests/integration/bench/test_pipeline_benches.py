@@ -9,6 +9,7 @@ from tests.benchkit import run_bench
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.bench_smoke
 def test_lake_bench_lands_the_users_job_icebergs_sink_and_the_lake_and_writes_their_figures(tmp_path):
     result = run_bench("lake_ingest", tmp_path, "--events", "2000", "--rounds", "1",
                        "--paths", "user_job,iceberg_sink,lake")

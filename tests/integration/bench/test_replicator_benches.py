@@ -9,6 +9,7 @@ from tests.benchkit import refusal, run_bench
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.bench_smoke
 def test_replicator_bench_measures_mirrormaker_2_beside_the_replicator(tmp_path):
     result = run_bench("replicate_vs_mm2", tmp_path, "--records", "2000", "--rate", "200", "--seconds", "5")
     for tool in ("ours", "mm2"):
