@@ -4,6 +4,7 @@ window holds is decided by the test, not by timing."""
 from __future__ import annotations
 
 import copy
+import subprocess
 import json
 import threading
 import time
@@ -104,7 +105,15 @@ def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
         watcher.start()
         yield path, variant
     finally:
-        if watcher.process is not None:
-            watcher.process.terminate()
-            watcher.process.wait(30)
-        monitoring.stop(variant)
+        # Prometheus is stopped whatever the watcher does: left running, it scrapes every broker's
+        # JMX exporter each second for the rest of the suite, which alone can saturate two cores.
+        try:
+            if watcher.process is not None:
+                watcher.process.terminate()
+                try:
+                    watcher.process.wait(60)
+                except subprocess.TimeoutExpired:
+                    watcher.process.kill()
+                    watcher.process.wait()
+        finally:
+            monitoring.stop(variant)
