@@ -75,13 +75,17 @@ def outlived_by_nothing() -> Iterator[None]:
     left = [p for p in _CHILDREN if p.poll() is None]
     _CHILDREN.clear()
     for process in left:
-        process.terminate()
-    for process in left:
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 60.0) -> None:
+    """SIGTERM ``process`` and wait for it; SIGKILL after ``timeout`` seconds (a loaded machine)."""
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 @pytest.fixture

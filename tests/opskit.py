@@ -4,7 +4,6 @@ window holds is decided by the test, not by timing."""
 from __future__ import annotations
 
 import copy
-import subprocess
 import json
 import threading
 import time
@@ -82,7 +81,7 @@ def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
     """A real Prometheus (and Alertmanager), as `conveyor up` starts them, and the watch service
     (`conveyor ops watch`) of a variant of the session's platform with these ``ops:`` settings,
     every second (the demo's: 15 s and 5 s): the variant's file and platform."""
-    from tests.conftest import platform_variant
+    from tests.conftest import platform_variant, stop_process
     from tests.systemkit import Proc, conveyor, http_ready
 
     base = platform_data["runtime"]["base_port"]
@@ -109,11 +108,6 @@ def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
         # JMX exporter each second for the rest of the suite, which alone can saturate two cores.
         try:
             if watcher.process is not None:
-                watcher.process.terminate()
-                try:
-                    watcher.process.wait(60)
-                except subprocess.TimeoutExpired:
-                    watcher.process.kill()
-                    watcher.process.wait()
+                stop_process(watcher.process)
         finally:
             monitoring.stop(variant)

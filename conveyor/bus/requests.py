@@ -11,7 +11,7 @@ ACLs and its routes, or a refusal that says what to change.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -152,8 +152,9 @@ def new_record(request: TopicRequest, requester: str, platform: Platform, now: d
     except ContractError as err:
         raise InvalidRequest(str(err), field="contract") from None
     spec = requested_topic(request, requester, platform)
-    return RequestRecord(request.topic, spec.model_dump(mode="json", exclude_defaults=True), canonical(request.contract),
-                         requester, now.isoformat(timespec="seconds"))
+    declaration = spec.model_dump(mode="json", exclude_defaults=True)
+    return RequestRecord(request.topic, declaration, canonical(request.contract), requester,
+                         now.isoformat(timespec="seconds"))
 
 
 def declared(record: RequestRecord) -> Topic:
@@ -184,7 +185,7 @@ def check_asked(platform: Platform, requests: Mapping[str, RequestRecord], asked
     return None
 
 
-def check_caps(settings: TopicRequests, requests: Any, asked: RequestRecord, now: datetime) -> None:
+def check_caps(settings: TopicRequests, requests: Iterable[RequestRecord], asked: RequestRecord, now: datetime) -> None:
     """Refuse ``asked`` when its service would hold more topics or partitions than a service may,
     or has asked for as many topics as it may within the hour before ``now``."""
     mine = [r for r in requests if r.requested_by == asked.requested_by and r.topic != asked.topic]

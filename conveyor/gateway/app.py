@@ -217,8 +217,9 @@ class Gateway:
 
     def _registry(self) -> Registry:
         if self.registry is None:
-            raise RegistryUnavailable(f"the platform keeps no contract registry (its topic {self.platform.contracts.topic} "
-                                      "is not declared), so topics cannot be requested through the bus")
+            topic = self.platform.contracts.topic
+            raise RegistryUnavailable(f"the platform keeps no contract registry (its topic {topic} is not declared), "
+                                      "so topics cannot be requested through the bus")
         return self.registry
 
     async def request_topic(self, service: str, body: bytes) -> tuple[int, dict[str, Any]]:
