@@ -14,6 +14,7 @@ import os
 import random
 import subprocess
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -109,10 +110,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 def base_port() -> int:
     """The session's first port: CONVEYOR_TEST_BASE_PORT (default 29092), 2,000 lower for each
     further pytest-xdist worker, so that parallel workers' clusters never share a port. A session
-    uses ports from base_port - 600 (the secured cluster's) to base_port + 661 (a Redis Cluster with replicas)
+    uses ports from base_port - 600 (the secured cluster's; free_port's from base_port - 300) to base_port + 661 (a Redis Cluster with replicas)
     and the benches' from base_port + 700."""
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     return int(os.environ.get("CONVEYOR_TEST_BASE_PORT", "29092")) - 2000 * worker
+
+
+_next_free = 0
+
+
+def free_port() -> int:
+    """A port for a server a test starts, from the worker's own 250 (base_port - 300 up to
+    base_port - 50): below Linux's ephemeral range, so no client connection can take it between
+    this probe and the server's bind, and never the same twice running within a worker."""
+    global _next_free
+    for _ in range(250):
+        port = base_port() - 300 + _next_free
+        _next_free = (_next_free + 1) % 250
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port from {base_port() - 300} to {base_port() - 51}")
 
 
 @pytest.fixture(scope="session")
@@ -259,7 +280,6 @@ def logs_dc2_variant(platform_data: dict[str, Any], platform_file: Path, path: P
 def serve_gateway() -> Iterator[Callable[..., str]]:
     """Runs gateways on free ports (real uvicorn servers in threads); returns their base URLs.
     Each is stopped, with its last audit counts published, at the end of the test."""
-    import socket
     import threading
 
     import uvicorn
@@ -274,10 +294,7 @@ def serve_gateway() -> Iterator[Callable[..., str]]:
     def serve(platform: Platform, dc: str, tls: Tls | None = None, port: int | None = None) -> str:
         """``tls``: serve HTTPS with it (``Tls()``: a certificate from the platform's local CA);
         ``port``: listen there (default: a free port)."""
-        if port is None:
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                port = probe.getsockname()[1]
+        port = port or free_port()
         gateway = Gateway(platform, dc)
         server = gateway_server(create_app(gateway), gateway.settings, gateway.metrics.registry, "127.0.0.1", port,
                                 **uvicorn_tls(server_tls(platform, tls)))

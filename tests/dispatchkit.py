@@ -4,7 +4,6 @@ topic, producing numbered messages, a ledger of deliveries and confirmed acks, w
 from __future__ import annotations
 
 import copy
-import socket
 import threading
 import time
 from collections import Counter
@@ -62,12 +61,6 @@ def nodes() -> Iterator[list[DispatchNode]]:
     yield started
     for node in started:
         node.close(grace=1)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def start_node(platform: Platform) -> DispatchNode:

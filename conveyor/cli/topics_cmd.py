@@ -52,13 +52,13 @@ _COLUMNS = (Column("cluster"), Column("topic"),
 
 
 def _plan_section(plans: list[ClusterPlan]) -> Section:
-    return Section("changes", "topics: platform.yaml and requested-topics.yaml against the live clusters", _COLUMNS,
+    return Section("changes", "topics: platform.yaml and the granted requests against the live clusters", _COLUMNS,
                    _plan_rows(plans))
 
 
 def _topics_section(platform: Platform) -> Section:
     rows = [{"topic": name, "delivery": topic.delivery.value, "partitions": topic.partitions,
-             "declared_in": f"requested-topics.yaml (by {topic.requested_by})" if topic.requested_by else "platform.yaml"}
+             "declared_in": f"a request (by {topic.requested_by})" if topic.requested_by else "platform.yaml"}
             for name, topic in sorted(platform.topics.items())]
     return Section("topics", "topics and what each promises", (Column("topic"), Column("delivery"),
                    Column("partitions"), Column("declared in", "declared_in")), rows)

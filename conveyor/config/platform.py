@@ -87,7 +87,7 @@ class Platform(Model):
         return [name for name in self.clusters if chosen is None or name in chosen]
 
     def with_requested(self, requested: dict[str, Topic]) -> Platform:
-        """The platform with ``requested`` as its requested topics (requested-topics.yaml), in
+        """The platform with ``requested`` as its requested topics (those the contract registry granted), in
         place of those it had; the declared ones stay."""
         declared = {name: topic for name, topic in self.topics.items() if topic.requested_by is None}
         return self.model_copy(update={"topics": {**requested, **declared}})

@@ -54,7 +54,7 @@ class Topic(Model):
     #: Events per second the producers expect to send (the partition count of a requested topic
     #: comes from it).
     expected_rate: float | None = Field(default=None, ge=0)
-    #: The service that asked for the topic through the bus (requested-topics.yaml); None for a
+    #: The service that asked for the topic through the bus (a request in the contract registry); None for a
     #: topic declared in platform.yaml.
     requested_by: Name | None = None
 
@@ -109,7 +109,7 @@ class Route(Model):
     batch_wait: Seconds = Field(default=0.05, gt=0)
     #: How often source metadata is polled for new topics and partitions.
     discovery_interval: Seconds = Field(default=2.0, gt=0)
-    #: Topics requested through the bus (requested-topics.yaml) join the route as they are granted.
+    #: Topics requested through the bus (granted in the contract registry) join the route as they are granted.
     requested: bool = True
 
     @model_validator(mode="after")

@@ -34,13 +34,12 @@ import pytest
 
 from conveyor.config import Platform
 from conveyor.dispatch.share_reader import LOCK_MARGIN
-from tests.conftest import eventually
+from tests.conftest import eventually, free_port
 from tests.dispatchkit import (
     MAILER_TOKEN,
     committed_offsets,
     dispatch_platform,
     end_offsets,
-    free_port,
     produce,
     unacked_in_share_group,
 )

@@ -14,18 +14,12 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from conveyor import kafka
-from tests.conftest import eventually, platform_variant
+from tests.conftest import eventually, free_port, platform_variant
 from tests.replicatekit import create_topic, read_records, wait_until_led, wait_until_replicated
 
 pytestmark = pytest.mark.chaos
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _gap_records_metric(port: int, route: str, topic: str) -> float:
@@ -90,7 +84,7 @@ def test_offsets_retention_deleted_before_they_were_copied_are_a_recorded_gap(pr
         wanted = {p: [f"{p}-{o}".encode() for o in offsets] for p, offsets in expected.items()}
         eventually(lambda: copied() == wanted, 90, f"central to hold {wanted}", interval=1)
 
-    port = _free_port()
+    port = free_port()
 
     def start() -> subprocess.Popen:
         log = open(tmp_path / "worker.log", "ab")

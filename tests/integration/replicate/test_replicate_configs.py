@@ -6,7 +6,6 @@ keep their declaration."""
 from __future__ import annotations
 
 import copy
-import socket
 import subprocess
 import sys
 import uuid
@@ -23,17 +22,13 @@ from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.replicate.status import route_status
 from conveyor.replicate.topic_configs import MIRRORED
-from tests.conftest import eventually, platform_variant
+from tests.conftest import eventually, free_port, platform_variant
 
 pytestmark = pytest.mark.integration
 ROUTE = "dc1-cfg"
 DAY_MS = 86_400_000
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _configs(platform: Platform, cluster: str, topic: str) -> dict[str, str]:
@@ -97,7 +92,7 @@ def test_undeclared_copies_take_and_follow_their_source_configs(cfg_route, tmp_p
     dc1 = kafka.admin(platform, "dc1")
     for future in dc1.create_topics([NewTopic(name, 2, 1, config=config) for name, config in sources.items()]).values():
         future.result()
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "worker.log"
     with open(log_path, "ab") as log:
         worker = subprocess.Popen([sys.executable, "-m", "conveyor", "replicate", "worker", "--route", ROUTE, "--id",

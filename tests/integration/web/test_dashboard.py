@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import shutil
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from conveyor.cli import app as cli
 from conveyor.config import Platform, load_resolved_platform
 from conveyor.runtime import processes
 from conveyor.runtime.services import service_daemons
-from tests.conftest import ROOT, demo_event, eventually
+from tests.conftest import ROOT, demo_event, eventually, free_port
 
 pytestmark = pytest.mark.integration
 ARTIFACTS = ROOT / "test-artifacts"
@@ -38,10 +37,6 @@ OPS_TOKEN = "demo-ops-token"  # the demo platform's ops.token
 OPS = {"Authorization": f"Bearer {OPS_TOKEN}"}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

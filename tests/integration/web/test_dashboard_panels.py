@@ -34,8 +34,8 @@ from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.pipeline.realtime.plan import job_views
 from conveyor.runtime import processes
 from conveyor.runtime.services import service_daemons
-from tests.conftest import demo_event, eventually
-from tests.dispatchkit import MAILER_TOKEN, free_port, nodes, produce as produce_notifications, setup, start_node  # noqa: F401
+from tests.conftest import demo_event, eventually, free_port
+from tests.dispatchkit import MAILER_TOKEN, nodes, produce as produce_notifications, setup, start_node  # noqa: F401
 from tests.integration.web.test_dashboard import ARTIFACTS, chromium
 from tests.lakekit import lake_case, lake_folder, lake_spark, produce  # noqa: F401
 from tests.realtimekit import event_at, realtime_case  # noqa: F401

@@ -17,8 +17,9 @@ last real-time batch Spark logged, and every counter must still be exact.
 CONVEYOR_REALTIME_CHAOS_KILLS sets the number of kills of the first test (default 1; the full
 count is 10), CONVEYOR_REALTIME_CLUSTER_KILLS those of the Redis Cluster test (default 1),
 CONVEYOR_REALTIME_LIVE_KILLS those of the real-time mode's (default 1; the full count is 10). The
-first kill of a test lands while batches are written (within 3 s of one logged); later ones now and
-then during start-up or the first batch instead.
+first kill of a test lands while batches are written (within 3 s of one logged; in real-time mode
+within 1 s of a write after one logged); later ones now and then during start-up or the first batch
+instead.
 CONVEYOR_CHAOS_SEED replays a run's kill points and traffic.
 """
 
@@ -55,6 +56,13 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
     rng = random.Random(seed)
     log = tmp_path / "realtime-runs.log"
     kills = []
+    live = case.platform.pipeline.realtime.mode != "micro-batch"
+    job = job_id(job_views(case.platform))
+    partitions = [(case.topic, p) for p in range(PARTITIONS)]
+
+    def live_records() -> int:
+        return int(live_state(connect(case.platform), job, partitions)[1].get("records", 0))
+
     with traffic_to(case, seed, duplicates, PARTITIONS) as traffic:
         for n in range(kills_wanted):
             process = start_job(case.path, log)
@@ -69,7 +77,10 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
 
                 # No batch in 4 minutes is a wedged job, not a slow one: fail rather than kill blind.
                 eventually(next_batch, 240, f"the job to log a batch (seed {seed}, log {log})")
-                delay = rng.uniform(0, 3)
+                if live:  # the kill must land after writes of the batch Spark has not logged yet
+                    logged = live_records()
+                    eventually(lambda: live_records() > logged, 120, f"writes after a logged batch (seed {seed})")
+                delay = rng.uniform(0, 1 if live else 3)
             time.sleep(delay)
             assert process.poll() is None, f"seed {seed}: {log.read_text()[-3000:]}"
             os.killpg(process.pid, signal.SIGKILL)
@@ -77,15 +88,12 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
             kills.append(round(delay, 1))
     # Everything acknowledged is in Kafka now; one last run reads it all and stops.
     context = f"seed {seed}, kills after {kills}"
-    if case.platform.pipeline.realtime.mode == "micro-batch":
+    if not live:
         final = start_job(case.path, log, "--available-now")
         assert final.wait(600) == 0, f"{context}: {log.read_text()[-3000:]}"
     else:  # real-time mode runs until stopped: until it has counted every record sent
         final = start_job(case.path, log)
-        job = job_id(job_views(case.platform))
-        partitions = [(case.topic, p) for p in range(PARTITIONS)]
-        eventually(lambda: live_state(connect(case.platform), job, partitions)[1]["records"]
-                   == len(traffic.good) + traffic.bad,
+        eventually(lambda: live_records() == len(traffic.good) + traffic.bad,
                    600, f"the last run to count every record ({context}, log {log})")
         final.send_signal(signal.SIGTERM)
         assert final.wait(120) == 0, f"{context}: {log.read_text()[-3000:]}"
