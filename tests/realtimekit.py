@@ -267,17 +267,18 @@ class RealtimeCase:
 @pytest.fixture
 def realtime_case(platform_data: dict[str, Any], platform_file: Path, local_platform: Any,
                   topic_factory: Callable[..., str], tmp_path: Path) -> Callable[..., RealtimeCase]:
-    """``make(partitions=3, ctr_lateness="1m", interest_lateness="10m", spark=None, **realtime) -> RealtimeCase``
-    (``spark``: pipeline.spark settings, ``realtime``: pipeline.realtime's)."""
+    """``make(partitions=3, ctr_lateness="1m", interest_lateness="10m", spark=None, contract=None, **realtime)
+    -> RealtimeCase`` (``spark``: pipeline.spark settings, ``contract``: the topic's contract file in
+    place of the demo's, ``realtime``: pipeline.realtime's)."""
 
     def make(partitions: int = 3, ctr_lateness: str = "1m", interest_lateness: str = "10m",
-             spark: dict[str, Any] | None = None, **settings: Any) -> RealtimeCase:
+             spark: dict[str, Any] | None = None, contract: Path = CONTRACT, **settings: Any) -> RealtimeCase:
         topic = topic_factory("central", partitions)
         data = copy.deepcopy(platform_data)
         for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
             if spec.get("contract"):
                 spec["contract"] = str(platform_file.parent / spec["contract"])
-        data["topics"][topic] = {"partitions": partitions, "contract": str(CONTRACT), "clusters": ["central"]}
+        data["topics"][topic] = {"partitions": partitions, "contract": str(contract), "clusters": ["central"]}
         rejects = f"{topic}-rejects"
         data["pipeline"]["spark"] = {**data["pipeline"].get("spark", {}), **(spark or {})}
         data["pipeline"]["realtime"] = {

@@ -18,6 +18,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from conveyor_sdk.contract import ContractVersion
+
 from conveyor.config import Compatibility, Platform
 
 SUBJECT_SUFFIX = "-value"
@@ -52,24 +54,10 @@ class Version:
         return json.loads(self.schema)
 
 
-#: The header the gateway writes on each record: the contract version it checked the event against,
-#: ``<id>:<version>`` (its size is kept free by conveyor.limits.GATEWAY_HEADERS_MAX). The replicator
-#: copies it with the record.
-CONTRACT_HEADER = "conveyor-contract"
-
-
 def verdict(version: Version) -> tuple[str, bytes]:
-    """The record header that says which version an event was checked against."""
-    return CONTRACT_HEADER, f"{version.id}:{version.version}".encode()
-
-
-def read_verdict(value: bytes | None) -> tuple[int, int] | None:
-    """(id, version) of a :func:`verdict` header's value; None for anything else."""
-    try:
-        schema_id, _, number = (value or b"").decode().partition(":")
-        return int(schema_id), int(number)
-    except ValueError:
-        return None
+    """The record header that says which version an event was checked against (its size is kept
+    free by conveyor.limits.GATEWAY_HEADERS_MAX); the replicator copies it with the record."""
+    return ContractVersion(version.id, version.version).header()
 
 
 def version_key(subject: str, number: int) -> bytes:

@@ -16,7 +16,7 @@ from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
-from conveyor.bus.registry_state import CONTRACT_HEADER
+from conveyor_sdk.contract import CONTRACT_HEADER
 from conveyor.config import Platform
 from conveyor.java_client import JavaClientSettingError, java_settings
 from conveyor.pipeline.errors import LakeConfigError
@@ -65,7 +65,7 @@ def list_watermarks(platform: Platform, topic: str) -> tuple[datetime, dict[int,
     return listed_at, {p: Watermarks(answers["low"][p], answers["high"][p]) for p in partitions}
 
 
-#: A Kafka row's contract header (conveyor.bus.registry_state.CONTRACT_HEADER) as a column, for a
+#: A Kafka row's contract header (conveyor_sdk.contract.CONTRACT_HEADER) as a column, for a
 #: read with ``includeHeaders``: its value, or null for a record without one.
 CONTRACT_HEADER_SQL = f"try_element_at(filter(headers, h -> h.key = '{CONTRACT_HEADER}'), 1).value"
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+from conveyor_sdk.contract import CONTRACT_HEADER, read_contract
 
-from conveyor.bus.registry_state import CONTRACT_HEADER, read_verdict
 from conveyor.pipeline.schema import REASON, Column, Kind
 from conveyor.topics.contracts import Contract, compile_contract, parse_event_time
 
@@ -96,10 +96,16 @@ class RecordParser:
         self._converted = [(c.name, convert) for c in columns if (convert := _converter(c)) is not None]
         self._nothing = (None,) * len(columns)
 
+    def names_unheld(self, header: bytes | None) -> bool:
+        """Whether ``header`` names a version this parser was not given: one registered after its
+        versions were read, or one the registry never held."""
+        named = read_contract(header) if header is not None else None
+        return named is not None and self._versions.get(named.version, (None,))[0] != named.id
+
     def _contract_named(self, header: bytes | None) -> Contract:
         if header is None:
             return self._contract
-        named = read_verdict(header)
+        named = read_contract(header)
         if named is None:
             raise _Reject(f"its {CONTRACT_HEADER} header {header[:40]!r} names no contract version")
         schema_id, number = named

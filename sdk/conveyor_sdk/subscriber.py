@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from conveyor_sdk.contract import ContractVersion, contract_of
 from conveyor_sdk.errors import DispatchError
 from conveyor_sdk.protos import dispatch_pb2 as pb
 from conveyor_sdk.protos import dispatch_pb2_grpc as pb_grpc
@@ -49,6 +50,12 @@ class Message:
     @property
     def id(self) -> MessageId:
         return self.partition, self.offset
+
+    @property
+    def contract(self) -> ContractVersion | None:
+        """The version of the topic's contract the gateway checked the event against: parse the
+        value by it (None for a record written around the gateway, without the header)."""
+        return contract_of(self.headers)
 
 
 class Retry(Exception):

@@ -2,7 +2,8 @@
 event times written. Pure.
 
 ``project`` runs in Spark's Python workers over Arrow batches (``mapInArrow``): it parses each
-record with its topic's contract (the lake's :class:`~conveyor.pipeline.records.RecordParser`),
+record by the contract version its header names (the lake's
+:class:`~conveyor.pipeline.records.RecordParser`; conveyor.pipeline.realtime.contracts),
 decides lateness against the watermark the driver fixed for the batch before it ran, and adds
 every event into per-key partial sums, so only one row per key, rejected record and distinct
 event millisecond leaves a task. ``merge`` (on the driver) adds the tasks' partial sums together.
@@ -31,7 +32,7 @@ import pyarrow.compute as pc
 
 from conveyor.gctune import tune_for_throughput
 from conveyor.pipeline.realtime.plan import INT64_MAX, INT64_MIN, ViewPlan, epoch_ms, matches
-from conveyor.pipeline.records import RecordParser
+from conveyor.pipeline.records import RecordParser, VersionText
 from conveyor.pipeline.schema import Column
 
 #: What a task returns, one row per: key field delta, distinct applied event time, rejected record.
@@ -45,6 +46,8 @@ OUTPUT = pa.schema([
 OUTPUT_DDL = ("kind string, view string, key string, field string, value bigint, big string, event_ms bigint, "
               "reason string, topic string, partition int, offset bigint, raw_key binary, raw binary")
 DELTA, TIME, MAX, RECORDS, REJECT, DUPLICATES = "delta", "time", "max", "records", "reject", "duplicates"
+#: The Kafka rows' column of each record's contract header (conveyor.pipeline.kafka_source).
+CONTRACT = "contract"
 
 
 class Claims(Protocol):
@@ -55,11 +58,24 @@ class Claims(Protocol):
     def __call__(self, topic: str, event_ids: Sequence[str], owners: Sequence[str]) -> Sequence[bool]: ...
 
 
+#: How far the clocks of the hosts that stamp records may run ahead of the driver's.
+CLOCK_SKEW_MS = 5000
+
+
+class ContractBehindError(Exception):
+    """A real-time task met a record of a contract version registered after its plan was read: the
+    driver reads the registry again and starts the query over (conveyor.pipeline.realtime.contracts)."""
+
+
 @dataclass(frozen=True)
 class TopicPlan:
     topic: str
+    #: The latest version's text (a record without a contract header is parsed by it).
     schema_text: str
+    #: The columns of every version.
     columns: tuple[Column, ...]
+    #: Every version the registry held when the plan was read: (number, id, text).
+    versions: tuple[VersionText, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,10 @@ class BatchPlan:
     views: tuple[ViewPlan, ...]
     watermarks: tuple[int | None, ...]
     future_tolerance_ms: int
+    #: Real-time tasks: when the registry was read (epoch ms); a record of a version the plan lacks
+    #: stamped after that (less CLOCK_SKEW_MS) stops the task. None (micro-batches): the registry was
+    #: read after every record of the batch was written, so such a record is rejected.
+    versions_read_ms: int | None = None
 
     def after(self, newest_ms: int | None) -> BatchPlan:
         """This plan with each view's watermark following ``newest_ms``, the newest event time seen
@@ -95,6 +115,8 @@ class Reject:
 
 #: A Kafka record's coordinates, key and value: (topic, partition, offset, key, value).
 Source = tuple[str, int, int, bytes | None, bytes | None]
+#: A Kafka row as the tasks take it: the record, its Kafka timestamp (epoch ms), its contract header.
+Row = tuple[Source, int, bytes | None]
 
 
 class Partial:
@@ -104,8 +126,8 @@ class Partial:
     def __init__(self, plan: BatchPlan, claims: Claims | None, per_record: bool = False) -> None:
         self.plan = plan
         self.per_record = per_record
-        self.parsers = {t.topic: (RecordParser(t.topic, t.schema_text, t.columns), [c.name for c in t.columns])
-                        for t in plan.topics}
+        self.parsers = {t.topic: (RecordParser(t.topic, t.schema_text, t.columns, t.versions),
+                                  [c.name for c in t.columns]) for t in plan.topics}
         self.views = [(v, wm) for v, wm in zip(plan.views, plan.watermarks, strict=True)]
         self.claims = claims
         #: topic -> events waiting for their ids' claims: (event, event_ms, record).
@@ -118,11 +140,16 @@ class Partial:
         self.records = 0
         self.duplicates = 0
 
-    def add(self, record: Source, kafka_ms: int) -> None:
-        self.records += 1
+    def add(self, record: Source, kafka_ms: int, header: bytes | None = None) -> None:
+        """``header``: the record's contract header (None: it has none)."""
         topic = record[0]
         parser, names = self.parsers[topic]
-        reason, *values = parser.parse(record[4])
+        read_ms = self.plan.versions_read_ms
+        if read_ms is not None and kafka_ms > read_ms - CLOCK_SKEW_MS and parser.names_unheld(header):
+            raise ContractBehindError(f"{topic} {record[1]}:{record[2]} names contract version {header!r}, "
+                                      "registered after the plan was read")
+        self.records += 1
+        reason, *values = parser.parse(record[4], header)
         if reason is not None:
             return self._reject("malformed", reason, record)
         event = dict(zip(names, values, strict=True))
@@ -222,18 +249,25 @@ def _section(kind: str, **columns: list[Any]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT)
 
 
+def kafka_rows(batch: pa.RecordBatch) -> Iterator[Row]:
+    """An Arrow batch of Kafka rows as (record, Kafka timestamp in epoch ms, contract header)."""
+    stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
+    headers = batch.column(CONTRACT).to_pylist() if CONTRACT in batch.schema.names else [None] * batch.num_rows
+    records = zip(*(batch.column(c).to_pylist() for c in ("topic", "partition", "offset", "key", "value")), strict=True)
+    for record, stamp, header in zip(records, stamps, headers, strict=True):
+        yield record, stamp // 1000, header
+
+
 def project(batches: Iterator[pa.RecordBatch], plan: BatchPlan,
             claims: Claims | None = None) -> Iterator[pa.RecordBatch]:
-    """For ``mapInArrow`` over Kafka rows (topic, partition, offset, timestamp, key, value): one
-    batch of partial sums per task; with ``claims``, each event_id counted once."""
+    """For ``mapInArrow`` over Kafka rows (topic, partition, offset, timestamp, key, value, and
+    the contract header): one batch of partial sums per task; with ``claims``, each event_id
+    counted once."""
     tune_for_throughput()  # the partial sums grow to a dict per key, which the collector would walk again and again
     partial = Partial(plan, claims)
     for batch in batches:
-        stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
-        records = zip(*(batch.column(c).to_pylist() for c in ("topic", "partition", "offset", "key", "value")),
-                      strict=True)
-        for record, stamp in zip(records, stamps, strict=True):
-            partial.add(record, stamp // 1000)
+        for record, stamp, header in kafka_rows(batch):
+            partial.add(record, stamp, header)
     partial.settle()
     yield from partial.batches()
 

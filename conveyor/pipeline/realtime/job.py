@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING
 from conveyor.config import Part, Platform, RealtimeView
 from conveyor.gctune import tune_for_throughput
 from conveyor.pipeline.errors import PipelineError, RunFailedError, spark_failures
-from conveyor.pipeline.kafka_source import java_client_options, source_cluster
-from conveyor.pipeline.realtime.deltas import OUTPUT_DDL, BatchPlan, TopicPlan, latencies, merge, project
+from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, java_client_options, source_cluster
+from conveyor.pipeline.realtime.contracts import ViewContracts
+from conveyor.pipeline.realtime.deltas import CONTRACT, OUTPUT_DDL, latencies, merge, project
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
 from conveyor.pipeline.realtime.plan import ViewPlan, job_id
 from conveyor.pipeline.realtime.rejects import RejectsOutput
 from conveyor.pipeline.realtime.failover import WritesInDoubtError, await_replicas, replicated_masters
 from conveyor.pipeline.realtime.store import (CheckpointBehindError, EventClaims, RedisBehindError, ViewStore,
                                               claims_prefix, clear_job, connect, redis_target)
-from conveyor.pipeline.schema import contract_columns, read_schema
 from conveyor.positions import PositionFeed, group_name, spark_client_id
 
 if TYPE_CHECKING:
@@ -57,26 +57,10 @@ def checkpoint_location(platform: Platform, views: Mapping[str, RealtimeView]) -
     return str(platform.home / checkpoint / job_id(views))
 
 
-def topic_plans(platform: Platform, views: Mapping[str, RealtimeView]) -> tuple[TopicPlan, ...]:
-    """The contracts of the views' topics, as the Python workers get them."""
-    plans = []
-    for topic in sorted({v.topic for v in views.values()}):
-        schema = read_schema(platform, topic)
-        plans.append(TopicPlan(topic, json.dumps(schema, sort_keys=True), contract_columns(topic, schema)))
-    return tuple(plans)
-
-
 def event_claims(platform: Platform, views: Mapping[str, RealtimeView]) -> EventClaims | None:
     """The job's de-duplication claims in Redis; None with ``dedup_window: 0s``."""
     window = platform.pipeline.realtime.dedup_window
     return EventClaims(redis_target(platform), claims_prefix(job_id(views)), math.ceil(window)) if window > 0 else None
-
-
-def base_plan(platform: Platform, views: Mapping[str, RealtimeView]) -> BatchPlan:
-    """The job's views and contracts as its tasks get them, before any watermark (BatchPlan.after)."""
-    plans = tuple(ViewPlan.of(name, view) for name, view in views.items())
-    return BatchPlan(topic_plans(platform, views), plans, (None,) * len(plans),
-                     round(platform.pipeline.realtime.future_tolerance * 1000))
 
 
 class BatchWriter:
@@ -84,8 +68,8 @@ class BatchWriter:
 
     def __init__(self, platform: Platform, views: Mapping[str, RealtimeView], metrics: RealtimeMetrics) -> None:
         settings = platform.pipeline.realtime
-        self.plan = base_plan(platform, views)
-        self.views = self.plan.views
+        self.contracts = ViewContracts(platform, views)
+        self.views = self.contracts.plan.views
         self.ttls = {v.name: v.ttl_seconds for v in self.views}
         self.store = ViewStore(connect(platform), job_id(views))
         self.claims = event_claims(platform, views)
@@ -121,7 +105,7 @@ class BatchWriter:
         except RedisBehindError:
             self.metrics.observe_redis_lost()
             raise
-        plan = self.plan.after(newest)
+        plan = self.contracts.caught_up().after(newest)
         stages.lap("state")
         partials = frame.mapInArrow(partial(project, plan=plan, claims=self.claims), OUTPUT_DDL).toArrow()
         stages.lap("spark")
@@ -171,8 +155,10 @@ class _Stopwatch:
 
 def kafka_stream(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], starting_offsets: str,
                  **options: str) -> DataFrame:
-    """The views' topics as a stream of Kafka rows (topic, partition, offset, timestamp, key, value), read committed; ``options``:
-    more of the connector's."""
+    """The views' topics as a stream of Kafka rows (topic, partition, offset, timestamp, key, value,
+    and each record's contract header), read committed; ``options``: more of the connector's."""
+    from pyspark.sql.functions import expr
+
     reader = (
         spark.readStream.format("kafka")
         .options(**java_client_options(platform, source_cluster(platform)))
@@ -183,9 +169,10 @@ def kafka_stream(spark: SparkSession, platform: Platform, views: Mapping[str, Re
         .option("kafka.client.id", spark_client_id("realtime", job_id(views)))
         # Retention deleting unread records fails the query loudly rather than skipping them.
         .option("failOnDataLoss", "true")
+        .option("includeHeaders", "true")
         .options(**options)
     )
-    return reader.load().select(*_KAFKA_COLUMNS)
+    return reader.load().select(*_KAFKA_COLUMNS, expr(CONTRACT_HEADER_SQL).alias(CONTRACT))
 
 
 def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], writer: BatchWriter,
@@ -262,6 +249,7 @@ def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, Realtim
     finally:
         query.stop()
         writer.rejects.close()
+        writer.contracts.close()
         last = batch_positions(query.lastProgress)
         if last:
             feed.publish_and_wait(last)

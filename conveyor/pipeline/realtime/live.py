@@ -35,7 +35,7 @@ from functools import lru_cache
 import pyarrow as pa
 
 from conveyor.gctune import tune_for_throughput
-from conveyor.pipeline.realtime.deltas import BatchPlan, Partial, Source, latencies
+from conveyor.pipeline.realtime.deltas import BatchPlan, Partial, Row, kafka_rows, latencies
 from conveyor.pipeline.realtime.rejects import RejectsOutput
 from conveyor.pipeline.realtime.store import Client, EventClaims, RedisTarget, ViewStore, connect_to, state_key
 
@@ -133,11 +133,9 @@ def write_live(batches: Iterator[pa.RecordBatch], work: LiveWork) -> Iterator[pa
     known: dict[tuple[str, int], Position] = {}
     batch_id = _batch_id()
     for batch in batches:
-        stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
-        columns = (batch.column(c).to_pylist() for c in ("topic", "partition", "offset", "key", "value"))
-        by_partition: dict[tuple[str, int], list[tuple[Source, int]]] = defaultdict(list)
-        for record, stamp in zip(zip(*columns, strict=True), stamps, strict=True):
-            by_partition[(record[0], record[1])].append((record, stamp // 1000))
+        by_partition: dict[tuple[str, int], list[Row]] = defaultdict(list)
+        for row in kafka_rows(batch):
+            by_partition[(row[0][0], row[0][1])].append(row)
         for (topic, partition), records in by_partition.items():
             if (topic, partition) not in known:
                 known[(topic, partition)] = Position.of(store.client.hgetall(position_key(work.job, topic, partition)))
@@ -156,7 +154,7 @@ def _batch_id() -> int:
 
 
 def _write(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partition: int,
-           records: list[tuple[Source, int]], position: Position) -> Position:
+           records: list[Row], position: Position) -> Position:
     fresh = [r for r in records if r[0][2] > position.done]
     unsure = [r for r in fresh if r[0][2] <= position.pending]
     notes = {"reread": len(records) - len(fresh), "recovered": len(unsure)}
@@ -172,14 +170,14 @@ def _write(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partitio
 
 
 def _span(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partition: int,
-          records: list[tuple[Source, int]], position: Position, recovering: bool) -> Position:
+          records: list[Row], position: Position, recovering: bool) -> Position:
     """Write ``records`` (offsets past ``done``) and move ``done`` to the last of them."""
     last = records[-1][0][2]
     newest = position.pending_max if recovering else position.max_ms
     where = position_key(work.job, topic, partition)
     part = Partial(work.plan.after(newest), work.claims, per_record=recovering)
-    for record, kafka_ms in records:
-        part.add(record, kafka_ms)
+    for record, kafka_ms, header in records:
+        part.add(record, kafka_ms, header)
     part.settle()
     if part.rejects:
         work.rejects.send(batch_id, tuple(part.rejects))

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING
 from conveyor.config import Part, Platform, RealtimeView
 from conveyor.pipeline.errors import PipelineError, RunFailedError, spark_failures
 from conveyor.pipeline.kafka_source import list_watermarks, source_cluster
-from conveyor.pipeline.realtime.job import base_plan, checkpoint_location, event_claims, kafka_stream
+from conveyor.pipeline.realtime.contracts import ViewContracts
+from conveyor.pipeline.realtime.deltas import BatchPlan, ContractBehindError
+from conveyor.pipeline.realtime.job import checkpoint_location, event_claims, kafka_stream
 from conveyor.pipeline.realtime.live import LiveWork, Position, diagnostics_key, live_state, position_key, write_live
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
 from conveyor.pipeline.realtime.plan import job_id
@@ -82,12 +84,22 @@ def start(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeV
     return stream.start()
 
 
-def live_work(platform: Platform, views: Mapping[str, RealtimeView]) -> LiveWork:
+def live_work(platform: Platform, views: Mapping[str, RealtimeView], plan: BatchPlan) -> LiveWork:
     """What the job's tasks need (the side output's topic is created here, once)."""
-    plan = base_plan(platform, views)
     return LiveWork(plan, event_claims(platform, views), redis_target(platform), job_id(views),
                     {v.name: v.ttl_seconds for v in plan.views},
                     RejectsOutput(platform, source_cluster(platform), platform.pipeline.realtime.rejects_topic))
+
+
+def _contract_behind(failure: RunFailedError) -> bool:
+    """Whether a task stopped on a record of a contract version newer than the query's plan."""
+    cause = failure.__cause__
+    texts = [str(cause)]
+    java = getattr(cause, "java_exception", None)
+    while java is not None and len(texts) < 10:
+        texts.append(str(java.toString()))
+        java = java.getCause()
+    return any(ContractBehindError.__name__ in text for text in texts)
 
 
 class _Reporter:
@@ -135,7 +147,6 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
     platform = platform.acting_as(Part.realtime)
     job = job_id(views)
     client = connect(platform)
-    work = live_work(platform, views)
     location = checkpoint_location(platform, views)
     if not client.exists(mode_key(job)) and _has_logged_batches(spark, location):
         raise _redis_lost(metrics, views, f"its checkpoint {location} has logged real-time batches")
@@ -144,13 +155,24 @@ def run(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeVie
     partitions = [(topic, int(p)) for topic, starts in offsets.items() for p in starts]
     _check_slots(spark, len(partitions))
     reporter = _Reporter(client, job, partitions)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    contracts = ViewContracts(platform, views)
     try:
-        _stream(spark, platform, views, work, offsets, metrics, reporter, stop, seconds)
-    except RunFailedError:
-        if not client.exists(mode_key(job)):  # a task found its partition's position gone
-            raise _redis_lost(metrics, views, "a task found its partition's position gone") from None
-        raise
-    return 0
+        while True:
+            work = live_work(platform, views, contracts.caught_up(live=True))
+            try:
+                _stream(spark, platform, views, work, offsets, metrics, reporter, stop, deadline)
+                return 0
+            except RunFailedError as failure:
+                if not client.exists(mode_key(job)):  # a task found its partition's position gone
+                    raise _redis_lost(metrics, views, "a task found its partition's position gone") from None
+                if not _contract_behind(failure):
+                    raise
+                log.info("real-time %s: a record of a contract version registered after the query started; "
+                         "reading the registry again and starting the query over", job)
+                offsets = start_offsets(platform, views, client)
+    finally:
+        contracts.close()
 
 
 def _has_logged_batches(spark: SparkSession, location: str) -> bool:
@@ -170,11 +192,10 @@ def _redis_lost(metrics: RealtimeMetrics, views: Mapping[str, RealtimeView], why
 
 def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, RealtimeView], work: LiveWork,
             offsets: Mapping[str, Mapping[str, int]], metrics: RealtimeMetrics, reporter: _Reporter,
-            stop: threading.Event, seconds: float | None) -> None:
+            stop: threading.Event, deadline: float | None) -> None:
     job = job_id(views)
     feed = PositionFeed(platform, source_cluster(platform), group_name("realtime", job), "spark checkpoint",
                         registry=metrics.registry, client_ids=[spark_client_id("realtime", job)])
-    deadline = None if seconds is None else time.monotonic() + seconds
     with spark_failures(f"real-time job {job} (restart it: the views skip what they hold)"):
         query = start(spark, platform, views, work, offsets)
         try:

@@ -15,6 +15,7 @@ import pytest
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.dispatch.ackcodec import decode
+from conveyor_sdk.contract import ContractVersion
 from conveyor_sdk.subscriber import Message, Retry, Subscriber, SubscriberError, locate
 from conveyor_sdk.protos import dispatch_pb2 as pb
 from conveyor_sdk.protos import dispatch_pb2_grpc as pb_grpc
@@ -371,3 +372,25 @@ def test_the_asyncio_subscriber_acks_on_return_and_nacks_on_raise(setup, nodes) 
     five = next(i for i, v in ledger.values.items() if v == b"5")
     assert ledger.deliveries[five] == 2
     assert sum(ledger.deliveries.values()) == len(sent) + 1
+
+
+def test_each_message_names_the_contract_version_it_was_checked_against(setup, nodes) -> None:
+    """The gateway's contract header travels with the record (the replicator copies it) and reaches
+    the reader, who parses each value by that version; a record written around the gateway has none."""
+    platform, topic = setup()
+    node = start_node(platform)
+    nodes.append(node)
+    producer = kafka.producer(platform, "central", "dispatch-test")
+    versions = {b"old": ContractVersion(11, 1), b"new": ContractVersion(12, 2), b"direct": None}
+    for value, version in versions.items():
+        producer.produce(topic, value, key=value, headers=[version.header()] if version else None)
+    assert producer.flush(30) == 0
+    seen: dict[bytes, ContractVersion | None] = {}
+    sub = Subscriber(topic, "mailer", lambda m: seen.__setitem__(m.value, m.contract), nodes=[node.advertise],
+                     token=MAILER_TOKEN)
+    sub.start()
+    try:
+        eventually(lambda: len(seen) == len(versions), 60, "every message delivered")
+    finally:
+        sub.stop()
+    assert seen == versions

@@ -22,7 +22,8 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from conveyor import kafka
-from conveyor.bus.registry_state import CONTRACT_HEADER, canonical
+from conveyor.bus.registry_state import canonical
+from conveyor_sdk.contract import CONTRACT_HEADER
 from conveyor.config import Platform
 from conveyor.topics import provisioner
 from tests.conftest import base_port, demo_event, eventually, platform_variant, read_topic, without_registry_topic

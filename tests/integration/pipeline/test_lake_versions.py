@@ -16,7 +16,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from conveyor import kafka
 from conveyor.bus.registry import Registry
-from conveyor.bus.registry_state import CONTRACT_HEADER
+from conveyor_sdk.contract import CONTRACT_HEADER
 from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.tables import data_table
 from tests.conftest import base_port, demo_event

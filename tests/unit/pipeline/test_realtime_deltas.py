@@ -9,9 +9,10 @@ from pathlib import Path
 
 import orjson
 import pyarrow as pa
+import pytest
 
 from conveyor.config import load_platform
-from conveyor.pipeline.realtime.deltas import BatchPlan, TopicPlan, latencies, merge, project, quantiles
+from conveyor.pipeline.realtime.deltas import BatchPlan, ContractBehindError, TopicPlan, latencies, merge, project, quantiles
 from conveyor.pipeline.realtime.plan import INT64_MAX, INT64_MIN, ViewPlan, epoch_ms, saturate
 from conveyor.pipeline.schema import contract_columns
 
@@ -158,3 +159,45 @@ def test_a_copy_is_not_rejected_twice_and_a_bad_copy_claims_nothing():
     result = run([late, late, future], watermarks=(watermark, watermark - 600_000), claims=claims)
     assert result.reject_counts() == {"late:banner_ctr": 1, "future": 1} and result.duplicates == 1
     assert set(claims.holders) == {("ad-events", orjson.loads(late)["event_id"])}
+
+
+#: Version 1 of the contract closed (no field beyond its own), version 2 adding ``country``.
+CLOSED = {**SCHEMA, "additionalProperties": False}
+WITH_COUNTRY = {**CLOSED, "properties": {**CLOSED["properties"], "country": {"type": "string", "maxLength": 2}}}
+VERSIONS = ((1, 101, json.dumps(CLOSED)), (2, 102, json.dumps(WITH_COUNTRY)))
+
+
+def versioned_batch(rows: list[tuple[bytes, bytes | None]], kafka_second: float = 0) -> pa.RecordBatch:
+    batch = kafka_batch([value for value, _ in rows], kafka_second)
+    return batch.append_column("contract", pa.array([header for _, header in rows], pa.binary()))
+
+
+def test_each_record_is_parsed_by_the_version_its_header_names():
+    topic = TopicPlan("ad-events", VERSIONS[-1][2], contract_columns("ad-events", WITH_COUNTRY), VERSIONS)
+    plan = BatchPlan((topic,), VIEWS, (None, None), 300_000)
+    batch = versioned_batch([
+        (event(1, "impression", banner_id="b1", country="NL"), b"102:2"),  # version 2 has the field
+        (event(2, "impression", banner_id="b1", country="NL"), b"101:1"),  # version 1 is closed to it
+        (event(3, "impression", banner_id="b1"), b"101:1"),
+        (event(4, "impression", banner_id="b1"), b"103:3"),  # a version the registry never held
+        (event(5, "impression", banner_id="b1"), None),  # written around the gateway: the latest
+    ])
+    result = merge(pa.Table.from_batches(list(project(iter([batch]), plan))))
+    assert result.records == 5 and result.applied == 3
+    reasons = {r.offset: r.reason for r in result.rejects}
+    assert set(reasons) == {1, 3}
+    assert "breaks the contract" in reasons[1] and "country" in reasons[1]
+    assert "version 3 (id 103), which the registry does not hold" in reasons[3]
+
+
+def test_a_real_time_task_stops_on_a_version_newer_than_its_plan_and_rejects_an_older_unknown_one():
+    topic = TopicPlan("ad-events", VERSIONS[0][2], contract_columns("ad-events", CLOSED), VERSIONS[:1])
+    read_ms = epoch_ms(T0)
+    plan = BatchPlan((topic,), VIEWS, (None, None), 300_000, versions_read_ms=read_ms)
+    newer = versioned_batch([(event(1, "impression", banner_id="b1", country="NL"), b"102:2")], kafka_second=0)
+    with pytest.raises(ContractBehindError, match="registered after the plan was read"):
+        list(project(iter([newer]), plan))
+    # Stamped well before the registry was read: a version the registry did not hold then never existed.
+    older = versioned_batch([(event(1, "impression", banner_id="b1", country="NL"), b"102:2")], kafka_second=-60)
+    result = merge(pa.Table.from_batches(list(project(iter([older]), plan))))
+    assert [r.kind for r in result.rejects] == ["malformed"] and result.applied == 0

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from conveyor.pipeline.realtime import live, live_query
+from conveyor.pipeline.realtime.contracts import ViewContracts
 from conveyor.pipeline.realtime.job import checkpoint_location
 from conveyor.pipeline.realtime.live import Position, diagnostics_key, fence_field, live_state, write_live
 from conveyor.pipeline.realtime.live_query import live_work
@@ -26,6 +27,15 @@ from tests.lakekit import lake_folder, lake_spark  # noqa: F401
 from tests.realtimekit import counters_in_redis, event_at, expected_counters, realtime_case, redis_cluster  # noqa: F401
 
 pytestmark = pytest.mark.integration
+
+
+def _work(platform, views) -> live.LiveWork:
+    """What the job's tasks get, with the contracts as the registry holds them now."""
+    contracts = ViewContracts(platform, views)
+    try:
+        return live_work(platform, views, contracts.caught_up(live=True))
+    finally:
+        contracts.close()
 
 
 class Stopped(Exception):
@@ -54,7 +64,7 @@ def test_a_task_stopped_inside_its_writes_and_replayed_from_earlier_counts_each_
     settings = {"redis": request.getfixturevalue("redis_cluster")} if where == "cluster" else {}
     case = realtime_case(partitions=1, ctr_lateness="10m", interest_lateness="10m", **settings)
     views = job_views(case.platform)
-    work = live_work(case.platform, views)
+    work = _work(case.platform, views)
     now = time.time()
     events = [event_at(now - 30 + i / 100, "click" if i % 7 == 0 else "impression", f"user-{i % 5}", f"b{i % 9}", i)
               for i in range(350)]
@@ -107,7 +117,7 @@ def test_a_task_stopped_inside_its_writes_and_replayed_from_earlier_counts_each_
 def test_a_task_that_finds_its_partition_s_position_gone_fails_instead_of_counting_on(realtime_case):
     case = realtime_case(partitions=1)
     views = job_views(case.platform)
-    work = live_work(case.platform, views)
+    work = _work(case.platform, views)
     client = connect(case.platform)
     values = [orjson.dumps(event_at(time.time() - 5, "impression", "user-1", "b1", 1)) for _ in range(20)]
 
@@ -136,7 +146,7 @@ def test_a_checkpoint_with_logged_batches_and_no_real_time_state_in_redis_stops_
 def test_a_sum_beyond_64_bits_saturates_its_counter_and_is_noted_for_the_view(realtime_case):
     case = realtime_case(partitions=1)
     views = job_views(case.platform)
-    work = live_work(case.platform, views)
+    work = _work(case.platform, views)
     at = time.time() - 5
     values = [orjson.dumps(event_at(at, "impression", "user-1", "b1", 2**62)) for _ in range(3)]
     for _ in write_live(iter([_rows(case.topic, values, 0)]), work):
