@@ -76,6 +76,7 @@ class ViewContracts:
             return self.plan
         deadline = time.monotonic() + REGISTRY_PATIENCE
         while True:
+            asked_ms = time.time_ns() // 1_000_000  # before the end is asked: what it holds was registered by then
             try:
                 registry.wait_caught_up()
                 break
@@ -85,7 +86,7 @@ class ViewContracts:
                 if time.monotonic() >= deadline:
                     raise
                 log.warning("%s; trying again", err)
-        read_ms = time.time_ns() // 1_000_000 if live else None
+        read_ms = asked_ms if live else None
         if registry.position != self._read_at or self.plan.versions_read_ms != read_ms:
             with registry.reading() as state:
                 self._read_at = registry.position

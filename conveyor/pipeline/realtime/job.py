@@ -247,6 +247,9 @@ def _stream(spark: SparkSession, platform: Platform, views: Mapping[str, Realtim
                 metrics.observe_trigger(progress.batchId, progress.durationMs)
             feed.publish(batch_positions(progress))
     finally:
+        # A stop (SIGTERM, --for) may land inside a batch: Spark interrupts it, the checkpoint replays
+        # it at the next start, and py4j's logger would print the interrupted callback's traceback.
+        logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
         query.stop()
         writer.rejects.close()
         writer.contracts.close()
