@@ -15,9 +15,13 @@
   de-duplication did not take (docs/benchmarks.md, "Lake ingestion");
 - ``iceberg_sink``: Apache Iceberg's own Kafka Connect sink (bench.iceberg_sink), exactly-once,
   into the same table as the user's job; the peer a data team deploys for Kafka to Iceberg;
-- ``lake`` and ``lake_no_dedup``: ``conveyor pipeline lake`` (one run of :func:`run_once`): parse
-  and check every record against the contract, quarantine, Iceberg commits carrying the offsets,
-  with and without the event_id de-duplication window;
+- ``lake`` and ``lake_no_dedup``: ``conveyor pipeline lake`` (one run of :func:`run_once`) on a
+  topic only the bus writes, its records carrying the gateway's verdict (the bench writes them as a
+  gateway does, with the contract header naming the registry's version): parsed in the JVM,
+  quarantine, Iceberg commits carrying the offsets, with and without the event_id de-duplication
+  window;
+- ``lake_checked``: the lake with de-duplication as a topic with direct producers gets it, every
+  record checked against the contract in a Python worker;
 - ``lake_no_dedup_unchecked`` (with ``--stages``): the lake without de-duplication whose parser is
   Spark's ``from_json``, with no contract check: the bound for any check kept in the JVM.
 
@@ -63,13 +67,17 @@ from rich.table import Table
 from bench.common import Round, cpu_since, demo_data, host, provision, tree_cpu, write_results
 from bench.iceberg_sink import ConnectWorker
 from conveyor import kafka
+from conveyor.bus.registry import Registry
+from conveyor_sdk.contract import CONTRACT_HEADER
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
+from conveyor.bus.registry import topic_versions
 from conveyor.pipeline.guard import state_dir
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, read_range
 from conveyor.pipeline.lake import parsed_range, range_records, run_once
 from conveyor.pipeline.offsets import RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH
+from conveyor.pipeline.trust import Trust
 from conveyor.pipeline.schema import REASON, Column, contract_columns, read_schema
 from conveyor.pipeline.spark import spark_session
 from conveyor.pipeline.tables import GAPS_TABLE, data_table, quarantine_table
@@ -91,7 +99,8 @@ def lake_platform(folder: Path, base_port: int, dedup: str, spark: dict | None =
         "runtime": {**demo["runtime"], "home": str(folder / "home"), "base_port": base_port,
                     "redis": {"enabled": False}},
         "clusters": {"central": demo["clusters"]["central"]},
-        "topics": {TOPIC: {"partitions": PARTITIONS, "contract": str(ROOT / "contracts" / "ad-events.schema.json")}},
+        "topics": {TOPIC: {"partitions": PARTITIONS, "contract": str(ROOT / "contracts" / "ad-events.schema.json")},
+                   "_contracts": demo["topics"]["_contracts"]},
         "pipeline": {"source": "central", "spark": spark or demo["pipeline"]["spark"],
                      "catalog": {"warehouse": str(folder / "warehouse")},
                      "lake": {"topics": [TOPIC], "dedup_window": dedup}},
@@ -99,8 +108,21 @@ def lake_platform(folder: Path, base_port: int, dedup: str, spark: dict | None =
     return parse_platform(data, root=folder)
 
 
-def produce(platform: Platform, events: int, size: int, first: int = 0) -> int:
-    """``events`` more events of about ``size`` bytes, numbered from ``first``; the bytes sent."""
+def register(platform: Platform) -> bytes:
+    """The contract as the registry's version of the bench's topic; the header a gateway writes with it."""
+    registry = Registry(platform, "lake-bench")
+    registry.start()
+    try:
+        version = registry.register(f"{TOPIC}-value", read_schema(platform, TOPIC), "lake-bench").version
+    finally:
+        registry.stop()
+    return f"{version.id}:{version.version}".encode()
+
+
+def produce(platform: Platform, events: int, size: int, first: int = 0, header: bytes | None = None) -> int:
+    """``events`` more events of about ``size`` bytes, numbered from ``first``, with ``header`` as
+    their contract header (as a gateway writes them); the bytes sent."""
+    headers = [(CONTRACT_HEADER, header)] if header is not None else None
     producer = kafka.producer(platform, "central", "lake-bench", {"linger.ms": 50, "batch.size": 1_000_000})
     now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
     total = 0
@@ -112,7 +134,7 @@ def produce(platform: Platform, events: int, size: int, first: int = 0) -> int:
         total += len(value)
         while True:
             try:
-                producer.produce(TOPIC, value, key=event["user_id"].encode())
+                producer.produce(TOPIC, value, key=event["user_id"].encode(), headers=headers)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -219,8 +241,17 @@ def lake_seconds(spark, platform: Platform, events: int, steps: dict[str, float]
     marks.append((time.monotonic(), ""))
     if steps is not None:
         steps.update({what: later - at for (at, what), (later, _) in zip(marks[1:], marks[2:], strict=False)})
-    assert summary.topics[0].landed == events, summary
+    (run,) = summary.topics
+    # Trusted, the gateway's verdicts stand and nothing is checked again; else everything is.
+    assert run.landed == events and run.checked == (0 if run.trust.trusted else events), run
     return summary.seconds
+
+
+def _checked_lake_seconds(spark, platform: Platform, events: int) -> float:
+    """:func:`lake_seconds` as a topic with direct producers gets it: every record checked."""
+    untrusted = Trust(TOPIC, False, "the bench's full check")
+    with mock.patch("conveyor.pipeline.lake.live_trust", lambda *_: untrusted):
+        return lake_seconds(spark, platform, events)
 
 
 def _values_to_python(values: pa.Array) -> pa.Array:
@@ -229,7 +260,7 @@ def _values_to_python(values: pa.Array) -> pa.Array:
 
 
 def _from_json_range(spark, platform: Platform, plan: RangePlan, columns: tuple[Column, ...],
-                     schema_text: str) -> DataFrame:
+                     schema_text: str, *_versions_and_trust: object) -> DataFrame:
     """The lake's parsed range with Spark's ``from_json`` in place of its parser: the user's parse,
     no contract check, every record good. A lake run over it bounds what any contract check kept
     inside the JVM could reach: such a check can only add to this."""
@@ -249,12 +280,15 @@ def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
     _, marks = list_watermarks(platform, TOPIC)
     plan = plan_ranges(TOPIC, {"bench": None}, marks)
     schema = read_schema(platform, TOPIC)
+    versions = tuple((v.version, v.id, v.schema) for v in topic_versions(platform, TOPIC))
     raw = read_range(spark, platform, plan)
     frames = {
         "kafka_read": raw,
         "kafka_read_values_to_python": raw.select("*", arrow_udf(_values_to_python, "bigint")("value")),
         "kafka_read_parse": parsed_range(spark, platform, plan, contract_columns(TOPIC, schema),
-                                    json.dumps(schema, sort_keys=True)),
+                                         json.dumps(schema, sort_keys=True)),
+        "kafka_read_parse_verdict_kept": parsed_range(spark, platform, plan, contract_columns(TOPIC, schema),
+                                                      json.dumps(schema, sort_keys=True), versions, True),
     }
     seconds = {}
     for name, frame in frames.items():
@@ -279,7 +313,8 @@ def _timed_in_spark(spark, measure: Callable[[], float]) -> Round:
 
 #: Wide enough for the tables when the output is a file.
 CONSOLE = Console(width=150)
-PATHS = ("plain_sink", "user_job", "user_job_merge", "iceberg_sink", "lake", "lake_no_dedup")
+LAKE_PATHS = ("lake", "lake_no_dedup", "lake_checked")
+PATHS = ("plain_sink", "user_job", "user_job_merge", "iceberg_sink", *LAKE_PATHS)
 
 
 def size_result(events: int, event_bytes: int, rounds: dict[str, list[Round]], librdkafka: float,
@@ -299,8 +334,8 @@ def size_result(events: int, event_bytes: int, rounds: dict[str, list[Round]], l
         "events_per_cpu_second": {k: round(events / v) for k, v in cpu.items() if v > 0},
         "ratio_to_user_job": ({k: round(seconds["user_job"] / v, 2) for k, v in seconds.items()}
                               if "user_job" in seconds else {}),
-        "lake_per_cpu_second_to_sink": ({k: round(cpu["iceberg_sink"] / cpu[k], 2) for k in ("lake", "lake_no_dedup")
-                                         if k in cpu} if "iceberg_sink" in cpu else {}),
+        "lake_per_cpu_second_to_sink": ({k: round(cpu["iceberg_sink"] / cpu[k], 2) for k in LAKE_PATHS if k in cpu}
+                                        if "iceberg_sink" in cpu else {}),
     }
 
 
@@ -320,6 +355,7 @@ def run(sizes: list[int], size: int, rounds: int, base_port: int, paths: tuple[s
         stack.callback(local.down)
         platform, no_dedup = local.clients, resolved(no_dedup)
         provision(platform)
+        header = register(platform)
         spark = spark_session(platform, "lake-bench")
         # Up for the whole bench, warm after its first round as the Spark session is.
         worker = (stack.enter_context(ConnectWorker(platform, folder, folder / "warehouse", base_port + 90))
@@ -333,11 +369,12 @@ def run(sizes: list[int], size: int, rounds: int, base_port: int, paths: tuple[s
             "iceberg_sink": lambda n: _iceberg_sink(spark, platform, worker, n),
             "lake": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, platform, n)),
             "lake_no_dedup": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, no_dedup, n)),
+            "lake_checked": lambda n: _timed_in_spark(spark, lambda: _checked_lake_seconds(spark, platform, n)),
         }
         produced, produced_bytes = 0, 0
         for events in sizes:
             progress(f"producing up to {events:,} events")
-            produced_bytes += produce(platform, events - produced, size, first=produced)
+            produced_bytes += produce(platform, events - produced, size, first=produced, header=header)
             produced = events
             librdkafka = _librdkafka(platform, events)
             measured: dict[str, list[Round]] = {}

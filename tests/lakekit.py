@@ -52,9 +52,10 @@ def lake_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def lake_data(platform_data: dict[str, Any], platform_file: Path, folder: Path, topic: str | None,
               partitions: int, lake: dict[str, Any], delivery: str = "exact",
-              clusters: tuple[str, ...] = ("central",)) -> dict[str, Any]:
+              clusters: tuple[str, ...] = ("central",), direct_producers: tuple[str, ...] = ()) -> dict[str, Any]:
     """The session's platform with its lake in ``folder`` (a Hadoop catalog) and ``topic``, if
-    given, on ``clusters`` (central, the lake's source, among them) as the lake's only topic."""
+    given, on ``clusters`` (central, the lake's source, among them) as the lake's only topic, written
+    on Kafka by ``direct_producers`` besides the bus."""
     data = copy.deepcopy(platform_data)
     for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
         if spec.get("contract"):
@@ -63,7 +64,7 @@ def lake_data(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
     pipeline.update(source="central", catalog={"warehouse": str(folder / "warehouse")})
     if topic is not None:
         data["topics"][topic] = {"partitions": partitions, "contract": str(CONTRACT), "clusters": list(clusters),
-                                 "delivery": delivery}
+                                 "delivery": delivery, "direct_producers": list(direct_producers)}
         pipeline["lake"] = {"topics": [topic], **lake}
     return data
 
@@ -96,17 +97,19 @@ class LakeCase:
 @pytest.fixture
 def lake_case(platform_data: dict[str, Any], platform_file: Path, lake_folder: Path, lake_spark: Any,
               topic_factory: Callable[..., str]) -> Callable[..., LakeCase]:
-    """``make(partitions=3, config=None, delivery="exact", writable=(), **lake_settings) -> LakeCase``;
-    ``writable``: writable clusters that carry the topic too (created there, declared there)."""
+    """``make(partitions=3, config=None, delivery="exact", writable=(), direct_producers=(),
+    **lake_settings) -> LakeCase``; ``writable``: writable clusters that carry the topic too (created
+    there, declared there); ``direct_producers``: services that write it on Kafka themselves (the
+    lake then checks every record in full)."""
 
     def make(partitions: int = 3, config: dict[str, str] | None = None, delivery: str = "exact",
-             writable: tuple[str, ...] = (), **lake: Any) -> LakeCase:
+             writable: tuple[str, ...] = (), direct_producers: tuple[str, ...] = (), **lake: Any) -> LakeCase:
         topic = topic_factory("central", partitions, config)
         for cluster in writable:
             topic_factory(cluster, partitions, config, name=topic)
         path = lake_folder / f"platform-{topic}.yaml"
         data = lake_data(platform_data, platform_file, lake_folder, topic, partitions, lake, delivery,
-                         ("central", *writable))
+                         ("central", *writable), direct_producers)
         return LakeCase(platform_variant(data, path), path, topic)
 
     return make

@@ -1,6 +1,7 @@
 """The ACLs platform.yaml asks for on one cluster. Pure: no Kafka here.
 
-Each service is the principal ``User:<service>``. A topic's producers may write it, its consumers
+Each service is the principal ``User:<service>``. A topic's direct producers may write it (its
+producers send through the bus and write nothing on Kafka themselves), its consumers
 read it and use consumer groups under a prefix of their own (``<service>.``), so two services never
 share a group by accident and none can move another's offsets. Only ALLOW bindings on any host are
 managed; a cluster runs with ``allow.everyone.if.no.acl.found=false``, so what is not granted here
@@ -66,7 +67,7 @@ def is_secured(cluster: Cluster) -> bool:
 def wanted_grants(platform: Platform, cluster_name: str) -> set[Grant]:
     grants: set[Grant] = set()
     for topic_name, topic in platform.topics_on(cluster_name).items():
-        for service in topic.producers:
+        for service in topic.direct_producers:
             grants |= {Grant(principal(service), Resource.topic, topic_name, Pattern.literal, op) for op in PRODUCE}
         for service in topic.consumers:
             grants |= {Grant(principal(service), Resource.topic, topic_name, Pattern.literal, op) for op in CONSUME}
@@ -75,5 +76,6 @@ def wanted_grants(platform: Platform, cluster_name: str) -> set[Grant]:
 
 
 def wanted_users(platform: Platform, cluster_name: str) -> set[str]:
-    """The services that need a SCRAM credential on the cluster: every producer and consumer of its topics."""
-    return {s for topic in platform.topics_on(cluster_name).values() for s in (*topic.producers, *topic.consumers)}
+    """The services that need a SCRAM credential on the cluster: every direct producer and consumer of its topics."""
+    return {s for topic in platform.topics_on(cluster_name).values()
+            for s in (*topic.direct_producers, *topic.consumers)}

@@ -110,15 +110,20 @@ def dispatcher(platform: Platform, cluster_name: str, dispatch_cluster: str | No
 def lake(platform: Platform, cluster_name: str, source: str | None) -> set[Grant]:
     """Reads the topics it lands (pipeline.lake.topics, or those naming the ``lake`` service) and
     publishes its positions to their monitoring groups; the audit reads the same topics on every
-    writable cluster, where the gateways accepted them (conveyor.pipeline.accepted)."""
-    writable = platform.cluster(cluster_name).role == ClusterRole.writable
-    if cluster_name != source and not writable:
-        return set()
+    writable cluster, where the gateways accepted them (conveyor.pipeline.accepted). On every
+    cluster holding one, it reads the ACLs (DESCRIBE on the cluster) to learn whether only the bus
+    writes it (conveyor.pipeline.trust)."""
     on_cluster = platform.topics_on(cluster_name)
-    landed = set(platform.pipeline.lake.topics or ()) | {n for n, t in on_cluster.items() if "lake" in t.consumers}
-    grants = _topics(Part.lake, landed & set(on_cluster), CONSUME)
+    landed = (set(platform.pipeline.lake.topics or ()) | {n for n, t in on_cluster.items() if "lake" in t.consumers}
+              ) & set(on_cluster)
+    if not landed:
+        return set()
+    grants = _on(Part.lake, Resource.cluster, CLUSTER, ("DESCRIBE",))
+    if cluster_name != source and platform.cluster(cluster_name).role != ClusterRole.writable:
+        return grants
+    grants |= _topics(Part.lake, landed, CONSUME)
     if cluster_name == source:
-        for topic in landed & set(on_cluster):
+        for topic in landed:
             grants |= _on(Part.lake, Resource.group, feed_group("lake", topic), ("READ",))
     return grants
 

@@ -29,6 +29,26 @@ def _clusters(model: Platform) -> list[dict[str, Any]]:
     return rows
 
 
+def _lake_reading(model: Platform) -> list[Section]:
+    """How the lake reads each topic it lands: the gateway's verdict kept (parsed in the JVM), or
+    every record checked in full; and why, from the ACLs the file asks for."""
+    from conveyor.pipeline.errors import LakeConfigError
+    from conveyor.pipeline.lake import lake_topics
+    from conveyor.pipeline.trust import planned_trust
+
+    try:
+        topics = lake_topics(model)
+    except LakeConfigError:  # no lake here
+        return []
+    rows = []
+    for topic in topics:
+        trust = planned_trust(model, topic)
+        rows.append({"topic": topic, "records": "verdict kept, parsed in the JVM" if trust.trusted else "checked in full",
+                     "trusted": trust.trusted, "why": trust.why})
+    columns = (Column("topic"), Column("records", cell=lambda r: r["records"]), Column("why", overflow="fold"))
+    return [Section("lake_reading", "how the lake reads each topic it lands", columns, rows)]
+
+
 def _brokers(row: dict[str, Any]) -> str:
     return str(row["brokers"]) if row["bootstrap"] is None else f"existing: {row['bootstrap']}"
 
@@ -41,16 +61,18 @@ def _topics(row: dict[str, Any]) -> str:
 @app.command()
 def check(platform: PlatformOption = DEFAULT_PLATFORM, output: OutputOption = OutputFormat.table,
           strict: StrictOption = False) -> None:
-    """Validate the platform file; print every problem with its path, or a summary with the
-    durability warnings (settings that stop writes or lose records once a broker fails). Exit 2 on
-    a problem, or with --strict on a warning."""
+    """Validate the platform file; print every problem with its path, or a summary: the clusters,
+    how the lake reads each topic it lands (the gateway's verdict kept where only the bus may write
+    the topic, else every record checked in full), and the durability warnings (settings that stop
+    writes or lose records once a broker fails). Exit 2 on a problem, or with --strict on a warning."""
     model = load_platform(platform)  # the file as written, not what `conveyor up` resolved
     columns = (Column("cluster"), Column("role"), Column("brokers", cell=_brokers),
                Column("racks", cell=lambda r: ",".join(r["racks"])),
                Column("topics (partitions x RF, min ISR)", cell=_topics))
     findings = durability_findings(model)
     warnings = [durability_section(findings)] if findings or output is OutputFormat.json else []
-    render(output, Section("clusters", f"{platform}: valid", columns, _clusters(model)), *warnings, platform=model.name)
+    render(output, Section("clusters", f"{platform}: valid", columns, _clusters(model)), *_lake_reading(model),
+           *warnings, platform=model.name)
     if strict and findings:
         raise typer.Exit(2)
 

@@ -94,7 +94,7 @@ def _count(key: str) -> Column:
 
 
 _RUN_COLUMNS = (Column("topic"), Column("offset ranges read", cell=_ranges, overflow="fold"), _count("records_read"),
-                _count("landed"), _count("quarantined"), _count("duplicates_dropped"),
+                _count("checked"), _count("landed"), _count("quarantined"), _count("duplicates_dropped"),
                 Column("bytes", cell=lambda run: decimal(run.bytes_read)), Column("seconds", cell=lambda r: f"{r.seconds:.1f}"))
 
 
@@ -104,6 +104,9 @@ def print_summary(summary: RunSummary, output: OutputFormat) -> None:
                            f"{summary.rate:,.0f} records/s", _RUN_COLUMNS, summary.topics),
            run_id=summary.run_id, started_at=summary.started_at, seconds=summary.seconds, lost=summary.lost)
     for run in summary.topics:
+        if run.records_read:
+            kept = "the gateway's verdicts kept" if run.trust.trusted else "every record checked"
+            say(output, f"{run.topic}: {kept} ({run.trust.why})")
         if run.orphans_deleted:
             say(output, f"{run.topic}: deleted {run.orphans_deleted} file(s) left by an interrupted run")
         for gap in run.gaps:

@@ -82,7 +82,7 @@ def _topic_problems(platform: Platform) -> Iterator[Problem]:
                                   f"fewer than the replication factor {factor}", on)
         if topic.isolation and not any(topic.isolation in c.tags for c in platform.clusters.values()):
             yield Problem(f"{where}.isolation", f"no cluster has brokers tagged {topic.isolation!r}")
-        for role in ("producers", "consumers"):
+        for role in ("producers", "direct_producers", "consumers"):
             for service in getattr(topic, role):
                 if service not in platform.services:
                     yield _unknown(f"{where}.{role}", "services", "service", service)

@@ -43,7 +43,12 @@ class Topic(Model):
     contract: str | None = None
     #: The rule the contract's new versions are held to; default: contracts.compatibility.
     compatibility: Compatibility | None = None
+    #: Services that send the topic's events through the bus (a gateway token); they get no Kafka
+    #: credentials or ACLs of their own, so every record is written by a gateway and carries its verdict.
     producers: list[Name] = Field(default_factory=list)
+    #: Services that write the topic on Kafka themselves, with a SCRAM credential and WRITE: the lake
+    #: checks every record of such a topic in full (conveyor.pipeline.trust).
+    direct_producers: list[Name] = Field(default_factory=list)
     consumers: list[Name] = Field(default_factory=list)
     #: Broker tag whose brokers alone may hold this topic's replicas.
     isolation: Name | None = None

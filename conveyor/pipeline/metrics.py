@@ -34,6 +34,8 @@ class LakeMetrics:
                             registry=self.registry)
         self.records_read = per_topic("conveyor_lake_records_read", "Kafka records read.")
         self.bytes_read = per_topic("conveyor_lake_bytes_read", "Bytes of Kafka record values read.")
+        self.checked = per_topic("conveyor_lake_records_checked", "Records checked against their contract by the lake; "
+                                 "the rest kept the gateway's verdict and were parsed in the JVM.")
         self.landed = per_topic("conveyor_lake_rows_landed", "Rows committed to the topic's table.")
         self.quarantined = per_topic("conveyor_lake_rows_quarantined", "Records committed to quarantine.")
         self.duplicates = per_topic("conveyor_lake_duplicates_dropped", "Rows dropped as an event_id already landed.")
@@ -56,6 +58,7 @@ class LakeMetrics:
         for run in summary.topics:
             self.records_read.labels(run.topic).inc(run.records_read)
             self.bytes_read.labels(run.topic).inc(run.bytes_read)
+            self.checked.labels(run.topic).inc(run.checked)
             self.landed.labels(run.topic).inc(run.landed)
             self.quarantined.labels(run.topic).inc(run.quarantined)
             self.duplicates.labels(run.topic).inc(run.duplicates_dropped)

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.integration
 
 def test_old_and_new_versions_land_in_one_evolved_table_and_an_unknown_version_in_quarantine(provisioned, lake_spark,
                                                                                              lake_case):
-    case = lake_case(partitions=1)
+    # A service writes it directly: records are checked in full, whatever their headers say.
+    case = lake_case(partitions=1, direct_producers=("adserver",))
     closed = {**json.loads(CONTRACT.read_text()), "additionalProperties": False}
     wider = {**closed, "properties": {**closed["properties"], "country": {"type": "string", "maxLength": 2}}}
     registry = Registry(case.platform, "test-lake-versions")
@@ -49,7 +50,8 @@ def test_old_and_new_versions_land_in_one_evolved_table_and_an_unknown_version_i
     assert producer.flush(60) == 0
 
     (run,) = run_once(lake_spark, case.platform).topics
-    assert (run.records_read, run.landed, run.quarantined) == (5, 3, 2)
+    assert (run.records_read, run.landed, run.quarantined, run.checked) == (5, 3, 2, 5)
+    assert not run.trust.trusted and "User:adserver may write it" in run.trust.why
     landed = {r.user_id: r.country for r in rows_of(lake_spark, case.topic)}
     assert landed == {"u-old": None, "u-new": "NL", "u-none": "DE"}  # no header: the latest version's check
     reasons = {orjson.loads(r.raw_value)["user_id"]: r.reason for r in quarantine_of(lake_spark, case.topic)}
@@ -64,7 +66,7 @@ def test_old_and_new_versions_land_in_one_evolved_table_and_an_unknown_version_i
 
 def test_a_record_framed_by_confluent_s_json_serializer_is_checked_against_its_schema_id(provisioned, lake_spark,
                                                                                       lake_case, serve_gateway):
-    case = lake_case(partitions=1)
+    case = lake_case(partitions=1, direct_producers=("adserver",))
     subject = f"{case.topic}-value"
     closed = {**json.loads(CONTRACT.read_text()), "additionalProperties": False}
     wider = {**closed, "properties": {**closed["properties"], "country": {"type": "string", "maxLength": 2}}}

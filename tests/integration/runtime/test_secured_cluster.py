@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def platform_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two services: shop writes orders (through a gateway), billing reads them and writes invoices."""
+    """Two services: shop writes orders (through a gateway, and on Kafka itself), billing reads them
+    and writes invoices on Kafka."""
     folder = tmp_path_factory.mktemp("secured")
     shutil.copytree(ROOT / "contracts", folder / "contracts")
     path = folder / "platform.yaml"
@@ -51,9 +52,9 @@ def platform_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "runtime": {"home": str(folder / "home"), "base_port": PORT, "start_timeout": 300,
                     "redis": {"enabled": False}},
         "clusters": {"vault": {"role": "writable", "brokers": 2, "security": "sasl_ssl"}},
-        "topics": {"orders": {"partitions": 2, "producers": ["shop"], "consumers": ["billing"],
-                              "contract": "contracts/ad-events.schema.json"},
-                   "invoices": {"partitions": 1, "producers": ["billing"]}},
+        "topics": {"orders": {"partitions": 2, "producers": ["shop"], "direct_producers": ["shop"],
+                              "consumers": ["billing"], "contract": "contracts/ad-events.schema.json"},
+                   "invoices": {"partitions": 1, "direct_producers": ["billing"]}},
         "services": {"shop": {"token_sha256": hashlib.sha256(SHOP_TOKEN.encode()).hexdigest()},
                      "billing": {"token_sha256": "0" * 64}},
     }))

@@ -12,13 +12,15 @@ TOKEN = "0" * 64
 def _platform(**cluster: object):
     return parse_platform({
         "clusters": {"vault": {"role": "read", **cluster}, "open": {"role": "writable"}},
-        "topics": {"orders": {"partitions": 2, "producers": ["shop"], "consumers": ["billing", "search"]},
-                   "invoices": {"partitions": 1, "producers": ["billing"], "clusters": ["vault"]}},
-        "services": {s: {"token_sha256": TOKEN} for s in ("shop", "billing", "search")},
+        "topics": {"orders": {"partitions": 2, "direct_producers": ["shop"], "consumers": ["billing", "search"]},
+                   "invoices": {"partitions": 1, "direct_producers": ["billing"], "clusters": ["vault"]},
+                   "clicks": {"partitions": 1, "producers": ["web"], "clusters": ["vault"]}},
+        "services": {s: {"token_sha256": TOKEN} for s in ("shop", "billing", "search", "web")},
     })
 
 
-def test_producers_write_consumers_read_and_each_consumer_owns_a_group_prefix():
+def test_direct_producers_write_consumers_read_and_each_consumer_owns_a_group_prefix():
+    """A producer through the bus (web) gets nothing on Kafka: the gateway writes for it."""
     grants = wanted_grants(_platform(security="sasl_ssl"), "vault")
     topic = {(g.principal, g.name, g.operation) for g in grants if g.resource == Resource.topic}
     assert topic == {("User:shop", "orders", "WRITE"), ("User:shop", "orders", "DESCRIBE"),
@@ -31,7 +33,7 @@ def test_producers_write_consumers_read_and_each_consumer_owns_a_group_prefix():
     assert not any(g.name == "invoices" for g in wanted_grants(_platform(security="sasl_ssl"), "open"))
 
 
-def test_users_are_the_services_that_use_the_clusters_topics():
+def test_users_are_the_services_that_use_the_clusters_topics_on_kafka():
     assert wanted_users(_platform(security="sasl_ssl"), "vault") == {"shop", "billing", "search"}
     assert wanted_users(_platform(security="sasl_ssl"), "open") == {"shop", "billing", "search"}
 

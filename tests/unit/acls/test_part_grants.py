@@ -106,8 +106,10 @@ def test_the_share_dispatcher_publishes_to_its_monitoring_groups():
 def test_the_pipelines_read_their_topics_on_the_read_cluster_and_the_audit_on_writable_ones():
     platform = _with_view(_platform())
     lake = _of(parts.part_grants(platform, "central"), Part.lake)
+    # DESCRIBE on the cluster: it reads the ACLs to learn whether only the bus writes what it lands.
     assert lake == {("TOPIC", "orders", Pattern.literal, "READ"), ("TOPIC", "orders", Pattern.literal, "DESCRIBE"),
                     ("GROUP", "conveyor.lake.orders", Pattern.literal, "READ"),
+                    ("BROKER", "kafka-cluster", Pattern.literal, "DESCRIBE"),
                     ("TOPIC", "_contracts", Pattern.literal, "READ"), ("TOPIC", "_contracts", Pattern.literal, "DESCRIBE"),
                     ("GROUP", "conveyor.registry.", Pattern.prefixed, "READ")}
     realtime = _of(parts.part_grants(platform, "central"), Part.realtime)
@@ -115,7 +117,8 @@ def test_the_pipelines_read_their_topics_on_the_read_cluster_and_the_audit_on_wr
     assert ("GROUP", "conveyor.realtime.", Pattern.prefixed, "READ") in realtime
     # The audit counts what the gateways accepted in the writable clusters' logs; nothing else there.
     assert _of(parts.part_grants(platform, "dc1"), Part.lake) == {
-        ("TOPIC", "orders", Pattern.literal, "READ"), ("TOPIC", "orders", Pattern.literal, "DESCRIBE")}
+        ("TOPIC", "orders", Pattern.literal, "READ"), ("TOPIC", "orders", Pattern.literal, "DESCRIBE"),
+        ("BROKER", "kafka-cluster", Pattern.literal, "DESCRIBE")}
     assert not _of(parts.part_grants(platform, "dc1"), Part.realtime)
 
 
@@ -130,7 +133,8 @@ def test_ops_only_describes_except_the_route_topics_commit_records_its_evidence_
 def test_every_part_with_a_grant_is_a_user_to_make():
     grants, users = parts.wanted(_with_view(_platform()), "central")
     assert {f"conveyor-{p.value}" for p in Part} <= users
-    assert {"billing", "lake", "shop"} <= users and grants
+    # shop sends through the bus: no credential of its own on Kafka.
+    assert {"billing", "lake"} <= users and "shop" not in users and grants
 
 
 def test_a_part_connects_with_its_own_credentials_and_others_with_the_clusters():

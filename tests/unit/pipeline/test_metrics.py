@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from conveyor.pipeline.lake import RunSummary, TopicRun
 from conveyor.pipeline.metrics import LakeMetrics
 from conveyor.pipeline.offsets import Gap, PartitionRange
+from conveyor.pipeline.trust import Trust
 
 
 def test_a_run_with_a_gap_is_counted_per_partition_and_completeness_is_exported():
@@ -14,7 +15,8 @@ def test_a_run_with_a_gap_is_counted_per_partition_and_completeness_is_exported(
     run = TopicRun(
         topic="ad-events", ranges=(PartitionRange(0, 25, 30), PartitionRange(1, 0, 4)),
         gaps=(Gap("ad-events", 0, 10, 24),), records_read=9, bytes_read=900, landed=7, quarantined=1,
-        duplicates_dropped=1, orphans_deleted=0, committed=True, seconds=2.0, listed_at=listed_at,
+        duplicates_dropped=1, checked=9, trust=Trust("ad-events", False, "a test"), orphans_deleted=0, committed=True,
+        seconds=2.0, listed_at=listed_at,
     )
     metrics = LakeMetrics(timedelta(minutes=10))
     metrics.observe(RunSummary("r1", listed_at, (run,), 3.0))
