@@ -57,7 +57,7 @@ demo: setup
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
 	$(BIN)/conveyor pipeline lake --once --metrics-file .conveyor/metrics/lake.prom
 	$(BIN)/conveyor pipeline audit
-	$(BIN)/conveyor gateway generate --rate 2000 --duration 210 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 180s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; wait
+	$(BIN)/conveyor gateway generate --rate 2000 --duration 210 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 180s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; status=$$?; wait; exit $$status
 	$(BIN)/conveyor status
 	$(BIN)/conveyor ops dashboard
 	$(BIN)/conveyor ops alerts || true   # exits 1 while a critical alert is active
