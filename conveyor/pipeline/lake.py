@@ -265,8 +265,10 @@ class _TopicLanding:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _prepare(self) -> int:
-        """Tables ready, and what a killed run left deleted; the files deleted."""
+        """Tables ready, and what a killed run left deleted; the files deleted. The clusters' ACLs
+        are read here, once per run, not on each attempt after a lost commit."""
         self.step("preparing tables")
+        self.trust = live_trust(self.platform, self.topic)
         tables = (self.data, self.quarantine, GAPS_TABLE)
         with guard.conflicts(self.data):
             ensure_tables(self.spark, self.topic, self.columns)
@@ -289,7 +291,6 @@ class _TopicLanding:
         plan = plan_ranges(self.topic, {t: c.positions if c else None for t, c in commits.items()}, marks)
         publish_position(self.platform, self.topic, [c.positions for c in commits.values() if c])
         self._learn_versions()
-        self.trust = live_trust(self.platform, self.topic)
         if plan.gaps:
             self.step(f"recording {len(plan.gaps)} gap(s)")
             with guard.conflicts(GAPS_TABLE):
