@@ -33,7 +33,7 @@ def _lake_reading(model: Platform) -> list[Section]:
     """How the lake reads each topic it lands: the gateway's verdict kept (parsed in the JVM), or
     every record checked in full; and why, from the ACLs the file asks for."""
     from conveyor.pipeline.errors import LakeConfigError
-    from conveyor.pipeline.lake import lake_topics
+    from conveyor.pipeline.tables import lake_topics
     from conveyor.pipeline.trust import planned_trust
 
     try:

@@ -42,7 +42,7 @@ def status(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = N
     01:00), and the offsets still waiting in Kafka."""
     from conveyor.pipeline.catalog import describe
     from conveyor.bus.registry import with_granted
-    from conveyor.pipeline.lake import lake_topics
+    from conveyor.pipeline.tables import lake_topics
     from conveyor.pipeline.status import lake_status
 
     model = with_granted(platform_from(platform))  # requested topics the lake lands too

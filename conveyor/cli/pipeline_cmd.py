@@ -137,7 +137,7 @@ def lake(
     data retention deleted before it landed is recorded as a gap and the run goes on (exit 3). With -o json,
     each run prints one JSON document."""
     from conveyor.bus.registry import with_granted
-    from conveyor.pipeline.lake import lake_topics
+    from conveyor.pipeline.tables import lake_topics
     from conveyor.pipeline.lake_service import LakeConfig, LakeJob, LakeScheduler
     from conveyor.pipeline.schedule import Schedule
 
@@ -193,7 +193,7 @@ def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = No
     logs as not held (their produced count is no longer whole)."""
     from conveyor.pipeline.audit import audit_lake
     from conveyor.bus.registry import with_granted
-    from conveyor.pipeline.lake import lake_topics
+    from conveyor.pipeline.tables import lake_topics
 
     model = with_granted(platform_from(platform))  # requested topics the lake lands too
     lake_topics(model, topics)

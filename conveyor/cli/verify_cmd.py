@@ -141,7 +141,7 @@ def verify(
     One line per invariant and subject, with the events it checked; SKIP where there is nothing
     to check. Exit 1 when any fails, 3 when none failed but one was skipped, 0 when all held. Run
     it once traffic has stopped and the lake, the views and the routes have caught up."""
-    from conveyor.pipeline.lake import lake_topics
+    from conveyor.pipeline.tables import lake_topics
     from conveyor.verify.gather import copies
 
     chosen = set(only or Invariant)

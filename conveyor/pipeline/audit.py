@@ -19,7 +19,7 @@ from conveyor.pipeline.completeness import is_complete, landed_until, last_compl
 from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.accepted import Key, accepted_counts
 from conveyor.pipeline.kafka_source import list_watermarks
-from conveyor.pipeline.lake import lake_topics
+from conveyor.pipeline.tables import lake_topics
 from conveyor.pipeline.catalog import require_catalog
 from conveyor.pipeline.tables import (
     OFFSETS_PROPERTY,

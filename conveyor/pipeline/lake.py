@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from conveyor.config import Part, Platform
 from conveyor.pipeline import guard
 from conveyor.pipeline.dedup import dedup_window, drop_copies
-from conveyor.pipeline.errors import LakeConfigError, LakeConflictError, spark_failures
+from conveyor.pipeline.errors import LakeConflictError, spark_failures
 from conveyor.pipeline.fast_parse import FAST, NEEDS_CHECK, needs_check, parsed_struct, placed
 from conveyor.bus.registry import topic_versions
 from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, list_watermarks, read_range
@@ -43,6 +43,7 @@ from conveyor.pipeline.tables import (
     current_commit,
     data_table,
     ensure_tables,
+    lake_topics,
     quarantine_table,
     record_gaps,
 )
@@ -121,24 +122,6 @@ class RunSummary:
     def rate(self) -> float:
         """Records read per second over the whole run, Spark's start excluded."""
         return self.records_read / self.seconds if self.seconds > 0 else 0.0
-
-
-def lake_topics(platform: Platform, requested: list[str] | None = None) -> list[str]:
-    """The topics a run lands: those asked for, else pipeline.lake.topics, else every topic that
-    names the ``lake`` service among its consumers."""
-    configured = platform.pipeline.lake.topics
-    if requested:
-        topics = requested
-    elif configured is not None:
-        topics = configured
-    else:
-        topics = [name for name, spec in platform.topics.items() if "lake" in spec.consumers]
-    unknown = [t for t in topics if t not in platform.topics]
-    if unknown:
-        raise LakeConfigError(f"not declared in platform.yaml: {', '.join(unknown)}")
-    if not topics:
-        raise LakeConfigError("no topic to land: set pipeline.lake.topics or pass --topics")
-    return topics
 
 
 def _at_or_above(floors: Positions) -> SparkColumn:

@@ -11,7 +11,7 @@ from conveyor.kafka import KafkaOperationError
 from conveyor.pipeline.completeness import landed_until, last_complete_hour
 from conveyor.pipeline.errors import spark_failures
 from conveyor.pipeline.kafka_source import list_watermarks
-from conveyor.pipeline.lake import lake_topics
+from conveyor.pipeline.tables import lake_topics
 from conveyor.pipeline.offsets import plan_ranges
 from conveyor.pipeline.catalog import require_catalog
 from conveyor.pipeline.tables import Commit, current_commit, data_table, gaps_of, quarantine_table, table_exists

@@ -21,6 +21,8 @@ from conveyor.pipeline.catalog import CATALOG
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from conveyor.config import Platform
+
 GAPS_TABLE = f"{CATALOG}.ops.gaps"
 NAMESPACES = ("events", "quarantine", "ops")
 #: Snapshot summary properties written in the same commit as the data.
@@ -55,6 +57,24 @@ _GAPS_COLUMNS = (
 
 def data_table(topic: str) -> str:
     return f"{CATALOG}.events.{quote(topic)}"
+
+
+def lake_topics(platform: Platform, requested: list[str] | None = None) -> list[str]:
+    """The topics a run lands: those asked for, else pipeline.lake.topics, else every topic that
+    names the ``lake`` service among its consumers."""
+    configured = platform.pipeline.lake.topics
+    if requested:
+        topics = requested
+    elif configured is not None:
+        topics = configured
+    else:
+        topics = [name for name, spec in platform.topics.items() if "lake" in spec.consumers]
+    unknown = [t for t in topics if t not in platform.topics]
+    if unknown:
+        raise LakeConfigError(f"not declared in platform.yaml: {', '.join(unknown)}")
+    if not topics:
+        raise LakeConfigError("no topic to land: set pipeline.lake.topics or pass --topics")
+    return topics
 
 
 def quarantine_table(topic: str) -> str:

@@ -10,7 +10,7 @@ import yaml
 from conveyor.config import ConfigError, NotSetError, Platform, parse_platform
 from conveyor.pipeline.errors import LakeConfigError
 from conveyor.pipeline.kafka_source import java_client_options
-from conveyor.pipeline.lake import lake_topics
+from conveyor.pipeline.tables import lake_topics
 from conveyor.pipeline.catalog import CATALOG, warehouse_uri
 from conveyor.pipeline.spark import POM, SPARK_VERSION, session_conf
 
