@@ -25,7 +25,7 @@ from tests.conftest import eventually
 from tests.opskit import monitored
 
 DISK_MIB = 16
-LINK_MBIT = 800.0
+LINK_MBIT = 200.0  # a declared speed a loaded machine's loopback still saturates (72 MB/s seen beside a Spark job)
 
 
 @pytest.fixture
