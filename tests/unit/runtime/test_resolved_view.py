@@ -6,6 +6,7 @@ is started."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -18,9 +19,11 @@ from conveyor.runtime.local import LocalPlatform
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _local(tmp_path: Path, **runtime: object) -> LocalPlatform:
+def _local(tmp_path: Path, edit: Callable[[dict], None] = lambda _: None, **runtime: object) -> LocalPlatform:
+    """The demo's platform at home in ``tmp_path``, its file first changed by ``edit``."""
     data = yaml.safe_load((ROOT / "platform.yaml").read_text())
     data["runtime"].update(home=str(tmp_path / "home"), **runtime)
+    edit(data)
     local = LocalPlatform(parse_platform(data, root=ROOT))
     local.security.ensure()
     return local
@@ -48,13 +51,11 @@ def test_every_started_cluster_has_its_bootstrap_metrics_pages_and_disks(tmp_pat
 
 
 def test_on_the_secured_cluster_the_platform_is_admin_and_each_part_its_own_scram_user(tmp_path):
-    data = yaml.safe_load((ROOT / "platform.yaml").read_text())
-    data["runtime"].update(home=str(tmp_path / "home"))
-    data["services"]["billing"] = {"token_sha256": "0" * 64}
-    data["topics"]["ad-events"]["direct_producers"] = ["billing"]
-    local = LocalPlatform(parse_platform(data, root=ROOT))
-    local.security.ensure()
-    clients = local.clients
+    def billing_writes_directly(data: dict) -> None:
+        data["services"]["billing"] = {"token_sha256": "0" * 64}
+        data["topics"]["ad-events"]["direct_producers"] = ["billing"]
+
+    clients = _local(tmp_path, billing_writes_directly).clients
     admin = kafka.client_config(clients, "central")
     ops = kafka.client_config(clients.acting_as(Part.ops), "central")
     assert (admin["security.protocol"], admin["sasl.username"], ops["sasl.username"]) == ("SASL_SSL", "admin",
