@@ -152,7 +152,7 @@ def _one_run(local: LocalPlatform, platform: Platform, load: Load, watch: Cluste
     watcher.join(TIMEOUT)
     alarm_seen.set()
     restarted = time.monotonic()
-    local.start_broker("central", victim)
+    local.start_brokers("central", victim)
     result.isr_full = _until(lambda: all(isr == 3 for _, isr in _leaders(admin, TOPIC).values()), restarted)
     return result
 

@@ -411,19 +411,22 @@ class LocalPlatform:
         """SIGKILL one broker, as a crash would."""
         return processes.kill(self.node_daemon(self.layout(cluster).broker(broker_id)))
 
-    def start_broker(self, cluster: str, broker_id: int, timeout: float = 60.0) -> None:
-        """Start one broker again (after a kill) and wait until its cluster lists it."""
-        node = self.layout(cluster).broker(broker_id)
-        daemon = self.node_daemon(node)
-        if processes.running_pid(daemon) is None:
-            processes.start(daemon, self.node_argv(node))
+    def start_brokers(self, cluster: str, *broker_ids: int, timeout: float = 180.0) -> None:
+        """Start brokers again (after a kill), all at once, and wait until their cluster lists them.
+        The wait is long because a broker killed mid-write recovers its logs first, and on a loaded
+        host that alone has taken over a minute."""
+        nodes = [self.layout(cluster).broker(broker_id) for broker_id in broker_ids]
+        for node in nodes:
+            daemon = self.node_daemon(node)
+            if processes.running_pid(daemon) is None:
+                processes.start(daemon, self.node_argv(node))
         deadline = time.monotonic() + timeout
-        while broker_id not in self._brokers_registered(cluster):
-            self._fail_if_dead([node])
+        while missing := set(broker_ids) - self._brokers_registered(cluster):
+            self._fail_if_dead(nodes)
             if time.monotonic() > deadline:
-                raise StartTimeoutError(f"{node.name} did not register within {timeout:.0f} s")
+                names = ", ".join(n.name for n in nodes if n.node_id in missing)
+                raise StartTimeoutError(f"{names} did not register within {timeout:.0f} s")
             time.sleep(0.5)
-
 
 def _metrics_up(node: Node) -> bool:
     try:

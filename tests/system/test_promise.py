@@ -187,7 +187,7 @@ class Faults:
                 self.landed[f"broker {cluster}"] += 1
                 landed = True
             time.sleep(rng.uniform(3, 10))
-            self.local.start_broker(cluster, broker, timeout=180)
+            self.local.start_brokers(cluster, broker)
             self.log.append(f"{time.strftime('%H:%M:%S')} broker {cluster}/{broker}")
         else:
             daemon = self.postgres.daemon if kind == "postgres" else self.local.redis_daemon()

@@ -69,7 +69,7 @@ def test_failover_to_dc2_and_back_loses_no_accepted_event(provisioned: Platform,
         assert client.get(f"{url}/healthz").json()["failed_over"] is True
         assert 'conveyor_gateway_failovers_total{from_cluster="dc1",to_cluster="dc2"} 1.0' in \
             client.get(f"{url}/metrics").text
-        local.start_broker("dc1", 1)
+        local.start_brokers("dc1", 1)
         _wait_health(client, url, "dc1", 60)
         send(10)
     assert clusters_used == {"dc1", "dc2"}
@@ -101,7 +101,7 @@ def test_healthz_and_readyz_answer_503_while_no_cluster_of_the_gateway_answers(p
         assert status == 503 and body["ready"] is False, body
     finally:
         for cluster in ("dc1", "dc2"):
-            local.start_broker(cluster, 1)
+            local.start_brokers(cluster, 1)
     eventually(lambda: answer("/healthz")[0] == 200 and answer("/readyz")[0] == 200, 60,
                "/healthz and /readyz to say 200 with the clusters back")
 

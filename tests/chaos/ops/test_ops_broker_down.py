@@ -31,19 +31,19 @@ KILLED = 2
 
 
 def restart(local: LocalPlatform, cluster: str, broker_id: int, timeout: float = 180.0) -> None:
-    """``start_broker``, retried until the broker stays up.
+    """``start_brokers``, retried until the broker stays up.
 
     Test ports may lie inside the kernel's ephemeral port range (32768-60999). Then a client that keeps
     reconnecting to the dead broker can, rarely, connect to itself (TCP simultaneous open) and leave the
     broker's port in TIME_WAIT for a minute. The broker registers with the controller before it binds
-    its listener, so it dies right after ``start_broker`` has seen it registered."""
+    its listener, so it dies right after ``start_brokers`` has seen it registered."""
     node = local.layout(cluster).broker(broker_id)
     daemon = local.node_daemon(node)
     deadline = time.monotonic() + timeout
     while True:
         try:
             # Recovering every log after a SIGKILL takes a minute or more on a busy machine.
-            local.start_broker(cluster, broker_id, timeout=max(30.0, deadline - time.monotonic()))
+            local.start_brokers(cluster, broker_id, timeout=max(30.0, deadline - time.monotonic()))
             time.sleep(5)  # a failed bind kills it within a second of registering
             if processes.running_pid(daemon) is not None:
                 return

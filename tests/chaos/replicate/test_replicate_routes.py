@@ -65,7 +65,7 @@ def _kill_coordinator(local: LocalPlatform, platform: Platform, route: str, rng)
                    f"another broker to coordinate {route}'s group", errors=(KafkaException,), interval=1.0)
         time.sleep(rng.uniform(1.0, 3.0))
     finally:
-        local.start_broker("central", coordinator, timeout=180)
+        local.start_brokers("central", coordinator)
     return coordinator
 
 

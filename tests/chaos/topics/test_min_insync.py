@@ -115,8 +115,7 @@ def test_one_broker_down_writes_go_on_two_down_writes_stop_nothing_acked_is_lost
     eventually(refused, 45, "a write refused with NOT_ENOUGH_REPLICAS", interval=1)
     assert "NOT_ENOUGH_REPLICAS" in errors[-1].name()
 
-    local.start_broker("central", 2)
-    local.start_broker("central", 3)
+    local.start_brokers("central", 2, 3)
     _wait_full_isr(platform, topic)
 
     landed = _read_all(platform, topic, partitions)
