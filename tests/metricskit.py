@@ -9,9 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.gateway.metrics import GatewayMetrics
-from conveyor.ops.host import Disk, Filesystem, Interface, Mount, families, render
 from conveyor.ops.metrics import state_families
-from conveyor.ops.scrape import parse_page
 from conveyor.ops.throttle.controller import ThrottleMetrics
 from conveyor.pipeline.metrics import LakeMetrics
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
@@ -51,12 +49,16 @@ def exported_label_names() -> dict[str, set[str]]:
     return labels
 
 
-def host_label_names() -> dict[str, set[str]]:
-    """Per metric name of the host: page (node_exporter's names), the label names its series carry."""
-    page = parse_page(render(families([Interface("lo", 0, 0)], {"lo": 1.0}, [Disk("vda", 0, 0, 0, 0, 0)],
-                                      [Filesystem(Mount("tmpfs", "/", "tmpfs"), 1, 1, 1)], {"0": {"steal": 0}})))
-    labels: dict[str, set[str]] = {}
-    for family in page:
-        for name, series, _ in family.samples:
-            labels.setdefault(name, set()).update(series)
-    return labels
+#: node_exporter's metric names the host rules and dashboards read, with their labels (as 1.5.0
+#: serves them with the local runtime's collectors: tests/integration/ops/test_host_watch.py checks
+#: it against the real one).
+_FILESYSTEM = {"device", "fstype", "mountpoint"}
+NODE_EXPORTER_LABELS: dict[str, set[str]] = {
+    "node_network_receive_bytes_total": {"device"}, "node_network_transmit_bytes_total": {"device"},
+    "node_network_speed_bytes": {"device"},
+    "node_disk_reads_completed_total": {"device"}, "node_disk_writes_completed_total": {"device"},
+    "node_disk_read_time_seconds_total": {"device"}, "node_disk_write_time_seconds_total": {"device"},
+    "node_disk_io_time_seconds_total": {"device"},
+    "node_filesystem_size_bytes": _FILESYSTEM, "node_filesystem_avail_bytes": _FILESYSTEM,
+    "node_cpu_seconds_total": {"cpu", "mode"},
+}

@@ -19,9 +19,9 @@ from conveyor.ops.scrape import Scraper
 from conveyor.ops.watch import ClusterWatch
 from conveyor.runtime import monitoring
 
-#: Prometheus, Alertmanager and the watch service of a monitored test on base_port + these (above
-#: the session's ports, beside the system test's).
-PROMETHEUS, ALERTMANAGER, WATCHER = 640, 641, 642
+#: Prometheus, Alertmanager, the watch service and node_exporter of a monitored test on
+#: base_port + these (above the session's ports, beside the system test's).
+PROMETHEUS, ALERTMANAGER, WATCHER, NODE_EXPORTER = 640, 641, 642, 643
 
 
 def ops_platform_with(platform_data: dict[str, Any], platform_file: Path, **ops: Any) -> Platform:
@@ -77,10 +77,10 @@ class WebhookReceiver:
 
 @contextmanager
 def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, alertmanager: bool = True,
-              **ops: Any) -> Iterator[tuple[Path, Platform]]:
-    """A real Prometheus (and Alertmanager), as `conveyor up` starts them, and the watch service
-    (`conveyor ops watch`) of a variant of the session's platform with these ``ops:`` settings,
-    every second (the demo's: 15 s and 5 s): the variant's file and platform."""
+              node_exporter: bool = False, **ops: Any) -> Iterator[tuple[Path, Platform]]:
+    """A real Prometheus (and Alertmanager, and node_exporter), as `conveyor up` starts them, and the
+    watch service (`conveyor ops watch`) of a variant of the session's platform with these ``ops:``
+    settings, every second (the demo's: 15 s and 5 s): the variant's file and platform."""
     from tests.conftest import platform_variant, stop_process
     from tests.systemkit import Proc, conveyor, http_ready
 
@@ -93,19 +93,23 @@ def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
     if alertmanager:
         data["runtime"]["alertmanager"] = {"port": base + ALERTMANAGER, "group_wait": "1s", "group_interval": "2s"}
         ops.setdefault("alertmanager_url", f"http://127.0.0.1:{base + ALERTMANAGER}")
+    if node_exporter:
+        data["runtime"]["node_exporter"] = {"port": base + NODE_EXPORTER}
     data["ops"] |= {"port": base + WATCHER, "interval": "1s", "components": {}, **ops}
     path = folder / "platform.yaml"
     variant = platform_variant(data, path)
     watcher = Proc("watcher", conveyor("ops", "watch", "--platform", str(path)), folder / "watcher.log",
                    http_ready(f"http://127.0.0.1:{base + WATCHER}/healthz"))
     try:
-        assert sorted(monitoring.start(variant)) == ["alertmanager", "prometheus"][not alertmanager:]
+        wanted = {"alertmanager": alertmanager, "node-exporter": node_exporter, "prometheus": True}
+        assert sorted(monitoring.start(variant)) == [name for name, on in wanted.items() if on]
         monitoring.wait_ready(variant, time.monotonic() + 60)
         watcher.start()
         yield path, variant
     finally:
-        # Prometheus is stopped whatever the watcher does: left running, it scrapes every broker's
-        # JMX exporter each second for the rest of the suite, which alone can saturate two cores.
+        # Prometheus (and node_exporter) are stopped whatever the watcher does: left running,
+        # Prometheus scrapes every broker's JMX exporter each second for the rest of the suite,
+        # which alone can saturate two cores.
         try:
             if watcher.process is not None:
                 stop_process(watcher.process)

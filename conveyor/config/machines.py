@@ -9,13 +9,15 @@ from conveyor.config.units import Model, Seconds
 
 class Machines(Model):
     """Thresholds of the rules over node_exporter's metrics (``conveyor ops rules``), and what the
-    watcher's own ``host:`` page reports of the machine it runs on (the local runtime's brokers)."""
+    local runtime's node_exporter (``runtime.node_exporter``) must report of this machine."""
 
-    #: Folders whose filesystems the ``host:`` page reports, besides the runtime home (where the
-    #: local brokers keep their logs): a disk mounted for the logs elsewhere, for example.
+    #: Folders whose filesystems the local node_exporter reports, besides the runtime home (where
+    #: the local brokers keep their logs), even where Debian's build leaves their mounts out (/mnt,
+    #: /media, /run): a disk mounted for the logs elsewhere, for example.
     paths: list[str] = Field(default_factory=list)
-    #: Link speed in Mbit/s of interfaces that report none (the loopback, many virtual NICs), so the
-    #: ``host:`` page gives their node_network_speed_bytes; a speed the kernel reports wins.
+    #: Link speed in Mbit/s of interfaces that report none (the loopback, many virtual NICs), which
+    #: the host rules take for their node_network_speed_bytes on every host; a speed the kernel
+    #: reports wins.
     link_speed_mbit: dict[str, float] = Field(default_factory=dict)
     #: Bytes sent or received per second over the link's speed above this: the link is saturated
     #: (the reports' 1 Gb uplink).

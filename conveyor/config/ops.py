@@ -117,8 +117,7 @@ class Ops(Model):
     #: ``runtime.alertmanager`` set, the local one, whose route ends at notify_url.
     alertmanager_url: str | None = Field(default=None, pattern=r"^https?://")
     #: Component name -> its /metrics URL, read for the panels and scraped by the local Prometheus:
-    #: ``http(s)://`` (a service, a node_exporter), ``file:PATH`` (a batch job's last figures) or
-    #: ``host:`` (this machine's figures from /proc in node_exporter's names, for the local brokers).
+    #: ``http(s)://`` (a service, a node_exporter) or ``file:PATH`` (a batch job's last figures).
     components: dict[Name, str] = Field(default_factory=dict)
     machines: Machines = Field(default_factory=Machines)
     panels: dict[Name, OpsPanel] = Field(default_factory=_default_panels)
@@ -129,6 +128,10 @@ class Ops(Model):
             raise ValueError("request_p99_warn must not be above request_p99_alarm")
         if self.notify_url is not None and not self.notify_url.get_secret_value().startswith(("http://", "https://")):
             raise ValueError("notify_url must start with http:// or https://")
+        for name, url in self.components.items():
+            if not url.startswith(("http://", "https://", "file:")):
+                raise ValueError(f"components: {name}'s page {url!r} is neither http(s):// nor file: (this "
+                                 "machine's node_exporter is runtime.node_exporter's page)")
         for pattern in self.exclude_groups:
             try:
                 re.compile(pattern)

@@ -33,6 +33,14 @@ class Prometheus(Model):
     retention: str = Field(default="2d", pattern=r"^\d+[smhdwy]$")
 
 
+class NodeExporter(Model):
+    """This machine's node_exporter (Debian's ``prometheus-node-exporter``), with only the
+    collectors the host rules read, on 127.0.0.1: the local Prometheus scrapes it for the local
+    brokers' host."""
+
+    port: int = Field(default=18061, ge=1024, le=65535)
+
+
 class Alertmanager(Model):
     """A local Alertmanager (Debian's ``prometheus-alertmanager``) that takes Prometheus's alerts
     and the watcher's, and routes them to ``ops.notify_url``, on 127.0.0.1."""
@@ -60,4 +68,5 @@ class Runtime(Model):
     #: Started by ``conveyor up`` only when set.
     postgres: Postgres | None = None
     prometheus: Prometheus | None = None
+    node_exporter: NodeExporter | None = None
     alertmanager: Alertmanager | None = None

@@ -110,7 +110,7 @@ DASHBOARDS = (
         Panel("Delivery latency p99", (("histogram_quantile(0.99, sum by (le) "
                                         "(rate(conveyor_dispatch_delivery_latency_seconds_bucket[1m])))", "p99"),), "s"),
     )),
-    # node_exporter's names: a broker host's node_exporter, or the watcher's host: page.
+    # node_exporter's names: a remote broker host's node_exporter, or the local runtime's.
     Dashboard("conveyor-hosts", "Conveyor: broker hosts", (
         Panel("Network bytes over link speed", (
             ("rate(node_network_receive_bytes_total[1m]) / on (instance, device) node_network_speed_bytes",

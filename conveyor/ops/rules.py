@@ -10,6 +10,7 @@ watcher's, so the two never disagree on what is too slow.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -264,9 +265,20 @@ def traffic_rules() -> list[AlertRule]:
     ]
 
 
+def link_speed(declared_mbit: dict[str, float]) -> str:
+    """Each link's speed in bytes per second: node_exporter's, or for a device that reports none
+    (the loopback, many virtual NICs), its ``ops.machines.link_speed_mbit`` on every host that has
+    it (its byte counter gives the series the instance and device labels)."""
+    speed = "node_network_speed_bytes"
+    for device, mbit in declared_mbit.items():
+        counter = f"node_network_receive_bytes_total{{device={json.dumps(device)}}}"
+        speed += f" or on (instance, device) (0 * {counter} + {mbit * 125_000:.15g})"
+    return f"({speed})" if declared_mbit else speed
+
+
 def host_rules(ops: Ops) -> list[AlertRule]:
-    """The broker hosts, on node_exporter's metric names (a remote node_exporter or the watcher's
-    ``host:`` page): the reports' outages came from saturated uplinks, RAID rebuilds, full and
+    """The broker hosts, on node_exporter's metric names (a remote node_exporter, or the local
+    runtime's): the reports' outages came from saturated uplinks, RAID rebuilds, full and
     half-dead disks. Rates over ``ops.machines.window``; each holds for ``ops.machines.hold``."""
     machines = ops.machines
     window, hold = duration(machines.window), duration(machines.hold)
@@ -275,7 +287,7 @@ def host_rules(ops: Ops) -> list[AlertRule]:
         return f"rate({series}[{window}])"
 
     used = "1 - node_filesystem_avail_bytes / node_filesystem_size_bytes"
-    link = "on (instance, device) node_network_speed_bytes"
+    link = f"on (instance, device) {link_speed(machines.link_speed_mbit)}"
     io_seconds = f"{rate('node_disk_read_time_seconds_total')} + {rate('node_disk_write_time_seconds_total')}"
     ios = f"{rate('node_disk_reads_completed_total')} + {rate('node_disk_writes_completed_total')}"
     stolen = rate('node_cpu_seconds_total{mode="steal"}')

@@ -23,7 +23,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from conveyor.config import Platform
 from conveyor.ops.exporter_names import canonical_labels, canonical_name
 from conveyor.ops.health import BrokerReading, MetricSample, reading_from_samples
-from conveyor.ops.host import HostPage
 from conveyor.ops.panels import Family
 
 
@@ -64,13 +63,11 @@ def fetch(client: httpx.Client, url: str) -> tuple[Family, ...]:
 
 #: A component's page may be a file: a batch job's last figures (node_exporter's textfile format).
 FILE = "file:"
-#: Or this machine's own figures (conveyor.ops.host), for the local brokers.
-HOST = "host:"
 
 
 def served_by_watcher(url: str) -> bool:
     """Pages that are no server's: the watcher serves them for Prometheus to scrape."""
-    return url.startswith(FILE) or url == HOST
+    return url.startswith(FILE)
 
 
 def component_url(platform: Platform, url: str) -> str:
@@ -101,11 +98,9 @@ def _read(client: httpx.Client, target: Target) -> BrokerReading:
 class Scraper:
     """Scrapes many pages at once over one HTTP client; a dead node costs at most ``timeout``."""
 
-    def __init__(self, timeout: float = 3.0, workers: int = 8, verify: ssl.SSLContext | bool = True,
-                 host: HostPage | None = None) -> None:
+    def __init__(self, timeout: float = 3.0, workers: int = 8, verify: ssl.SSLContext | bool = True) -> None:
         """``verify``: what an https page must be signed by (conveyor.tls.trusted: the system's
-        authorities and the local CA); ``host``: what a ``host:`` page reads."""
-        self.host = host
+        authorities and the local CA)."""
         self.client = httpx.Client(timeout=timeout, verify=verify)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ops-scrape")
 
@@ -122,18 +117,10 @@ class Scraper:
             try:
                 if url.startswith(FILE):
                     return read_file_page(url)
-                if url == HOST:
-                    return parse_page(self.host_text()), None
                 return fetch(self.client, url), None
             except (httpx.HTTPError, OSError, ValueError) as exc:
                 return f"{type(exc).__name__}: {exc}", None
         return list(self.pool.map(one, urls))
-
-    def host_text(self) -> str:
-        """This machine's page. Raises OSError (a /proc file unreadable) or ValueError (no host page)."""
-        if self.host is None:
-            raise ValueError("a host: page is read by the watcher that runs on the host")
-        return self.host.text()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)

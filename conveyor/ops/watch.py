@@ -17,7 +17,6 @@ from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from confluent_kafka import KafkaException
 
@@ -40,7 +39,6 @@ from conveyor.ops.notify import AlertmanagerNotifier, Notifier, WebhookNotifier
 from conveyor.ops.panels import PanelTracker, PanelView
 from conveyor.ops.rewind import OffsetFinding
 from conveyor.ops.sampler import SamplerProcess
-from conveyor.ops.host import HostPage
 from conveyor.ops.scrape import Scraper, component_url, metrics_targets
 from conveyor.ops.offset_manager import assess_offset_manager
 from conveyor.ops.rewind_history import Seen, missed
@@ -314,9 +312,7 @@ class Watcher:
         platform = platform.acting_as(Part.ops)
         self.platform = platform
         self.interval = platform.ops.interval
-        machines = platform.ops.machines
-        host = HostPage(machines, [platform.home, *(platform.resolve(Path(p)) for p in machines.paths)])
-        self.scraper = Scraper(verify=trusted(platform), host=host)  # components may serve HTTPS (conveyor.tls)
+        self.scraper = Scraper(verify=trusted(platform))  # components may serve HTTPS (conveyor.tls)
         for name in clusters or ():
             platform.cluster(name)  # an unknown name fails here, naming the known ones
         names = list(clusters) if clusters else list(platform.clusters)

@@ -1,5 +1,5 @@
 """The local platform: every cluster platform.yaml gives no bootstrap as real KRaft brokers, plus
-Redis, and PostgreSQL, Prometheus and Alertmanager when ``runtime`` asks for them.
+Redis, and PostgreSQL, Prometheus, Alertmanager and node_exporter when ``runtime`` asks for them.
 
 ``LocalPlatform`` is what ``conveyor up``, ``down`` and ``status`` drive, and what the test
 fixtures and chaos tests use to kill and restart single brokers. It takes platform.yaml as written;
@@ -91,7 +91,7 @@ class PlatformState:
     #: Names of the processes this call started (empty when everything already ran).
     started: tuple[str, ...] = ()
     postgres: PostgresState | None = None
-    #: Prometheus and Alertmanager, when platform.yaml asks for them, with their pids.
+    #: Prometheus, Alertmanager and node_exporter, when platform.yaml asks for them, with their pids.
     monitors: tuple[tuple[Monitor, int | None], ...] = ()
 
     @property
@@ -391,7 +391,7 @@ class LocalPlatform:
     def down(self, timeout: float = 30.0) -> list[str]:
         """Stop exactly the processes this platform started: Conveyor's services first (they drain
         into Kafka), then brokers (a controlled shutdown needs the controller), then controllers,
-        then Prometheus and Alertmanager, Redis and PostgreSQL."""
+        then Prometheus, Alertmanager and node_exporter, Redis and PostgreSQL."""
         nodes = self._all_node_daemons()
         stopped = processes.stop(service_daemons(self.platform), timeout)
         stopped += processes.stop([d for n, d in nodes if n.is_broker], timeout)

@@ -1,12 +1,13 @@
-"""A local Prometheus and Alertmanager (Debian's packages) when ``runtime.prometheus`` and
-``runtime.alertmanager`` ask for them, as a platform team runs its own.
+"""A local Prometheus, Alertmanager and node_exporter (Debian's packages) when ``runtime.prometheus``,
+``runtime.alertmanager`` and ``runtime.node_exporter`` ask for them, as a platform team runs its own.
 
 Prometheus scrapes the watcher (the broker health, lag and offset figures the rules read), every
 component of ``ops.components`` (a batch job's ``file:`` page through the watcher, which serves it
-as node_exporter's textfile collector would) and every broker's own metrics page, and evaluates
-the rules of ``conveyor ops rules``. Alertmanager takes Prometheus's alerts and the watcher's (its
-window rules), groups them and routes them to ``ops.notify_url``; silences hold for both. Both
-listen on 127.0.0.1 only, keep their data under the runtime home, and get their configuration
+as node_exporter's textfile collector would), every broker's own metrics page and the local
+node_exporter (this machine, the local brokers' host), and evaluates the rules of ``conveyor ops
+rules``. Alertmanager takes Prometheus's alerts and the watcher's (its window rules), groups them
+and routes them to ``ops.notify_url``; silences hold for both. All listen on 127.0.0.1 only and
+keep their files under the runtime home; Prometheus and Alertmanager get their configuration
 written anew by every ``conveyor up`` (a running one is told to reload it).
 """
 
@@ -25,7 +26,7 @@ import yaml
 from conveyor.config import Platform
 from conveyor.ops.rules import duration, rules_document
 from conveyor.ops.scrape import served_by_watcher
-from conveyor.runtime import processes
+from conveyor.runtime import node_exporter, processes
 from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
 from conveyor.runtime.processes import Daemon
 from conveyor.runtime.security import write_private
@@ -34,14 +35,19 @@ from conveyor.tls import base_url, trusted_pem
 
 PROMETHEUS = "prometheus"
 ALERTMANAGER = "prometheus-alertmanager"
+NODE_EXPORTER = "prometheus-node-exporter"
+#: The ``instance`` of the local node_exporter's series: the host rules' summaries name it.
+LOCAL_HOST = "localhost"
 
 
 @dataclass(frozen=True)
 class Monitor:
-    """One of the two servers: where it listens and keeps its files."""
+    """One of the servers: where it listens and keeps its files."""
 
     name: ClassVar[str]
     binary: ClassVar[str]
+    #: Its answer once it serves.
+    ready_path: ClassVar[str] = "/-/ready"
     port: int
     dir: Path
 
@@ -50,12 +56,28 @@ class Monitor:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def marker(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def daemon(self) -> Daemon:
+        return Daemon(self.name, self.dir / "pid", self.dir / f"{self.name}.log", self.marker)
+
+    def argv(self, binary: str) -> list[str]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Configured(Monitor):
+    """Prometheus or Alertmanager: a configuration file, re-read on SIGHUP."""
+
+    @property
     def config_file(self) -> Path:
         return self.dir / f"{self.name}.yml"
 
     @property
-    def daemon(self) -> Daemon:
-        return Daemon(self.name, self.dir / "pid", self.dir / f"{self.name}.log", f"--config.file={self.config_file}")
+    def marker(self) -> str:
+        return f"--config.file={self.config_file}"
 
     def argv(self, binary: str) -> list[str]:
         return [binary, f"--config.file={self.config_file}", f"--web.listen-address=127.0.0.1:{self.port}",
@@ -69,7 +91,7 @@ class Monitor:
         raise NotImplementedError
 
 
-class Prometheus(Monitor):
+class Prometheus(Configured):
     name, binary = "prometheus", PROMETHEUS
 
     def options(self) -> list[str]:
@@ -85,7 +107,7 @@ class Prometheus(Monitor):
         return prometheus_config(platform, rules_file, ca_file)
 
 
-class Alertmanager(Monitor):
+class Alertmanager(Configured):
     name, binary = "alertmanager", ALERTMANAGER
 
     def options(self) -> list[str]:
@@ -96,10 +118,33 @@ class Alertmanager(Monitor):
         return alertmanager_config(platform)
 
 
+@dataclass(frozen=True)
+class NodeExporter(Monitor):
+    """This machine's node_exporter, its filesystem exclusions worked out at its start."""
+
+    name, binary, ready_path = "node-exporter", NODE_EXPORTER, "/metrics"
+    #: Folders whose filesystems it must report: the runtime home and ``ops.machines.paths``.
+    paths: tuple[Path, ...] = ()
+
+    @property
+    def marker(self) -> str:
+        # It takes no configuration file: its address stands for it on the command line.
+        return f"--web.listen-address=127.0.0.1:{self.port}"
+
+    def argv(self, binary: str) -> list[str]:
+        table = node_exporter.mounts()
+        watched = [mount for path in self.paths if (mount := node_exporter.mount_of(path, table)) is not None]
+        return [binary, *node_exporter.flags(f"127.0.0.1:{self.port}", watched)]
+
+
 def monitors(platform: Platform) -> list[Monitor]:
-    """The servers platform.yaml asks ``conveyor up`` for (none, one or both)."""
+    """The servers platform.yaml asks ``conveyor up`` for (none to all three)."""
     runtime, home = platform.runtime, platform.home / "monitoring"
-    found = []
+    found: list[Monitor] = []
+    if runtime.node_exporter is not None:
+        paths = (platform.home, *(platform.resolve(Path(p)) for p in platform.ops.machines.paths))
+        found.append(NodeExporter(runtime.node_exporter.port, home / "node-exporter",
+                                  tuple(path.resolve() for path in paths)))
     if runtime.prometheus is not None:
         found.append(Prometheus(runtime.prometheus.port, home / "prometheus"))
     if runtime.alertmanager is not None:
@@ -123,7 +168,13 @@ def prometheus_config(platform: Platform, rules_file: Path, ca_file: Path | None
     ops = platform.ops
     watcher = base_url(ops.tls, ops.port)
     jobs = [_target(f"{watcher}/metrics", "conveyor-ops", {"instance": "watcher"}, ca_file)]
+    host = None
+    if platform.runtime.node_exporter is not None:
+        host = f"http://127.0.0.1:{platform.runtime.node_exporter.port}/metrics"
+        jobs.append(_target(host, "node-exporter", {"instance": LOCAL_HOST}, None))
     for name, url in ops.components.items():
+        if url == host:
+            continue  # listed for the watcher's hosts panel: scraped once, above
         page = f"{watcher}/components/{name}/metrics" if served_by_watcher(url) else url
         # The component's name is its instance: the rules and their summaries name it.
         jobs.append(_target(page, f"component-{name}", {"instance": name}, ca_file))
@@ -164,6 +215,8 @@ def alertmanager_config(platform: Platform) -> dict[str, Any]:
 def write_configs(platform: Platform, found: list[Monitor]) -> None:
     """Each server's configuration, owner-only (the receiver's URL may hold a secret)."""
     for monitor in found:
+        if not isinstance(monitor, Configured):
+            continue
         monitor.dir.mkdir(parents=True, exist_ok=True)
         write_private(monitor.config_file, yaml.safe_dump(monitor.document(platform), sort_keys=False).encode())
 
@@ -175,6 +228,8 @@ def start(platform: Platform) -> list[str]:
     write_configs(platform, found)
     started = []
     for monitor in found:
+        if not isinstance(monitor, Configured) and processes.running_pid(monitor.daemon) is not None:
+            continue  # it runs; its flags change with a restart (SIGHUP would end it)
         if processes.signal_daemon(monitor.daemon, signal.SIGHUP) is not None:
             continue  # it runs, and reloads its configuration on SIGHUP
         binary = shutil.which(monitor.binary)
@@ -187,10 +242,10 @@ def start(platform: Platform) -> list[str]:
 
 
 def wait_ready(platform: Platform, deadline: float) -> None:
-    """Wait until each server answers /-/ready."""
+    """Wait until each server answers (Prometheus and Alertmanager /-/ready, node_exporter /metrics)."""
     for monitor in monitors(platform):
         alive = lambda m=monitor: processes.running_pid(m.daemon) is not None  # noqa: E731
-        if wait_healthy(f"{monitor.url}/-/ready", max(0.0, deadline - time.monotonic()), alive):
+        if wait_healthy(f"{monitor.url}{monitor.ready_path}", max(0.0, deadline - time.monotonic()), alive):
             continue
         if not alive():
             raise NodeFailedError(f"{monitor.name} exited while starting:\n{processes.log_tail(monitor.daemon)}")

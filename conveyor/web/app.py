@@ -31,7 +31,7 @@ from conveyor.auth import AccessDenied, TokenBook, Unauthenticated
 from conveyor.edge_guard import EdgeGuard, GuardedServer, guarded_config
 from conveyor.ops.metrics import ops_registry
 from conveyor.ops.report import state_json
-from conveyor.ops.scrape import FILE, HOST, served_by_watcher
+from conveyor.ops.scrape import FILE, served_by_watcher
 from conveyor.ops.watch import Watcher, now_ms
 
 PAGE = (Path(__file__).parent / "dashboard.html").read_text()
@@ -136,11 +136,10 @@ def create_app(watcher: Watcher, bind_host: str = "127.0.0.1", collectors: Itera
     def component_page(name: str) -> Response:
         url = watcher.components.get(name, "")
         if not served_by_watcher(url):
-            return JSONResponse({"error": "unknown_component", "message": f"ops.components has no file: or host: page "
+            return JSONResponse({"error": "unknown_component", "message": f"ops.components has no file: page "
                                  f"named {name!r}"}, status_code=404)
         try:
-            page = watcher.scraper.host_text().encode() if url == HOST else Path(url.removeprefix(FILE)).read_bytes()
-            return Response(page, media_type=CONTENT_TYPE_LATEST)
+            return Response(Path(url.removeprefix(FILE)).read_bytes(), media_type=CONTENT_TYPE_LATEST)
         except OSError as err:
             return JSONResponse({"error": "not_written", "message": f"{name}'s figures cannot be read "
                                  f"({type(err).__name__}: {err})"}, status_code=404)

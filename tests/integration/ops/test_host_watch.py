@@ -1,10 +1,12 @@
-"""The broker hosts watched, with a real Prometheus scraping the watcher's ``host:`` page (this
-machine's /proc figures in node_exporter's names) and evaluating `conveyor ops rules`:
+"""The broker hosts watched: the local runtime's node_exporter (Debian's, started as `conveyor up`
+starts it) reports this machine, and a real Prometheus scrapes it and evaluates `conveyor ops rules`:
 
+- it serves the names and labels the rules and dashboards read (tests/metricskit.py's table);
 - a small tmpfs holding a log folder, filled to 97 %, raises HostFilesystemFull and
   HostFilesystemFilling for that mount point, and emptied, they clear;
-- the loopback, declared an 800 Mbit/s link (it reports no speed), carrying more than 80 % of that
-  from a sender in the test, raises HostNetworkSaturated, and quiet again, it clears.
+- the loopback, declared a 200 Mbit/s link (it reports no speed, so the rules take the declared
+  one), carrying more than 80 % of that from a sender in the test, raises HostNetworkSaturated, and
+  quiet again, it clears.
 
 Mounting the tmpfs takes root (CAP_SYS_ADMIN), which the test machine has."""
 
@@ -21,7 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
+from conveyor.ops.scrape import parse_page
+from conveyor.runtime import monitoring, processes
 from tests.conftest import eventually
+from tests.metricskit import NODE_EXPORTER_LABELS
 from tests.opskit import monitored
 
 DISK_MIB = 16
@@ -87,17 +92,27 @@ class Sender:
 def test_a_filling_disk_and_a_saturated_link_raise_their_alerts_and_clear(platform_data, platform_file, tmp_path,
                                                                           small_disk):
     machines = {"paths": [str(small_disk)], "link_speed_mbit": {"lo": LINK_MBIT}, "window": "5s", "hold": "2s"}
-    with monitored(platform_data, platform_file, tmp_path, alertmanager=False, components={"host": "host:"},
+    with monitored(platform_data, platform_file, tmp_path, alertmanager=False, node_exporter=True,
                    machines=machines) as (_, variant):
         prometheus = f"http://127.0.0.1:{variant.runtime.prometheus.port}"
-        mount = {"instance": "host", "mountpoint": str(small_disk)}
+        mount = {"instance": monitoring.LOCAL_HOST, "mountpoint": str(small_disk)}
+        exporter = httpx.get(f"http://127.0.0.1:{variant.runtime.node_exporter.port}/metrics", timeout=10)
+        served: dict[str, set[str]] = {}
+        for family in parse_page(exporter.text):
+            for name, labels, _ in family.samples:
+                served.setdefault(name, set()).update(labels)
+        # A machine whose links report no speed (this one's: the loopback, a virtual NIC) has no
+        # node_network_speed_bytes at all: the declared speed stands in.
+        assert set(NODE_EXPORTER_LABELS) - {"node_network_speed_bytes"} <= set(served)
+        assert all(served[name] == labels for name, labels in NODE_EXPORTER_LABELS.items() if name in served)
+        assert 'node_network_speed_bytes{device="lo"}' not in exporter.text
 
         def scraped() -> bool:
             query = f'node_filesystem_size_bytes{{mountpoint="{small_disk}"}}'
             result = httpx.get(f"{prometheus}/api/v1/query", params={"query": query}, timeout=10).json()
             return bool(result["data"]["result"])
 
-        eventually(scraped, 60, "Prometheus scraping the host: page with the small disk")
+        eventually(scraped, 60, "Prometheus scraping node_exporter with the small disk")
         time.sleep(4)  # past the rules' hold: an empty disk raises nothing
         assert firing(prometheus, "HostFilesystemFilling", **mount) is None
 
@@ -110,7 +125,7 @@ def test_a_filling_disk_and_a_saturated_link_raise_their_alerts_and_clear(platfo
         filler.unlink()
         eventually(lambda: firing(prometheus, "HostFilesystemFull", **mount) is None, 60, "the full disk's alert to clear", interval=0.5)
 
-        link = {"instance": "host", "device": "lo"}
+        link = {"instance": monitoring.LOCAL_HOST, "device": "lo"}
         sender = Sender()
         try:
             saturated = eventually(lambda: firing(prometheus, "HostNetworkSaturated", **link), 60,
@@ -122,3 +137,4 @@ def test_a_filling_disk_and_a_saturated_link_raise_their_alerts_and_clear(platfo
         assert float(saturated["value"]) > 0.8
         eventually(lambda: firing(prometheus, "HostNetworkSaturated", **link) is None, 90,
                    "the saturated link's alert to clear", interval=0.5)
+    assert not [m.name for m in monitoring.monitors(variant) if processes.running_pid(m.daemon)], "left running"

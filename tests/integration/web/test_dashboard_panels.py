@@ -1,7 +1,8 @@
 """Every panel the demo fills has data after a short demo-like run, in headless Chromium (issue 21
 item 7): traffic through a gateway at 2,000/s (which `generate` must reach), a replicator route
 worker, a dispatcher with a subscriber, a lake run and a short real-time run, each listed under
-ops.components the way platform.yaml lists the demo's (the batch runs through their metrics files).
+ops.components the way platform.yaml lists the demo's (the batch runs through their metrics files,
+the hosts through the local runtime's node_exporter).
 A screenshot is kept in test-artifacts/dashboard-panels.png.
 
 The throttle panel is not among them: neither the demo nor this test runs `conveyor ops throttle`.
@@ -32,11 +33,12 @@ from conveyor.pipeline.metrics import LakeMetrics
 from conveyor.pipeline.realtime.job import run as realtime
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.pipeline.realtime.plan import job_views
-from conveyor.runtime import processes
+from conveyor.runtime import monitoring, processes
 from conveyor.runtime.services import service_daemons
 from tests.conftest import demo_event, eventually, free_port
 from tests.dispatchkit import MAILER_TOKEN, nodes, produce as produce_notifications, setup, start_node  # noqa: F401
 from tests.integration.web.test_dashboard import ARTIFACTS, chromium
+from tests.opskit import NODE_EXPORTER
 from tests.lakekit import lake_case, lake_folder, lake_spark, produce  # noqa: F401
 from tests.realtimekit import event_at, realtime_case  # noqa: F401
 
@@ -83,12 +85,14 @@ def test_every_panel_of_the_demo_has_data(provisioned, platform_data, platform_f
                      threading.Event(), available_now=True)
 
             data = copy.deepcopy(platform_data)
+            host = data["runtime"]["base_port"] + NODE_EXPORTER
+            data["runtime"]["node_exporter"] = {"port": host}
             data["ops"] = {"interval": "1s", "window": 4, "components": {
                 "gateway-dc1": f"{gateway}/metrics",
                 "replicate-dc1-central": f"http://127.0.0.1:{replicate_port}/metrics",
                 "dispatch": f"http://127.0.0.1:{node.metrics_port}/metrics",
                 "lake": f"file:{files / 'lake.prom'}", "realtime": f"file:{files / 'realtime.prom'}",
-                "host": "host:"}}
+                "host": f"http://127.0.0.1:{host}/metrics"}}
             path = platform_file.parent / "ops-panels-platform.yaml"
             path.write_text(yaml.safe_dump(data, sort_keys=False))
             ops = load_platform(path)
@@ -97,6 +101,8 @@ def test_every_panel_of_the_demo_has_data(provisioned, platform_data, platform_f
             assert shown.exit_code == 0, shown.output
             url = f"http://127.0.0.1:{port}"
             try:
+                assert monitoring.start(ops) == ["node-exporter"]  # the hosts panel's page
+                monitoring.wait_ready(ops, time.monotonic() + 60)
                 state = eventually(lambda: _all_panels_filled(url, gateway), 90, "every panel filled")
                 panels = {p["name"]: p for p in state["panels"]}
                 strip = next(s for s in panels["lake"]["series"] if s["strip"])
@@ -113,6 +119,7 @@ def test_every_panel_of_the_demo_has_data(provisioned, platform_data, platform_f
                 chromium(f"--screenshot={shot}", "--window-size=1400,2400", f"{url}/", profile=tmp_path / "profile")
                 assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
             finally:
+                monitoring.stop(ops)
                 assert processes.stop([d for d in service_daemons(ops) if d.name == "ops"]) == ["ops"]
     finally:
         replicator.send_signal(signal.SIGTERM)

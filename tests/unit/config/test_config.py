@@ -228,6 +228,12 @@ def test_the_catalog_s_options_and_the_alert_hook_are_secrets_too(monkeypatch):
         parse_platform(data, root=ROOT)
 
 
+def test_a_component_page_is_a_server_or_a_file():
+    data = _with("ops.components", {"host": "host:"})
+    with pytest.raises(ConfigError, match="host's page 'host:' is neither http.s.:// nor file:"):
+        parse_platform(data, root=ROOT)
+
+
 def test_a_secret_from_a_missing_variable_is_one_error_naming_the_field_and_the_variable(monkeypatch):
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "k:9092",

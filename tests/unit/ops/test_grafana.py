@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from conveyor.cli import app
 from conveyor.ops.grafana import DASHBOARDS, dashboard_document
-from tests.metricskit import exported_label_names, host_label_names
+from tests.metricskit import NODE_EXPORTER_LABELS, exported_label_names
 
 _METRIC = re.compile(r"\b(?:conveyor|node)_[a-z0-9_]+")
 #: Labels Prometheus adds to every series it scrapes.
@@ -23,7 +23,7 @@ def _labels_used(expr: str, legend: str) -> set[str]:
 
 
 def test_every_expression_names_exported_metrics_and_their_labels() -> None:
-    exported = exported_label_names() | host_label_names()
+    exported = exported_label_names() | NODE_EXPORTER_LABELS
     for dashboard in DASHBOARDS:
         for panel in dashboard.panels:
             for expr, legend in panel.targets:

@@ -14,7 +14,7 @@ import yaml
 
 from conveyor.config import Ops
 from conveyor.ops.rules import PRESENCE, rules_document
-from tests.metricskit import exported_metric_names, host_label_names
+from tests.metricskit import NODE_EXPORTER_LABELS, exported_metric_names
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with `make setup`")
 
@@ -23,8 +23,12 @@ pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promto
 RELAXED = "logs.app"
 
 
+#: Links declared for the host rules: the loopback reports no speed; eth0 reports its own, which wins.
+DECLARED_MBIT = {"lo": 8000.0, "eth0": 10.0}
+
+
 def _rules() -> dict[str, Any]:
-    return rules_document(Ops(max_lag_records=1000), [RELAXED])
+    return rules_document(Ops(max_lag_records=1000, machines={"link_speed_mbit": DECLARED_MBIT}), [RELAXED])
 
 
 def _write_rules(folder: Path) -> Path:
@@ -128,8 +132,8 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
 
 
 def test_every_expression_names_an_exported_metric(tmp_path: Path) -> None:
-    # The host rules read node_exporter's names, which the watcher's host: page exports too.
-    exported = exported_metric_names() | set(host_label_names())
+    # The host rules read node_exporter's names.
+    exported = exported_metric_names() | set(NODE_EXPORTER_LABELS)
     for group in _rules()["groups"]:
         for rule in group["rules"]:
             named = set(re.findall(r"\b(?:conveyor|node)_[a-z0-9_]+", rule["expr"]))
@@ -237,9 +241,10 @@ def test_an_absent_component_alerts_and_a_present_one_does_not(tmp_path: Path) -
 
 
 def test_the_host_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> None:
-    """broker-1's uplink sends at 118 MB/s of 125 MB/s, its disk is busy 95 % of the time at 0.2 s
-    per I/O, its log filesystem is 97 % full and the hypervisor steals half its CPU; broker-2 is
-    fine on every count, and lo has no speed (no ratio to judge)."""
+    """broker-1's uplink sends at 118 MB/s of 125 MB/s, its loopback (no speed of its own) 900 MB/s
+    of the 1 GB/s declared, its disk is busy 95 % of the time at 0.2 s per I/O, its log filesystem
+    is 97 % full and the hypervisor steals half its CPU; broker-2 is fine on every count: its
+    uplink's 10 MB/s are judged against the 125 MB/s it reports, not the 1.25 MB/s declared."""
     b1, b2 = {"instance": "broker-1"}, {"instance": "broker-2"}
     fs1 = {**b1, "device": "/dev/vdb", "mountpoint": "/var/lib/kafka", "fstype": "ext4"}
     fs2 = {**b2, "device": "/dev/vdb", "mountpoint": "/var/lib/kafka", "fstype": "ext4"}
@@ -251,6 +256,7 @@ def test_the_host_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -
             _series("node_network_receive_bytes_total", {**b1, "device": "eth0"}, f"0+{1_000_000 * minute}x30"),
             _series("node_network_speed_bytes", {**b1, "device": "eth0"}, "125000000+0x30"),
             _series("node_network_transmit_bytes_total", {**b1, "device": "lo"}, f"0+{900_000_000 * minute}x30"),
+            _series("node_network_receive_bytes_total", {**b1, "device": "lo"}, f"0+{900_000_000 * minute}x30"),
             _series("node_network_transmit_bytes_total", {**b2, "device": "eth0"}, f"0+{10_000_000 * minute}x30"),
             _series("node_network_receive_bytes_total", {**b2, "device": "eth0"}, f"0+{10_000_000 * minute}x30"),
             _series("node_network_speed_bytes", {**b2, "device": "eth0"}, "125000000+0x30"),
@@ -273,7 +279,7 @@ def test_the_host_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -
         ],
         "alert_rule_test": [
             _expect("HostNetworkSaturated", "4m", []),  # not yet held for 5 minutes
-            _expect("HostNetworkSaturated", "15m", [({**b1, "device": "eth0"}, "94.4%")]),
+            _expect("HostNetworkSaturated", "15m", [({**b1, "device": "eth0"}, "94.4%"), ({**b1, "device": "lo"}, "90%")]),
             _expect("HostDiskBusy", "15m", [({**b1, "device": "vdb"}, "95%")]),
             _expect("HostDiskSlow", "15m", [({**b1, "device": "vdb"}, "200ms")]),
             _expect("HostFilesystemFilling", "15m", [(fs1, "97%")]),

@@ -1,7 +1,8 @@
 """The demo's Prometheus and Alertmanager configuration, as `conveyor up` writes it: Prometheus's
 own checker (which loads the rules file too) and Alertmanager's accept it; it scrapes the watcher,
-every component (a batch job's file through the watcher) and every node, trusting the platform's
-authority for HTTPS; alerts route to ops.notify_url, kept in an owner-only file. No process starts."""
+every component (a batch job's file through the watcher), every node and this machine's
+node_exporter, trusting the platform's authority for HTTPS; alerts route to ops.notify_url, kept in
+an owner-only file. No process starts."""
 
 from __future__ import annotations
 
@@ -59,6 +60,11 @@ def test_every_component_and_node_is_scraped(written):
     nodes = {job["static_configs"][0]["labels"]["node"] for name, job in jobs.items() if name.startswith("kafka-")}
     assert nodes == {page.node for cluster in platform.clusters.values() for page in cluster.metrics}
     assert len(nodes) > 3
+    # This machine's node_exporter, once: the demo lists its page too, for the watcher's hosts panel.
+    host = jobs["node-exporter"]
+    assert (host["static_configs"][0]["targets"], host["static_configs"][0]["labels"]) == (
+        [f"127.0.0.1:{platform.runtime.node_exporter.port}"], {"instance": "localhost"})
+    assert "component-host" not in jobs
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [
         f"127.0.0.1:{platform.runtime.alertmanager.port}"]
     rules = yaml.safe_load(Path(config["rule_files"][0]).read_text())
