@@ -3,15 +3,17 @@
 Only for records the gateway checked (conveyor.pipeline.trust): the JSON is an object that keeps a
 version of the contract the registry holds, so what is left is to place each field in its column
 exactly as the full check (conveyor.pipeline.records) does. Where the JVM cannot be sure of giving
-the same value, the record is sent to the full check instead (``needs_check``):
+the same value, the record is flagged (``needs_check``) and the lake reads its range again through
+the full check:
 
 - an integer is read as its JSON text and cast: digits exactly, anything else (``1.0``, ``1e3``,
   which JSON Schema counts as integers) through a double, as Python's ``int(float)`` does;
 - an event time is cast only when it has RFC 3339's shape with at most microseconds (what the
-  gateway's checks let through); any other text goes to the full check;
-- a field kept as its JSON text (an object, an array, a union) goes to the full check whenever it
-  is present, since only that check renders the text the way the lake stores it;
-- a value ``from_json`` could not read whole (its corrupt-record column set) goes to the full check.
+  gateway's checks let through); any other text is flagged;
+- a field kept as its JSON text (an object, an array, a union) is flagged whenever it is present,
+  since only the full check renders the text the way the lake stores it; a contract with such a
+  field is not read in the JVM alone at all (``jvm_blocker``);
+- a value ``from_json`` could not read whole (its corrupt-record column set) is flagged.
 """
 
 from __future__ import annotations
@@ -36,6 +38,14 @@ _INTEGER = r"^-?[0-9]+$"
 #: What from_json reads each kind as; the rest is cast after (see the module's docstring).
 _READ_AS = {Kind.string: "string", Kind.long: "string", Kind.double: "double", Kind.boolean: "boolean",
             Kind.timestamp: "string", Kind.json: "string"}
+
+
+def jvm_blocker(columns: tuple[Column, ...]) -> str | None:
+    """Why a trusted topic's records are not read in the JVM alone, or None: a field kept as JSON
+    text (only the full check renders it as the lake stores it) would send every record that has
+    it through a second read."""
+    kept = [c.name for c in columns if c.kind == Kind.json]
+    return f"its contract keeps {', '.join(kept)} as JSON text, which only the full check renders" if kept else None
 
 
 def read_schema_ddl(columns: tuple[Column, ...]) -> str:

@@ -1,6 +1,7 @@
-"""The lake's two ways of reading a record, against real brokers and Spark: on a topic only the bus
-writes, a record naming a version the registry holds is parsed in the JVM with the gateway's verdict
-kept; every other record is checked in full in a Python worker.
+"""The lake's two ways of reading a range, against real brokers and Spark: on a topic only the bus
+writes, in the JVM alone with the gateway's verdict kept, as long as every record names a version
+the registry holds and the JVM can place it; otherwise every record checked in full in a Python
+worker.
 
 - Both ways land the same row for the same record, field by field, over generated events of a
   contract with a column of every kind, with the JSON texts a client may send (an integer written
@@ -9,6 +10,8 @@ kept; every other record is checked in full in a Python worker.
   (CONVEYOR_PROPERTY_ROUNDS for more).
 - A principal that may not write the topic cannot plant a record with a forged verdict: the broker
   refuses it.
+- A range with a record the JVM cannot land (no header) is read again through the full check; nothing
+  of the refused JVM commit lands.
 - On a topic a service writes directly, a record whose header names a held version but which
   breaks it still goes to quarantine.
 """
@@ -114,12 +117,14 @@ def test_the_jvm_and_the_full_check_land_the_same_row_for_every_record(lake_spar
             [(0, offset, now, None, value, header) for offset, (value, header, _) in enumerate(records)],
             "kafka_partition int, kafka_offset bigint, kafka_timestamp timestamp, kafka_key binary, "
             "raw_value binary, contract_header binary")
-        both = [parse_records(frame, "kinds", columns, schema_text, versions, trusted).orderBy("kafka_offset")
-                .collect() for trusted in (True, False)]
+        both = [parse_records(frame, "kinds", columns, schema_text, versions, jvm_only).orderBy("kafka_offset")
+                .collect() for jvm_only in (True, False)]
         fields = ["quarantine_reason", *[c.name for c in columns], *PASSED_THROUGH]
         for fast, full in zip(*both, strict=True):
-            assert [fast[f] for f in fields] == [full[f] for f in fields], records[fast.kafka_offset]
+            if not fast[NEEDS_CHECK]:
+                assert [fast[f] for f in fields] == [full[f] for f in fields], records[fast.kafka_offset]
         assert [not row[NEEDS_CHECK] for row in both[0]] == [jvm for _, _, jvm in records]
+        assert not any(row[NEEDS_CHECK] for row in both[1])
         taken.append(sum(jvm for _, _, jvm in records))
 
     try:
@@ -162,18 +167,35 @@ def test_on_a_topic_only_the_bus_writes_a_forged_verdict_is_refused_by_the_broke
         refused = _write(_as(case.platform, user), case.topic, forged, held)
         assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (user, refused)
 
-    # What the gateway writes (here the platform's admin, as a gateway would): kept as it is, in the JVM.
-    good = [demo_event(user_id=f"u-{i}") for i in range(5)]
+    # What the gateway writes (here the platform's admin, as a gateway would): read in the JVM alone.
     producer = kafka.producer(case.platform, "central", "test-trust")
-    for event in good:
-        producer.produce(case.topic, orjson.dumps(event), partition=0, headers=[(CONTRACT_HEADER, held)])
-    producer.produce(case.topic, orjson.dumps(demo_event(user_id="u-plain")), partition=0)
-    assert producer.flush(30) == 0
 
-    (run,) = run_once(lake_spark, case.platform).topics
-    assert run.trust.trusted, run.trust.why
-    assert (run.records_read, run.landed, run.quarantined, run.checked) == (6, 6, 0, 1)
-    assert {r.user_id for r in rows_of(lake_spark, case.topic)} == {*(e["user_id"] for e in good), "u-plain"}
+    def send(*user_ids: str, plain: str | None = None) -> None:
+        for user_id in user_ids:
+            event = orjson.dumps(demo_event(user_id=user_id))
+            producer.produce(case.topic, event, partition=0, headers=[(CONTRACT_HEADER, held)])
+        if plain is not None:  # no header: this record needs the full check
+            producer.produce(case.topic, orjson.dumps(demo_event(user_id=plain)), partition=0)
+        assert producer.flush(30) == 0
+
+    def land() -> tuple[Any, list[str]]:
+        steps: list[str] = []
+        (run,) = run_once(lake_spark, case.platform, step=lambda _, step: steps.append(step)).topics
+        assert run.trust.trusted, run.trust.why
+        return run, steps
+
+    send(*(f"u-{i}" for i in range(5)))
+    run, steps = land()
+    assert (run.records_read, run.landed, run.quarantined, run.checked) == (5, 5, 0, 0), steps
+    assert not any("full check" in step for step in steps), steps
+
+    # One record of the next range needs the full check: the JVM's commit is refused, the range read again.
+    send("u-5", "u-6", plain="u-plain")
+    run, steps = land()
+    assert "1 record(s) need the full check; reading the range again through it" in steps, steps
+    assert (run.records_read, run.landed, run.quarantined, run.checked) == (3, 3, 0, 3)
+    landed = sorted(r.user_id for r in rows_of(lake_spark, case.topic))
+    assert landed == sorted([*(f"u-{i}" for i in range(7)), "u-plain"])  # each once: nothing of the refused commit
 
 
 def test_on_a_topic_a_service_writes_directly_a_forged_verdict_still_goes_to_quarantine(provisioned, lake_spark,
