@@ -81,6 +81,14 @@ def placed(column: Column) -> SparkColumn:
     return text
 
 
+def outside(value: str, columns: tuple[Column, ...]) -> SparkColumn:
+    """Whether the value (a binary column holding a JSON object) has a key outside ``columns``."""
+    from pyspark.sql.functions import array, array_except, col, json_object_keys, lit, size
+
+    keys = json_object_keys(col(value).cast("string"))
+    return size(array_except(keys, array(*[lit(c.name) for c in columns]))) > 0
+
+
 def needs_check(trusted: SparkColumn, columns: tuple[Column, ...]) -> SparkColumn:
     """True for a record the full check must parse: not ``trusted`` (a boolean that is never
     null), not read whole, or a field the JVM cannot place as the full check would."""

@@ -27,13 +27,14 @@ from conveyor.config import Part, Platform
 from conveyor.pipeline import guard
 from conveyor.pipeline.dedup import dedup_window, drop_copies
 from conveyor.pipeline.errors import LakeConflictError, spark_failures
-from conveyor.pipeline.fast_parse import FAST, NEEDS_CHECK, jvm_blocker, needs_check, parsed_struct, placed
+from conveyor.pipeline.fast_parse import (FAST, NEEDS_CHECK, jvm_blocker, needs_check, outside, parsed_struct,
+                                          placed)
 from conveyor.bus.registry import topic_versions
 from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, list_watermarks, read_range
 from conveyor.pipeline.lake_positions import publish_position
 from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH, VersionText, values_parser
-from conveyor.pipeline.schema import (COORDINATES, LANDED_AT, REASON, Column, contract_columns, quote, read_schema,
+from conveyor.pipeline.schema import (COORDINATES, LANDED_AT, OUTSIDE, REASON, Column, contract_columns, quote, read_schema,
                                       versions_columns)
 from conveyor.pipeline.catalog import require_catalog
 from conveyor.pipeline.trust import Trust, as_read, live_trust
@@ -175,7 +176,7 @@ def parse_records(records: DataFrame, topic: str, columns: tuple[Column, ...], s
 
     header = col(CONTRACT_HEADER_COLUMN)
     if not jvm_only:
-        returns = ", ".join([f"{quote(REASON)} string"] + [c.ddl for c in columns])
+        returns = ", ".join([f"{quote(REASON)} string"] + [c.ddl for c in columns] + [f"{OUTSIDE} boolean"])
         verdict = arrow_udf(values_parser(topic, schema_text, columns, versions), returns)
         return records.select(*PASSED_THROUGH, verdict("raw_value", header).alias("parsed"),
                               lit(False).alias(NEEDS_CHECK)).select(*PASSED_THROUGH, "parsed.*", NEEDS_CHECK)
@@ -184,7 +185,8 @@ def parse_records(records: DataFrame, topic: str, columns: tuple[Column, ...], s
     parsed = records.select("*", parsed_struct("raw_value", columns).alias(FAST))
     parsed = parsed.select("*", needs_check(held, columns).alias(NEEDS_CHECK))
     return parsed.select(*PASSED_THROUGH, lit(None).cast("string").alias(REASON),
-                         *[placed(c).alias(c.name) for c in columns], NEEDS_CHECK)
+                         *[placed(c).alias(c.name) for c in columns], outside("raw_value", columns).alias(OUTSIDE),
+                         NEEDS_CHECK)
 
 
 class _NeedsFullCheck(Exception):
@@ -386,7 +388,10 @@ class _TopicLanding:
                 self.step("reading, parsing and committing rows")
                 window = dedup_window(self.platform, self.topic)
                 since = listed_at - timedelta(seconds=window) if window > 0 else None
-                rows = counted.where(eligible).select(*self._table_columns(), lit(listed_at).alias(LANDED_AT))
+                raw = col("raw_value")
+                if self.topic not in self.platform.pipeline.lake.keep_raw_value:
+                    raw = when(col(OUTSIDE), raw)  # the bytes only where they say more than the columns
+                rows = counted.where(eligible).select(*self._table_columns(raw), lit(listed_at).alias(LANDED_AT))
                 landed = self._commit(rows, self.data, commit, since, verified)
                 stats = observation.get  # only once the observed pass succeeded: it waits for one
                 self._add(LandingCounts(records_read=stats["read"], bytes_read=stats["bytes"], landed=landed,
@@ -411,8 +416,12 @@ class _TopicLanding:
     def _add(self, counts: LandingCounts) -> None:
         self._counts = LandingCounts(*(a + b for a, b in zip(astuple(self._counts), astuple(counts), strict=True)))
 
-    def _table_columns(self) -> list[str]:
-        return [c.name for c in self.columns] + [name for name, _ in COORDINATES]
+    def _table_columns(self, raw: SparkColumn) -> list[SparkColumn]:
+        """The data table's columns, its ``raw_value`` being ``raw``."""
+        from pyspark.sql.functions import col
+
+        coordinates = [raw.alias(name) if name == "raw_value" else col(name) for name, _ in COORDINATES]
+        return [col(c.name) for c in self.columns] + coordinates
 
     def _commit(self, rows: DataFrame, table: str, commit: _CommitPlan, since: datetime | None = None,
                 verified: Callable[[], None] | None = None) -> int:

@@ -182,3 +182,12 @@ def test_a_value_in_confluent_s_framing_is_checked_against_the_version_of_its_sc
     assert reasons[2] == ("written with schema id 99 (Confluent's framing), which the registry holds for no version "
                           "of ad-events")
     assert "2 bytes long" in reasons[3]
+
+
+def test_an_event_with_fields_outside_the_columns_is_marked_so_its_row_keeps_the_record_s_bytes():
+    from conveyor.pipeline.records import RecordParser
+
+    parser = RecordParser("ad-events", json.dumps(SCHEMA), COLUMNS)
+    values = [orjson.dumps(EVENT), orjson.dumps({**EVENT, "note": "x"}), b"nope"]
+    *_, outside = parser.columns(values)
+    assert outside == [False, True, False]  # a rejected record keeps its bytes in quarantine anyway
