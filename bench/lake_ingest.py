@@ -75,13 +75,14 @@ from conveyor_sdk.contract import CONTRACT_HEADER
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
 from conveyor.bus.registry import topic_versions
+from conveyor.pipeline.fast_parse import NEEDS_CHECK
 from conveyor.pipeline.guard import state_dir
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, read_range
 from conveyor.pipeline.lake import parsed_range, range_records, run_once
 from conveyor.pipeline.offsets import RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH
 from conveyor.pipeline.trust import Trust
-from conveyor.pipeline.schema import REASON, Column, contract_columns, read_schema
+from conveyor.pipeline.schema import OUTSIDE, REASON, Column, contract_columns, read_schema
 from conveyor.pipeline.spark import spark_session
 from conveyor.pipeline.tables import GAPS_TABLE, data_table, quarantine_table
 from conveyor.runtime.local import LocalPlatform
@@ -278,7 +279,7 @@ def _from_json_range(spark, platform: Platform, plan: RangePlan, columns: tuple[
     records = range_records(spark, platform, plan)
     parsed = from_json(col("raw_value").cast("string"), ", ".join(c.ddl for c in columns))
     return records.select(*PASSED_THROUGH, lit(None).cast("string").alias(REASON), parsed.alias("parsed")).select(
-        *PASSED_THROUGH, REASON, "parsed.*")
+        *PASSED_THROUGH, REASON, "parsed.*", lit(False).alias(OUTSIDE), lit(False).alias(NEEDS_CHECK))
 
 
 def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:

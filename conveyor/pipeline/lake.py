@@ -185,7 +185,8 @@ def parse_records(records: DataFrame, topic: str, columns: tuple[Column, ...], s
     parsed = records.select("*", parsed_struct("raw_value", columns).alias(FAST))
     parsed = parsed.select("*", needs_check(held, columns).alias(NEEDS_CHECK))
     return parsed.select(*PASSED_THROUGH, lit(None).cast("string").alias(REASON),
-                         *[placed(c).alias(c.name) for c in columns], outside("raw_value", columns).alias(OUTSIDE),
+                         *[placed(c).alias(c.name) for c in columns],
+                         outside("raw_value", columns, [json.loads(text) for _, _, text in versions]).alias(OUTSIDE),
                          NEEDS_CHECK)
 
 
