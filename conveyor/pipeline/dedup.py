@@ -12,8 +12,7 @@ timestamp column, constant within each file (Parquet keeps it in a few bytes per
 
 The append is the run's one pass over the range. The copies are then found from keys alone: the
 new rows' ``event_id`` and coordinates, read back from the files the append added (Iceberg's
-incremental read between two snapshots), against the ids the table held that landed in the window;
-first by their 64-bit hashes alone, and by offset only where a hash occurs twice.
+incremental read between two snapshots), against the ids the table held that landed in the window.
 A copy is a new row whose event_id an earlier offset of the range has (the first offset is kept) or
 that landed in the window before. When there are any, one more commit on the branch deletes them by
 their coordinates among this run's rows only (their ``landed_at``), looking only in the hours their
@@ -48,31 +47,19 @@ def _at_snapshot(spark: SparkSession, table: str, **options: str) -> DataFrame:
     return spark.read.format("iceberg").options(**options).load(table)
 
 
-def copies(spark: SparkSession, table: str, base: int, appended: int, since: datetime) -> DataFrame | None:
+def copies(spark: SparkSession, table: str, base: int, appended: int, since: datetime) -> DataFrame:
     """Coordinates, event times and landing time of the rows snapshot ``appended`` added after
     ``base`` that are copies: of an earlier offset among them, or of a row ``base`` held that landed
-    at or after ``since``; None when there are none, the common case.
-
-    First the suspects: the 64-bit hashes of the ids that occur more than once among the new ids and
-    the distinct ids landed in the window, by a hash aggregate of 8-byte keys (no sort). Every copy's
-    id is among them; only the new rows with a suspect hash are then ordered by offset per id, which
-    also sorts out a suspect that was two ids sharing a hash.
-    """
+    at or after ``since``."""
     from pyspark.sql import Window
-    from pyspark.sql.functions import col, lit, row_number, xxhash64
+    from pyspark.sql.functions import col, lit, row_number
 
     new = _at_snapshot(spark, table, **{"start-snapshot-id": str(base), "end-snapshot-id": str(appended)})
     landed = (_at_snapshot(spark, table, versionAsOf=str(base)).where(col(LANDED_AT) >= since)
-              .select("event_id").distinct())
-    hashed = new.select(xxhash64("event_id").alias("h")).unionAll(landed.select(xxhash64("event_id").alias("h")))
-    # Kept on the executors: counted here, joined below without computing the aggregate again.
-    suspects = hashed.groupBy("h").count().where(col("count") > 1).select("h").localCheckpoint(eager=True)
-    if suspects.isEmpty():
-        return None
+              .select("event_id").distinct().withColumn("seen", lit(True)))
+    # One scan of the new keys and one shuffle by event_id, which the ordering by offset reuses.
     first = Window.partitionBy("event_id").orderBy(*_COORDINATES)
-    marked = (new.select("event_id", "event_time", LANDED_AT, *_COORDINATES)
-              .join(suspects, xxhash64(col("event_id")) == col("h"), "left_semi")
-              .join(landed.withColumn("seen", lit(True)), "event_id", "left"))
+    marked = new.select("event_id", "event_time", LANDED_AT, *_COORDINATES).join(landed, "event_id", "left")
     return (marked.withColumn("n", row_number().over(first))
             .where(col("seen").isNotNull() | (col("n") > 1)).select(*_COORDINATES, "event_time", LANDED_AT))
 
@@ -86,12 +73,9 @@ def drop_copies(spark: SparkSession, table: str, branch: str, base: int, since: 
     from pyspark.sql.functions import min as min_
 
     appended = iceberg_table(spark, table).snapshot(branch).snapshotId()
-    suspected = copies(spark, table, base, appended, since)
-    if suspected is None:
-        return 0
     # Kept on the executors: counted once, read again by the delete, and (unlike a cached plan)
     # free of table references, which a MERGE's source may not hold in Spark 4.1.
-    found = suspected.localCheckpoint(eager=True)
+    found = copies(spark, table, base, appended, since).localCheckpoint(eager=True)
     count, earliest, latest, landed = found.select(count_(lit(1)), unix_micros(min_("event_time")),
                                                    unix_micros(max_("event_time")), unix_micros(max_(LANDED_AT))).first()
     if count:
