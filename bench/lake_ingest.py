@@ -22,6 +22,9 @@
   window;
 - ``lake_checked``: the lake with de-duplication as a topic with direct producers gets it, every
   record checked against the contract in a Python worker;
+- ``lake_raw``: the lake with de-duplication, every row keeping its record's bytes
+  (``pipeline.lake.keep_raw_value``); by default a row keeps them only for an event with fields
+  outside the contract, and the bench's events have none (their size is in ``page_url``);
 - ``lake_no_dedup_unchecked`` (with ``--stages``): the lake without de-duplication whose parser is
   Spark's ``from_json``, with no contract check: the bound for any check kept in the JVM.
 
@@ -72,13 +75,14 @@ from conveyor_sdk.contract import CONTRACT_HEADER
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
 from conveyor.bus.registry import topic_versions
+from conveyor.pipeline.fast_parse import NEEDS_CHECK
 from conveyor.pipeline.guard import state_dir
 from conveyor.pipeline.kafka_source import java_client_options, list_watermarks, read_range
 from conveyor.pipeline.lake import parsed_range, range_records, run_once
 from conveyor.pipeline.offsets import RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH
 from conveyor.pipeline.trust import Trust
-from conveyor.pipeline.schema import REASON, Column, contract_columns, read_schema
+from conveyor.pipeline.schema import OUTSIDE, REASON, Column, contract_columns, read_schema
 from conveyor.pipeline.spark import spark_session
 from conveyor.pipeline.tables import GAPS_TABLE, data_table, quarantine_table
 from conveyor.runtime.local import LocalPlatform
@@ -89,10 +93,14 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "bench-events"
 PARTITIONS = 6
+#: Where each event's bytes go, up to its size: a contract field, so every path lands them.
+URL = "https://example.com/ads/"
 
 
-def lake_platform(folder: Path, base_port: int, dedup: str, spark: dict | None = None) -> Platform:
-    """The bench's platform; ``spark``: pipeline.spark settings instead of the demo's."""
+def lake_platform(folder: Path, base_port: int, dedup: str, spark: dict | None = None,
+                  keep_raw_value: bool = False) -> Platform:
+    """The bench's platform; ``spark``: pipeline.spark settings instead of the demo's;
+    ``keep_raw_value``: every row keeps its record's bytes."""
     demo = demo_data()
     data = {
         "name": "lake-bench",
@@ -103,7 +111,8 @@ def lake_platform(folder: Path, base_port: int, dedup: str, spark: dict | None =
                    "_contracts": demo["topics"]["_contracts"]},
         "pipeline": {"source": "central", "spark": spark or demo["pipeline"]["spark"],
                      "catalog": {"warehouse": str(folder / "warehouse")},
-                     "lake": {"topics": [TOPIC], "dedup_window": dedup}},
+                     "lake": {"topics": [TOPIC], "dedup_window": dedup,
+                              "keep_raw_value": [TOPIC] if keep_raw_value else []}},
     }
     return parse_platform(data, root=folder)
 
@@ -128,8 +137,9 @@ def produce(platform: Platform, events: int, size: int, first: int = 0, header: 
     total = 0
     for i in range(first, first + events):
         event = {"event_id": str(uuid.uuid4()), "event_time": now, "type": "impression", "site_id": f"site-{i % 50}",
-                 "user_id": f"user-{i % 5000}", "price_micros": i, "payload": ""}
-        event["payload"] = "x" * max(0, size - len(orjson.dumps(event)))  # outside the contract: raw value only
+                 "user_id": f"user-{i % 5000}", "price_micros": i, "page_url": URL}
+        # Every field in the contract: every path lands the same columns, the lake no raw value.
+        event["page_url"] = URL + "x" * max(0, size - len(orjson.dumps(event)))
         value = orjson.dumps(event)
         total += len(value)
         while True:
@@ -269,7 +279,7 @@ def _from_json_range(spark, platform: Platform, plan: RangePlan, columns: tuple[
     records = range_records(spark, platform, plan)
     parsed = from_json(col("raw_value").cast("string"), ", ".join(c.ddl for c in columns))
     return records.select(*PASSED_THROUGH, lit(None).cast("string").alias(REASON), parsed.alias("parsed")).select(
-        *PASSED_THROUGH, REASON, "parsed.*")
+        *PASSED_THROUGH, REASON, "parsed.*", lit(False).alias(OUTSIDE), lit(False).alias(NEEDS_CHECK))
 
 
 def _stages(spark, platform: Platform, rounds: int) -> dict[str, float]:
@@ -313,7 +323,7 @@ def _timed_in_spark(spark, measure: Callable[[], float]) -> Round:
 
 #: Wide enough for the tables when the output is a file.
 CONSOLE = Console(width=150)
-LAKE_PATHS = ("lake", "lake_no_dedup", "lake_checked")
+LAKE_PATHS = ("lake", "lake_no_dedup", "lake_checked", "lake_raw")
 PATHS = ("plain_sink", "user_job", "user_job_merge", "iceberg_sink", *LAKE_PATHS)
 
 
@@ -350,10 +360,11 @@ def run(sizes: list[int], size: int, rounds: int, base_port: int, paths: tuple[s
         folder = Path(tmp)
         platform = lake_platform(folder, base_port, "1h")
         no_dedup = lake_platform(folder, base_port, "0s")  # the same platform, de-duplication off
+        raw = lake_platform(folder, base_port, "1h", keep_raw_value=True)
         local = LocalPlatform(platform)
         local.up()
         stack.callback(local.down)
-        platform, no_dedup = local.clients, resolved(no_dedup)
+        platform, no_dedup, raw = local.clients, resolved(no_dedup), resolved(raw)
         provision(platform)
         header = register(platform)
         spark = spark_session(platform, "lake-bench")
@@ -370,6 +381,7 @@ def run(sizes: list[int], size: int, rounds: int, base_port: int, paths: tuple[s
             "lake": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, platform, n)),
             "lake_no_dedup": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, no_dedup, n)),
             "lake_checked": lambda n: _timed_in_spark(spark, lambda: _checked_lake_seconds(spark, platform, n)),
+            "lake_raw": lambda n: _timed_in_spark(spark, lambda: lake_seconds(spark, raw, n)),
         }
         produced, produced_bytes = 0, 0
         for events in sizes:

@@ -65,7 +65,8 @@ def lake_data(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
     if topic is not None:
         data["topics"][topic] = {"partitions": partitions, "contract": str(CONTRACT), "clusters": list(clusters),
                                  "delivery": delivery, "direct_producers": list(direct_producers)}
-        pipeline["lake"] = {"topics": [topic], **lake}
+        keep = lake.get("keep_raw_value")
+        pipeline["lake"] = {"topics": [topic], **lake, **({"keep_raw_value": [topic]} if keep is True else {})}
     return data
 
 
@@ -98,7 +99,7 @@ class LakeCase:
 def lake_case(platform_data: dict[str, Any], platform_file: Path, lake_folder: Path, lake_spark: Any,
               topic_factory: Callable[..., str]) -> Callable[..., LakeCase]:
     """``make(partitions=3, config=None, delivery="exact", writable=(), direct_producers=(),
-    **lake_settings) -> LakeCase``; ``writable``: writable clusters that carry the topic too (created
+    **lake_settings) -> LakeCase`` (``keep_raw_value=True`` names the case's topic); ``writable``: writable clusters that carry the topic too (created
     there, declared there); ``direct_producers``: services that write it on Kafka themselves (the
     lake then checks every record in full)."""
 

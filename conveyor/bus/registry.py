@@ -166,14 +166,22 @@ class Registry:
                 # would return before its own follower could hold it.
                 self._end_reader = kafka.consumer(self.platform, self.cluster, f"{REGISTRY_GROUP_PREFIX}{self.client_id}",
                                                   f"{self.client_id}-end", {"isolation.level": "read_uncommitted"})
-            try:
-                return self._end_reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout,
-                                                              cached=False)[1]
-            except KafkaException as err:
-                missing = err.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
-                raise (RegistryMissing if missing else RegistryUnavailable)(
-                    f"the contract registry ({self.topic} on {self.cluster}) cannot be read: {err.args[0].str()}"
-                    + ("; `conveyor topics apply` creates it" if missing else "")) from None
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    return self._end_reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout,
+                                                                  cached=False)[1]
+                except KafkaException as err:
+                    # A leader moving (a topic just made, a broker restarting) passes; ask again until the deadline.
+                    moving = err.args[0].code() in (KafkaError.NOT_LEADER_FOR_PARTITION,
+                                                    KafkaError.LEADER_NOT_AVAILABLE)
+                    if moving and time.monotonic() < deadline:
+                        time.sleep(0.5)
+                        continue
+                    missing = err.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
+                    raise (RegistryMissing if missing else RegistryUnavailable)(
+                        f"the contract registry ({self.topic} on {self.cluster}) cannot be read: {err.args[0].str()}"
+                        + ("; `conveyor topics apply` creates it" if missing else "")) from None
 
     def wait_caught_up(self, timeout: float = TIMEOUT, end: int | None = None) -> None:
         """Return once the follower has read up to ``end`` (default: the topic's end now)."""

@@ -31,10 +31,13 @@ def _clusters(model: Platform) -> list[dict[str, Any]]:
 
 def _lake_reading(model: Platform) -> list[Section]:
     """How the lake reads each topic it lands: the gateway's verdict kept (parsed in the JVM), or
-    every record checked in full; and why, from the ACLs the file asks for."""
+    every record checked in full; and why, from the ACLs the file asks for and the topic's contract
+    file (a topic granted through the bus has its contract in the registry, read at each run)."""
     from conveyor.pipeline.errors import LakeConfigError
+    from conveyor.pipeline.fast_parse import jvm_blocker
+    from conveyor.pipeline.schema import contract_columns, read_schema
     from conveyor.pipeline.tables import lake_topics
-    from conveyor.pipeline.trust import planned_trust
+    from conveyor.pipeline.trust import as_read, planned_trust
 
     try:
         topics = lake_topics(model)
@@ -42,7 +45,9 @@ def _lake_reading(model: Platform) -> list[Section]:
         return []
     rows = []
     for topic in topics:
-        trust = planned_trust(model, topic)
+        contract = model.topics[topic].contract is not None
+        blocker = jvm_blocker(contract_columns(topic, read_schema(model, topic))) if contract else None
+        trust = as_read(planned_trust(model, topic), blocker)
         rows.append({"topic": topic, "records": "verdict kept, parsed in the JVM" if trust.trusted else "checked in full",
                      "trusted": trust.trusted, "why": trust.why})
     columns = (Column("topic"), Column("records", cell=lambda r: r["records"]), Column("why", overflow="fold"))

@@ -143,6 +143,9 @@ def _pipeline_problems(platform: Platform) -> Iterator[Problem]:
         elif platform.topics[topic].contract is None:
             yield Problem("pipeline.lake.topics", f"topic {topic!r} has no contract (the lake's columns come from it)",
                           refers_to=(f"topics.{topic}",))
+    for topic in platform.pipeline.lake.keep_raw_value:
+        if topic not in platform.topics:
+            yield _unknown("pipeline.lake.keep_raw_value", "topics", "topic", topic)
 
 
 def _contract_properties(platform: Platform, topic: str) -> dict[str, Any] | None:

@@ -74,6 +74,9 @@ class Lake(Model):
     allowed_lateness: Seconds = Field(default=600.0, ge=0)
     #: Drop an event_id already landed within this window (producer retries); 0 turns it off.
     dedup_window: Seconds = Field(default=3600.0, ge=0)
+    #: Topics whose rows keep every record's bytes (``raw_value``); the other topics' rows keep
+    #: them only for an event with fields outside the table's columns, where they say more.
+    keep_raw_value: list[str] = Field(default_factory=list)
     #: A run that loses a commit to a concurrent run re-reads the table's positions and tries
     #: again, at most this many times in all.
     commit_attempts: int = Field(default=5, ge=1)

@@ -3,20 +3,22 @@
 Only for records the gateway checked (conveyor.pipeline.trust): the JSON is an object that keeps a
 version of the contract the registry holds, so what is left is to place each field in its column
 exactly as the full check (conveyor.pipeline.records) does. Where the JVM cannot be sure of giving
-the same value, the record is sent to the full check instead (``needs_check``):
+the same value, the record is flagged (``needs_check``) and the lake reads its range again through
+the full check:
 
 - an integer is read as its JSON text and cast: digits exactly, anything else (``1.0``, ``1e3``,
   which JSON Schema counts as integers) through a double, as Python's ``int(float)`` does;
 - an event time is cast only when it has RFC 3339's shape with at most microseconds (what the
-  gateway's checks let through); any other text goes to the full check;
-- a field kept as its JSON text (an object, an array, a union) goes to the full check whenever it
-  is present, since only that check renders the text the way the lake stores it;
-- a value ``from_json`` could not read whole (its corrupt-record column set) goes to the full check.
+  gateway's checks let through); any other text is flagged;
+- a field kept as its JSON text (an object, an array, a union) is flagged whenever it is present,
+  since only the full check renders the text the way the lake stores it; a contract with such a
+  field is not read in the JVM alone at all (``jvm_blocker``);
+- a value ``from_json`` could not read whole (its corrupt-record column set) is flagged.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conveyor.pipeline.schema import Column, quote
 from conveyor.topics.columns import Kind
@@ -36,6 +38,14 @@ _INTEGER = r"^-?[0-9]+$"
 #: What from_json reads each kind as; the rest is cast after (see the module's docstring).
 _READ_AS = {Kind.string: "string", Kind.long: "string", Kind.double: "double", Kind.boolean: "boolean",
             Kind.timestamp: "string", Kind.json: "string"}
+
+
+def jvm_blocker(columns: tuple[Column, ...]) -> str | None:
+    """Why a trusted topic's records are not read in the JVM alone, or None: a field kept as JSON
+    text (only the full check renders it as the lake stores it) would send every record that has
+    it through a second read."""
+    kept = [c.name for c in columns if c.kind == Kind.json]
+    return f"its contract keeps {', '.join(kept)} as JSON text, which only the full check renders" if kept else None
 
 
 def read_schema_ddl(columns: tuple[Column, ...]) -> str:
@@ -69,6 +79,19 @@ def placed(column: Column) -> SparkColumn:
     if column.kind == Kind.timestamp:
         return when(upper(text).rlike(RFC3339), expr(f"try_cast(upper({FAST}.{quote(column.name)}) AS timestamp)"))
     return text
+
+
+def outside(value: str, columns: tuple[Column, ...], schemas: list[dict[str, Any]]) -> SparkColumn:
+    """Whether the value (a binary column holding a JSON object of one of ``schemas``) has a key
+    outside ``columns``. Where every schema is closed (``additionalProperties: false``) the gateway
+    let no such key through; else the keys are read, a second parse of the value (about a third of
+    the JVM's parse: docs/benchmarks.md)."""
+    from pyspark.sql.functions import array, array_except, col, json_object_keys, lit, size
+
+    if all(schema.get("additionalProperties") is False for schema in schemas):
+        return lit(False)
+    keys = json_object_keys(col(value).cast("string"))
+    return size(array_except(keys, array(*[lit(c.name) for c in columns]))) > 0
 
 
 def needs_check(trusted: SparkColumn, columns: tuple[Column, ...]) -> SparkColumn:

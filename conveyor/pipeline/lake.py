@@ -2,7 +2,8 @@
 
 A run, per topic: read the positions committed with the tables' data, list the partitions' offsets
 now, record any gap retention left, read the range between with Spark's Kafka connector, parse and
-check every record against the contract, then commit the quarantine's rows and the topic's rows,
+check every record against the contract (on a topic only the bus writes, parse it in the JVM with
+the gateway's verdict kept), then commit the quarantine's rows and the topic's rows,
 each commit carrying the run's end offsets. Killed anywhere, a run leaves either a commit or nothing
 visible; the next run starts from what was committed and deletes the files the dead one left (once
 older than ``lake.orphan_age``). Runs may overlap, on one host or many: each commit lands only on
@@ -26,16 +27,17 @@ from conveyor.config import Part, Platform
 from conveyor.pipeline import guard
 from conveyor.pipeline.dedup import dedup_window, drop_copies
 from conveyor.pipeline.errors import LakeConflictError, spark_failures
-from conveyor.pipeline.fast_parse import FAST, NEEDS_CHECK, needs_check, parsed_struct, placed
+from conveyor.pipeline.fast_parse import (FAST, NEEDS_CHECK, jvm_blocker, needs_check, outside, parsed_struct,
+                                          placed)
 from conveyor.bus.registry import topic_versions
 from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, list_watermarks, read_range
 from conveyor.pipeline.lake_positions import publish_position
 from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH, VersionText, values_parser
-from conveyor.pipeline.schema import (COORDINATES, LANDED_AT, REASON, Column, contract_columns, quote, read_schema,
+from conveyor.pipeline.schema import (COORDINATES, LANDED_AT, OUTSIDE, REASON, Column, contract_columns, quote, read_schema,
                                       versions_columns)
 from conveyor.pipeline.catalog import require_catalog
-from conveyor.pipeline.trust import Trust, live_trust
+from conveyor.pipeline.trust import Trust, as_read, live_trust
 from conveyor.pipeline.tables import (
     GAPS_TABLE,
     append,
@@ -142,50 +144,55 @@ def range_records(spark: SparkSession, platform: Platform, plan: RangePlan) -> D
 
 def parsed_range(
     spark: SparkSession, platform: Platform, plan: RangePlan, columns: tuple[Column, ...], schema_text: str,
-    versions: tuple[VersionText, ...] = (), trusted: bool = False,
+    versions: tuple[VersionText, ...] = (), jvm_only: bool = False,
 ) -> DataFrame:
-    """The range's records with their coordinates, the parser's verdict and the contract's columns:
-    each record checked against the version its contract header names (``versions``), or against
-    ``schema_text`` when it names none; and whether it was (``NEEDS_CHECK``).
-
-    ``trusted``: only the bus writes the topic (conveyor.pipeline.trust), so a record naming a
-    version the registry holds keeps the gateway's verdict and is parsed in the JVM
-    (conveyor.pipeline.fast_parse); only the others, and the few the JVM cannot place as the check
-    would, go to the Python workers.
-
-    A scalar Arrow UDF rather than ``mapInArrow``: the values go to Python and the JVM keeps them,
-    so the bulk of the range is not sent back (0.5-1 s less per 200,000 records of 1 KB here).
-    """
+    """The range's records with their coordinates, the parser's verdict and the contract's columns
+    (:func:`parse_records`)."""
     from pyspark.sql.functions import col, expr
 
     records = read_range(spark, platform, plan, headers=True).select(
         *[col(kafka_name).alias(name) for name, kafka_name in PASSED_THROUGH.items()],
         expr(CONTRACT_HEADER_SQL).alias(CONTRACT_HEADER_COLUMN))
-    return parse_records(records, plan.topic, columns, schema_text, versions, trusted)
+    return parse_records(records, plan.topic, columns, schema_text, versions, jvm_only)
 
 
 def parse_records(records: DataFrame, topic: str, columns: tuple[Column, ...], schema_text: str,
-                  versions: tuple[VersionText, ...] = (), trusted: bool = False) -> DataFrame:
-    """:func:`parsed_range` over ``records``: the lake's passed-through columns and the contract
-    header (``CONTRACT_HEADER_COLUMN``)."""
-    from pyspark.sql.functions import arrow_udf, coalesce, col, lit, when
+                  versions: tuple[VersionText, ...] = (), jvm_only: bool = False) -> DataFrame:
+    """``records`` (the lake's passed-through columns and the contract header,
+    ``CONTRACT_HEADER_COLUMN``) with the parser's verdict (``REASON``) and the contract's columns.
 
-    returns = ", ".join([f"{quote(REASON)} string"] + [c.ddl for c in columns])
-    verdict = arrow_udf(values_parser(topic, schema_text, columns, versions), returns)
+    By default each record is checked in a Python worker against the version its header names
+    (``versions``), or against ``schema_text`` when it names none. A scalar Arrow UDF rather than
+    ``mapInArrow``: the values go to Python and the JVM keeps them, so the bulk of the range is not
+    sent back (0.5-1 s less per 200,000 records of 1 KB here).
+
+    ``jvm_only``, for a topic only the bus writes (conveyor.pipeline.trust): every record keeps the
+    gateway's verdict and is parsed in the JVM (conveyor.pipeline.fast_parse), with no Python
+    worker; a record that still needs the full check (it names no held version, or the JVM cannot
+    place it as the check would) is flagged in ``NEEDS_CHECK`` with no columns, for the caller to
+    read the range again through the full check. ``NEEDS_CHECK`` is false on the default path.
+    """
+    from pyspark.sql.functions import arrow_udf, coalesce, col, lit
+
     header = col(CONTRACT_HEADER_COLUMN)
-    if not (trusted and versions):
-        return records.select(*PASSED_THROUGH, verdict("raw_value", header, lit(True)).alias("parsed"),
-                              lit(True).alias(NEEDS_CHECK)).select(*PASSED_THROUGH, "parsed.*", NEEDS_CHECK)
-    held = coalesce(header.cast("string").isin([f"{i}:{number}" for number, i, _ in versions]),
-                    lit(False))
+    if not jvm_only:
+        returns = ", ".join([f"{quote(REASON)} string"] + [c.ddl for c in columns] + [f"{OUTSIDE} boolean"])
+        verdict = arrow_udf(values_parser(topic, schema_text, columns, versions), returns)
+        return records.select(*PASSED_THROUGH, verdict("raw_value", header).alias("parsed"),
+                              lit(False).alias(NEEDS_CHECK)).select(*PASSED_THROUGH, "parsed.*", NEEDS_CHECK)
+    held = coalesce(header.cast("string").isin([f"{i}:{number}" for number, i, _ in versions]), lit(False))
     # Each step its own projection, so the optimizer keeps from_json to one evaluation per record.
     parsed = records.select("*", parsed_struct("raw_value", columns).alias(FAST))
     parsed = parsed.select("*", needs_check(held, columns).alias(NEEDS_CHECK))
-    checking = col(NEEDS_CHECK)
-    parsed = parsed.select("*", verdict(when(checking, col("raw_value")), when(checking, header),
-                                        checking).alias("parsed"))
-    chosen = [when(checking, col("parsed").getField(c.name)).otherwise(placed(c)).alias(c.name) for c in columns]
-    return parsed.select(*PASSED_THROUGH, col("parsed").getField(REASON).alias(REASON), *chosen, NEEDS_CHECK)
+    return parsed.select(*PASSED_THROUGH, lit(None).cast("string").alias(REASON),
+                         *[placed(c).alias(c.name) for c in columns],
+                         outside("raw_value", columns, [json.loads(text) for _, _, text in versions]).alias(OUTSIDE),
+                         NEEDS_CHECK)
+
+
+class _NeedsFullCheck(Exception):
+    """Records of a range read in the JVM alone need the full check: the branch written is dropped
+    and the range is read again through it."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,8 @@ class _TopicLanding:
         #: The registry's versions of the topic's contract (none without a registry).
         self.versions: tuple[VersionText, ...] = ()
         self.trust = Trust(topic, False, "not judged yet")
+        #: A range of this run had records the JVM alone could not land: the rest go through the full check.
+        self._full_check = False
         self.data, self.quarantine = data_table(topic), quarantine_table(topic)
 
     def run(self) -> TopicRun:
@@ -309,6 +318,29 @@ class _TopicLanding:
     def _land(
         self, plan: RangePlan, stale: list[str], commit: _CommitPlan, listed_at: datetime, bad_before: bool
     ) -> None:
+        """Commit the stale tables; on a topic only the bus writes, first with the range read in the
+        JVM alone, and again through the full check when records of it need that."""
+        if self._jvm_only():
+            try:
+                self._land_read(plan, stale, commit, listed_at, bad_before, jvm_only=True)
+                return
+            except _NeedsFullCheck as needing:
+                self.step(f"{needing} need the full check; reading the range again through it")
+                self._full_check = True
+        self._land_read(plan, stale, commit, listed_at, bad_before, jvm_only=False)
+
+    def _jvm_only(self) -> bool:
+        """Whether records are read in the JVM alone: the topic keeps the gateway's verdict
+        (``self.trust``, which says why not when the contract or the registry rule it out) and no
+        range of this run needed the full check yet."""
+        blocker = jvm_blocker(self.columns) or (None if self.versions else "the registry holds no version of it")
+        self.trust = as_read(self.trust, blocker)
+        return self.trust.trusted and not self._full_check
+
+    def _land_read(
+        self, plan: RangePlan, stale: list[str], commit: _CommitPlan, listed_at: datetime, bad_before: bool,
+        jvm_only: bool,
+    ) -> None:
         """Commit the stale tables, the rows first, adding each commit's counts to ``self._counts``.
 
         The rows' commit reads and parses the range once, counting it on the way (an observation,
@@ -326,11 +358,11 @@ class _TopicLanding:
         from pyspark.sql.functions import sum as sum_
 
         parsed = parsed_range(self.spark, self.platform, plan, self.columns, self.schema_text, self.versions,
-                              self.trust.trusted)
+                              jvm_only)
         cached = bad_before and self.data in stale and self.quarantine in stale
         if cached:
             parsed = parsed.persist(StorageLevel.DISK_ONLY)
-        eligible, rejected = col(REASON).isNull(), col(REASON).isNotNull()
+        eligible, rejected = col(REASON).isNull() & ~col(NEEDS_CHECK), col(REASON).isNotNull()
         if plan.needs_filter(self.data):
             eligible = eligible & _at_or_above(plan.floors[self.data])
         if plan.needs_filter(self.quarantine):
@@ -342,18 +374,29 @@ class _TopicLanding:
             coalesce(sum_(length("raw_value")), lit(0)).alias("bytes"),
             count(when(eligible, 1)).alias("good"),
             count(when(rejected, 1)).alias("bad"),
-            count(when(col(NEEDS_CHECK), 1)).alias("checked"),
+            count(when(col(NEEDS_CHECK), 1)).alias("needing"),
         )
+
+        def all_placed() -> None:
+            """Called once a commit's rows are written to its branch, before the branch becomes ``main``."""
+            if observation.get["needing"]:
+                raise _NeedsFullCheck(f"{observation.get['needing']:,} record(s)")
+
+        verified = all_placed if jvm_only else None
+        checked = "read" if not jvm_only else "needing"  # needing is 0 once a JVM-only commit stands
         try:
             if self.data in stale:
                 self.step("reading, parsing and committing rows")
                 window = dedup_window(self.platform, self.topic)
                 since = listed_at - timedelta(seconds=window) if window > 0 else None
-                rows = counted.where(eligible).select(*self._table_columns(), lit(listed_at).alias(LANDED_AT))
-                landed = self._commit(rows, self.data, commit, since)
+                raw = col("raw_value")
+                if self.topic not in self.platform.pipeline.lake.keep_raw_value:
+                    raw = when(col(OUTSIDE), raw)  # the bytes only where they say more than the columns
+                rows = counted.where(eligible).select(*self._table_columns(raw), lit(listed_at).alias(LANDED_AT))
+                landed = self._commit(rows, self.data, commit, since, verified)
                 stats = observation.get  # only once the observed pass succeeded: it waits for one
                 self._add(LandingCounts(records_read=stats["read"], bytes_read=stats["bytes"], landed=landed,
-                                        duplicates_dropped=stats["good"] - landed, checked=stats["checked"]))
+                                        duplicates_dropped=stats["good"] - landed, checked=stats[checked]))
             if self.quarantine in stale:
                 self.step("committing quarantine")
                 if self.data not in stale:  # this is the pass that counts
@@ -363,10 +406,10 @@ class _TopicLanding:
                 else:  # nothing bad: an empty commit (it still moves the offsets), without reading again
                     bad = parsed.where(lit(False))
                 bad = bad.select(*PASSED_THROUGH, col(REASON).alias("reason"), lit(listed_at).alias("quarantined_at"))
-                quarantined = self._commit(bad, self.quarantine, commit)
-                read = observation.get if self.data not in stale else {"read": 0, "bytes": 0, "checked": 0}
+                quarantined = self._commit(bad, self.quarantine, commit, verified=verified)
+                read = observation.get if self.data not in stale else {"read": 0, "bytes": 0, checked: 0}
                 self._add(LandingCounts(records_read=read["read"], bytes_read=read["bytes"], quarantined=quarantined,
-                                        checked=read["checked"]))
+                                        checked=read[checked]))
         finally:
             if cached:
                 parsed.unpersist()
@@ -374,17 +417,25 @@ class _TopicLanding:
     def _add(self, counts: LandingCounts) -> None:
         self._counts = LandingCounts(*(a + b for a, b in zip(astuple(self._counts), astuple(counts), strict=True)))
 
-    def _table_columns(self) -> list[str]:
-        return [c.name for c in self.columns] + [name for name, _ in COORDINATES]
+    def _table_columns(self, raw: SparkColumn) -> list[SparkColumn]:
+        """The data table's columns, its ``raw_value`` being ``raw``."""
+        from pyspark.sql.functions import col
 
-    def _commit(self, rows: DataFrame, table: str, commit: _CommitPlan, since: datetime | None = None) -> int:
+        coordinates = [raw.alias(name) if name == "raw_value" else col(name) for name, _ in COORDINATES]
+        return [col(c.name) for c in self.columns] + coordinates
+
+    def _commit(self, rows: DataFrame, table: str, commit: _CommitPlan, since: datetime | None = None,
+                verified: Callable[[], None] | None = None) -> int:
         """Append ``rows`` right after the snapshot the run started from (with ``since``, less the
         copies of event ids that landed since then, whatever their event time:
-        conveyor.pipeline.dedup); the rows it added."""
+        conveyor.pipeline.dedup); the rows it added. ``verified`` may still refuse the written rows
+        by raising: nothing of them reaches ``main``."""
         base = commit.bases[table]
 
         def write(branch: str) -> None:
             append(rows, table, commit.properties, branch)
+            if verified is not None:
+                verified()
             if since is not None:
                 drop_copies(self.spark, table, branch, base, since)
 

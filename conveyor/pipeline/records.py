@@ -17,7 +17,7 @@ import orjson
 import pyarrow as pa
 from conveyor_sdk.contract import CONTRACT_HEADER, read_contract
 
-from conveyor.pipeline.schema import REASON, Column, Kind
+from conveyor.pipeline.schema import OUTSIDE, REASON, Column, Kind
 from conveyor.topics.contracts import Contract, compile_contract, parse_event_time
 
 #: The columns of a Kafka range that land as they are: our name -> the name Spark's Kafka connector
@@ -93,6 +93,7 @@ class RecordParser:
         self._versions = {number: (schema_id, text) for number, schema_id, text in versions}
         self._by_id = {schema_id: text for _, schema_id, text in versions}
         self._names = [c.name for c in columns]
+        self._known = frozenset(self._names)
         self._converted = [(c.name, convert) for c in columns if (convert := _converter(c)) is not None]
         self._nothing = (None,) * len(columns)
 
@@ -159,27 +160,22 @@ class RecordParser:
             return (reject.args[0], *self._nothing)
         return (None, *[event.get(name) for name in self._names])
 
-    def columns(self, values: list[bytes | None], headers: list[bytes | None] | None = None,
-                checks: list[bool] | None = None) -> list[list[Any]]:
-        """The verdicts of ``values`` and the contract's columns, column by column (a comprehension
-        per column costs a third of building rows and transposing them). ``headers``: each
-        record's contract header (None: it has none); ``checks``: False for a record parsed in
-        the JVM instead (conveyor.pipeline.fast_parse), left with no verdict and no columns."""
+    def columns(self, values: list[bytes | None], headers: list[bytes | None] | None = None) -> list[list[Any]]:
+        """The verdicts of ``values``, the contract's columns, and whether each event has fields
+        outside them (``OUTSIDE``), column by column (a comprehension per column costs a third of
+        building rows and transposing them). ``headers``: each record's contract header (None: it
+        has none)."""
         reasons: list[str | None] = []
         events: list[dict[str, Any]] = []
-        for value, header, check in zip(values, headers or [None] * len(values), checks or [True] * len(values),
-                                        strict=True):
-            if not check:
-                events.append(_NO_EVENT)
-                reasons.append(None)
-                continue
+        for value, header in zip(values, headers or [None] * len(values), strict=True):
             try:
                 events.append(self._event(value, header))
                 reasons.append(None)
             except _Reject as reject:
                 events.append(_NO_EVENT)
                 reasons.append(reject.args[0])
-        return [reasons] + [[event.get(name) for event in events] for name in self._names]
+        outside = [not self._known.issuperset(event) for event in events]
+        return [reasons] + [[event.get(name) for event in events] for name in self._names] + [outside]
 
 
 #: A bad record's place in the columns: every column null.
@@ -192,25 +188,24 @@ def parse_value(value: bytes | None, *, topic: str, schema_text: str, columns: t
 
 def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
     """The types of the parser's output columns after the passed-through ones."""
-    return pa.schema([(REASON, pa.string())] + [(c.name, _ARROW_TYPES[c.kind]) for c in columns])
+    return pa.schema([(REASON, pa.string())] + [(c.name, _ARROW_TYPES[c.kind]) for c in columns]
+                     + [(OUTSIDE, pa.bool_())])
 
 
 def values_parser(topic: str, schema_text: str, columns: tuple[Column, ...],
-                  versions: tuple[VersionText, ...] = ()) -> Callable[[pa.Array, pa.Array, pa.Array], pa.Array]:
-    """For a scalar Arrow UDF over the raw values, their contract headers and whether each is to be
-    checked (its type hints make it one): per value, the verdict and the contract's columns, as one
-    struct; null for a value not to be checked (the JVM parsed it: conveyor.pipeline.fast_parse).
+                  versions: tuple[VersionText, ...] = ()) -> Callable[[pa.Array, pa.Array], pa.Array]:
+    """For a scalar Arrow UDF over the raw values and their contract headers (its type hints make
+    it one): per value, the verdict, the contract's columns and whether it has fields outside
+    them, as one struct.
 
     Arrow in and out, not pandas: the columns are built as Arrow arrays, which a pandas UDF would
     turn into pandas and PySpark back into Arrow again.
     """
     schema = arrow_schema(columns)
 
-    def parse(values: pa.Array, headers: pa.Array, checks: pa.Array) -> pa.Array:
-        if checks.true_count == 0:  # a batch of trusted records: only their nulls came
-            return pa.nulls(len(values), pa.struct(list(schema)))
+    def parse(values: pa.Array, headers: pa.Array) -> pa.Array:
         parser = RecordParser(topic, schema_text, columns, versions)
-        built = parser.columns(values.to_pylist(), headers.to_pylist(), checks.to_pylist())
+        built = parser.columns(values.to_pylist(), headers.to_pylist())
         arrays = [pa.array(column, type=field.type) for column, field in zip(built, schema, strict=True)]
         return pa.StructArray.from_arrays(arrays, fields=list(schema))
 

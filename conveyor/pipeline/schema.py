@@ -14,6 +14,10 @@ from conveyor.config import Platform, read_contract
 from conveyor.pipeline.errors import LakeConfigError
 from conveyor.topics.columns import COORDINATES, LANDED_AT, REASON, RESERVED, Kind, field_kinds
 
+#: Whether a parsed event has fields outside the table's columns: only then do its row's
+#: ``raw_value`` bytes say more than the columns (unless pipeline.lake.keep_raw_value names the topic).
+OUTSIDE = "_conveyor_outside"
+
 
 @dataclass(frozen=True)
 class Column:

@@ -60,6 +60,14 @@ def judge(topic: str, writers: dict[str, set[str] | str]) -> Trust:
     return Trust(topic, True, f"only the bus writes it on {', '.join(sorted(writers))}: the gateway's verdict stands")
 
 
+def as_read(trust: Trust, blocker: str | None) -> Trust:
+    """``trust`` as the lake can use it: a ``blocker`` (the contract or the registry rules the JVM
+    out: conveyor.pipeline.fast_parse.jvm_blocker) has every record checked in full all the same."""
+    if trust.trusted and blocker:
+        return Trust(trust.topic, False, f"{blocker}; every record is checked in full")
+    return trust
+
+
 _OPEN = "not secured (no authorizer): anyone may write"
 
 

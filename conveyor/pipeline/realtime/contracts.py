@@ -55,10 +55,9 @@ class ViewContracts:
         self._read_at = -1
         if platform.contracts.topic in platform.topics:
             self._registry = Registry(platform, f"conveyor-realtime-{job_id(views)}")
-            try:
-                self._registry.start()
-            except RegistryMissing:
-                pass  # followed from the topic's creation on: no gateway has registered anything yet
+            # Followed, then waited for with the same patience as before each batch: a broker of
+            # central down at the job's start is waited out, not a failed start.
+            self._registry.follow()
         self.plan = self._plan({})
         self.caught_up()
 

@@ -165,7 +165,7 @@ def test_what_the_gateway_accepts_the_lake_and_the_views_apply_and_what_it_refus
         rows = rows_of(lake_spark, topic)
         quarantined = quarantine_of(lake_spark, topic)
         _in_seed(lambda: _same(topic, set(accepted[topic]), [row["event_id"] for row in rows], quarantined))
-        _in_seed(lambda: _as_the_full_check_lands(topic, _schema(contract), rows))
+        _in_seed(lambda: _as_the_full_check_lands(topic, _schema(contract), rows, accepted[topic]))
 
     topic = topics["ad-events"]
     run(lake_spark, platform, job_views(platform), RealtimeMetrics(), threading.Event(), available_now=True)
@@ -204,18 +204,25 @@ def _applied(platform: Platform, topic: str, events: list[dict[str, Any]], rejec
     assert counters_in_redis(platform, f"interests-{topic}") == interests
 
 
-def _as_the_full_check_lands(topic: str, schema: dict[str, Any], rows: list[Any]) -> None:
-    """Each row the JVM placed holds, field by field, what the full check makes of its raw value."""
+def _as_the_full_check_lands(topic: str, schema: dict[str, Any], rows: list[Any],
+                             sent: dict[str, dict[str, Any]]) -> None:
+    """Each row the JVM placed holds, field by field, what the full check makes of the event as sent,
+    and keeps the record's bytes exactly when the event has fields outside the columns."""
     columns = contract_columns(topic, schema)
     parser = RecordParser(topic, json.dumps(schema), columns)
+    named = {c.name for c in columns}
 
     def comparable(value: Any) -> Any:  # Spark hands back naive times, the parser aware ones
         return value.timestamp() if isinstance(value, datetime) else value
 
     for row in rows:
-        reason, *values = parser.parse(bytes(row["raw_value"]))
+        event = sent[row["event_id"]]
+        reason, *values = parser.parse(json.dumps(event).encode())
         assert reason is None, (row, reason)
         assert [comparable(row[c.name]) for c in columns] == [comparable(v) for v in values], row
+        assert (row["raw_value"] is not None) == (not named.issuperset(event)), row
+        if row["raw_value"] is not None:
+            assert json.loads(row["raw_value"]) == event, row
 
 
 def _same(topic: str, accepted: set[str], landed: list[str], quarantined: list[Any]) -> None:

@@ -1,14 +1,18 @@
-"""The lake's two ways of reading a record, against real brokers and Spark: on a topic only the bus
-writes, a record naming a version the registry holds is parsed in the JVM with the gateway's verdict
-kept; every other record is checked in full in a Python worker.
+"""The lake's two ways of reading a range, against real brokers and Spark: on a topic only the bus
+writes, in the JVM alone with the gateway's verdict kept, as long as every record names a version
+the registry holds and the JVM can place it; otherwise every record checked in full in a Python
+worker.
 
 - Both ways land the same row for the same record, field by field, over generated events of a
   contract with a column of every kind, with the JSON texts a client may send (an integer written
-  as ``5.0``, offsets, lower-case ``t`` and ``z``, fractions past microseconds).
+  as ``5.0``, offsets, lower-case ``t`` and ``z``, fractions past microseconds), and whether the
+  event has fields outside the contract (only then does its row keep the record's bytes).
   Hypothesis draws from a seed printed with a failure (CONVEYOR_TEST_SEED), 4 batches by default
   (CONVEYOR_PROPERTY_ROUNDS for more).
 - A principal that may not write the topic cannot plant a record with a forged verdict: the broker
   refuses it.
+- A range with a record the JVM cannot land (no header) is read again through the full check; nothing
+  of the refused JVM commit lands.
 - On a topic a service writes directly, a record whose header names a held version but which
   breaks it still goes to quarantine.
 """
@@ -32,7 +36,7 @@ from conveyor.bus.registry import Registry
 from conveyor.pipeline.fast_parse import NEEDS_CHECK
 from conveyor.pipeline.lake import parse_records, run_once
 from conveyor.pipeline.records import PASSED_THROUGH
-from conveyor.pipeline.schema import contract_columns
+from conveyor.pipeline.schema import OUTSIDE, contract_columns
 from conveyor.runtime.security import local_security
 from conveyor.topics.contracts import compile_contract
 from conveyor_sdk.contract import CONTRACT_HEADER
@@ -82,6 +86,9 @@ def _records(draw: st.DrawFn) -> list[tuple[bytes, bytes | None, bool]]:
         jvm = True
         if draw(st.integers(0, 9)) == 0:
             event["extra"], jvm = draw(st.dictionaries(st.text(max_size=8), json_values, max_size=3)), False
+        if draw(st.integers(0, 4)) == 0:  # a field outside the contract: the row keeps the record's bytes
+            event["outside"] = draw(st.booleans() | st.integers(-(2**63), 2**63 - 1)
+                                    | st.text(st.characters(blacklist_categories=["Cs"]), max_size=10))
         if "count" in event and abs(event["count"]) < 2**53 and draw(st.booleans()):
             event["count"] = float(event["count"])  # JSON Schema counts 5.0 as an integer
         style = draw(st.sampled_from(["as is", "lower", "nanoseconds"]))
@@ -114,12 +121,17 @@ def test_the_jvm_and_the_full_check_land_the_same_row_for_every_record(lake_spar
             [(0, offset, now, None, value, header) for offset, (value, header, _) in enumerate(records)],
             "kafka_partition int, kafka_offset bigint, kafka_timestamp timestamp, kafka_key binary, "
             "raw_value binary, contract_header binary")
-        both = [parse_records(frame, "kinds", columns, schema_text, versions, trusted).orderBy("kafka_offset")
-                .collect() for trusted in (True, False)]
-        fields = ["quarantine_reason", *[c.name for c in columns], *PASSED_THROUGH]
+        both = [parse_records(frame, "kinds", columns, schema_text, versions, jvm_only).orderBy("kafka_offset")
+                .collect() for jvm_only in (True, False)]
+        fields = ["quarantine_reason", *[c.name for c in columns], *PASSED_THROUGH, OUTSIDE]
         for fast, full in zip(*both, strict=True):
-            assert [fast[f] for f in fields] == [full[f] for f in fields], records[fast.kafka_offset]
+            if not fast[NEEDS_CHECK]:
+                assert [fast[f] for f in fields] == [full[f] for f in fields], records[fast.kafka_offset]
         assert [not row[NEEDS_CHECK] for row in both[0]] == [jvm for _, _, jvm in records]
+        assert not any(row[NEEDS_CHECK] for row in both[1])
+        named = {c.name for c in columns}  # a quarantined record keeps its bytes there: never marked
+        assert [row[OUTSIDE] for row in both[1]] == [row.quarantine_reason is None and not named.issuperset(
+            json.loads(value)) for row, (value, _, _) in zip(both[1], records, strict=True)]
         taken.append(sum(jvm for _, _, jvm in records))
 
     try:
@@ -162,23 +174,42 @@ def test_on_a_topic_only_the_bus_writes_a_forged_verdict_is_refused_by_the_broke
         refused = _write(_as(case.platform, user), case.topic, forged, held)
         assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (user, refused)
 
-    # What the gateway writes (here the platform's admin, as a gateway would): kept as it is, in the JVM.
-    good = [demo_event(user_id=f"u-{i}") for i in range(5)]
+    # What the gateway writes (here the platform's admin, as a gateway would): read in the JVM alone.
     producer = kafka.producer(case.platform, "central", "test-trust")
-    for event in good:
-        producer.produce(case.topic, orjson.dumps(event), partition=0, headers=[(CONTRACT_HEADER, held)])
-    producer.produce(case.topic, orjson.dumps(demo_event(user_id="u-plain")), partition=0)
-    assert producer.flush(30) == 0
 
-    (run,) = run_once(lake_spark, case.platform).topics
-    assert run.trust.trusted, run.trust.why
-    assert (run.records_read, run.landed, run.quarantined, run.checked) == (6, 6, 0, 1)
-    assert {r.user_id for r in rows_of(lake_spark, case.topic)} == {*(e["user_id"] for e in good), "u-plain"}
+    def send(*user_ids: str, plain: str | None = None) -> None:
+        for user_id in user_ids:  # u-3 has a field outside the contract: its row keeps its bytes
+            event = orjson.dumps(demo_event(user_id=user_id, **({"note": "n"} if user_id == "u-3" else {})))
+            producer.produce(case.topic, event, partition=0, headers=[(CONTRACT_HEADER, held)])
+        if plain is not None:  # no header: this record needs the full check
+            producer.produce(case.topic, orjson.dumps(demo_event(user_id=plain)), partition=0)
+        assert producer.flush(30) == 0
+
+    def land() -> tuple[Any, list[str]]:
+        steps: list[str] = []
+        (run,) = run_once(lake_spark, case.platform, step=lambda _, step: steps.append(step)).topics
+        assert run.trust.trusted, run.trust.why
+        return run, steps
+
+    send(*(f"u-{i}" for i in range(5)))
+    run, steps = land()
+    assert (run.records_read, run.landed, run.quarantined, run.checked) == (5, 5, 0, 0), steps
+    assert not any("full check" in step for step in steps), steps
+    kept = {r.user_id: orjson.loads(r.raw_value)["note"] for r in rows_of(lake_spark, case.topic) if r.raw_value}
+    assert kept == {"u-3": "n"}
+
+    # One record of the next range needs the full check: the JVM's commit is refused, the range read again.
+    send("u-5", "u-6", plain="u-plain")
+    run, steps = land()
+    assert "1 record(s) need the full check; reading the range again through it" in steps, steps
+    assert (run.records_read, run.landed, run.quarantined, run.checked) == (3, 3, 0, 3)
+    landed = sorted(r.user_id for r in rows_of(lake_spark, case.topic))
+    assert landed == sorted([*(f"u-{i}" for i in range(7)), "u-plain"])  # each once: nothing of the refused commit
 
 
 def test_on_a_topic_a_service_writes_directly_a_forged_verdict_still_goes_to_quarantine(provisioned, lake_spark,
                                                                                        lake_case):
-    case = lake_case(partitions=1, direct_producers=("adserver",))
+    case = lake_case(partitions=1, direct_producers=("adserver",), keep_raw_value=True)
     held = _register(case.platform, case.topic)
     adserver = _as(case.platform, "adserver")
     broken = orjson.dumps({**demo_event(user_id="u-forged"), "type": "not-a-type"})
@@ -188,6 +219,7 @@ def test_on_a_topic_a_service_writes_directly_a_forged_verdict_still_goes_to_qua
     (run,) = run_once(lake_spark, case.platform).topics
     assert not run.trust.trusted and "User:adserver may write it on cluster central" in run.trust.why
     assert (run.records_read, run.landed, run.quarantined, run.checked) == (2, 1, 1, 2)
-    assert [r.user_id for r in rows_of(lake_spark, case.topic)] == ["u-good"]
+    (good,) = rows_of(lake_spark, case.topic)
+    assert good.user_id == "u-good" and orjson.loads(good.raw_value)["user_id"] == "u-good"  # every row's bytes kept
     (bad,) = quarantine_of(lake_spark, case.topic)
     assert orjson.loads(bad.raw_value)["user_id"] == "u-forged" and "breaks the contract" in bad.reason

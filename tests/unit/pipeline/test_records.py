@@ -123,8 +123,7 @@ def test_the_values_parser_gives_one_row_per_value_with_nulls_kept_as_nulls():
 
     without_price = {k: v for k, v in EVENT.items() if k != "price_micros"}
     values = pa.array([orjson.dumps(EVENT), b"nope", None, orjson.dumps(without_price)], pa.binary())
-    out = values_parser("ad-events", json.dumps(SCHEMA), COLUMNS)(values, pa.nulls(4, pa.binary()),
-                                                                  pa.array([True] * 4))
+    out = values_parser("ad-events", json.dumps(SCHEMA), COLUMNS)(values, pa.nulls(4, pa.binary()))
     assert out.type == pa.struct(list(arrow_schema(COLUMNS))) and len(out) == 4
     reasons = out.field("quarantine_reason").to_pylist()
     assert [r is None for r in reasons] == [True, False, False, True]
@@ -142,23 +141,8 @@ def test_the_values_parser_of_no_values_gives_the_columns_and_no_rows():
     from conveyor.pipeline.records import arrow_schema, values_parser
 
     parse = values_parser("ad-events", json.dumps(SCHEMA), COLUMNS)
-    out = parse(pa.array([], pa.binary()), pa.array([], pa.binary()), pa.array([], pa.bool_()))
+    out = parse(pa.array([], pa.binary()), pa.array([], pa.binary()))
     assert out.type == pa.struct(list(arrow_schema(COLUMNS))) and len(out) == 0
-
-
-def test_the_values_parser_leaves_the_records_the_jvm_parsed_without_a_verdict():
-    import pyarrow as pa
-
-    from conveyor.pipeline.records import values_parser
-
-    parse = values_parser("ad-events", json.dumps(SCHEMA), COLUMNS)
-    values = pa.array([None, b"nope", None], pa.binary())
-    out = parse(values, pa.nulls(3, pa.binary()), pa.array([False, True, False]))
-    assert out.field("quarantine_reason").to_pylist()[0::2] == [None, None]
-    assert "not JSON" in out.field("quarantine_reason").to_pylist()[1]
-    # A batch the JVM parsed whole: no row is parsed here.
-    untouched = parse(values, pa.nulls(3, pa.binary()), pa.array([False] * 3))
-    assert untouched.null_count == 3 and untouched.type == out.type
 
 
 def test_each_record_is_checked_against_the_version_its_header_names():
@@ -198,3 +182,12 @@ def test_a_value_in_confluent_s_framing_is_checked_against_the_version_of_its_sc
     assert reasons[2] == ("written with schema id 99 (Confluent's framing), which the registry holds for no version "
                           "of ad-events")
     assert "2 bytes long" in reasons[3]
+
+
+def test_an_event_with_fields_outside_the_columns_is_marked_so_its_row_keeps_the_record_s_bytes():
+    from conveyor.pipeline.records import RecordParser
+
+    parser = RecordParser("ad-events", json.dumps(SCHEMA), COLUMNS)
+    values = [orjson.dumps(EVENT), orjson.dumps({**EVENT, "note": "x"}), b"nope"]
+    *_, outside = parser.columns(values)
+    assert outside == [False, True, False]  # a rejected record keeps its bytes in quarantine anyway

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from conveyor.acls.grants import Grant, Pattern, Resource
 from conveyor.config import parse_platform
-from conveyor.pipeline.trust import grants_writing, judge, planned_trust
+from conveyor.pipeline.fast_parse import jvm_blocker
+from conveyor.pipeline.schema import contract_columns
+from conveyor.pipeline.trust import as_read, grants_writing, judge, planned_trust
 
 TOKEN = "0" * 64
 SECURED = {"security.protocol": "SASL_SSL"}
@@ -52,3 +54,18 @@ def test_config_check_s_answer_comes_from_the_acls_platform_yaml_asks_for():
     assert not direct.trusted and "User:shop may write it on cluster" in direct.why
     open_cluster = planned_trust(_platform({}, producers=["shop"]), "orders")
     assert not open_cluster.trusted and "not secured (no authorizer)" in open_cluster.why
+
+
+def test_a_contract_with_a_field_kept_as_json_text_is_checked_in_full_even_where_only_the_bus_writes():
+    flat = contract_columns("orders", {"properties": {"id": {"type": "string"}, "n": {"type": "integer"}}})
+    nested = contract_columns("orders", {"properties": {"id": {"type": "string"}, "cart": {"type": "object"},
+                                                        "tags": {"type": "array"}}})
+    assert jvm_blocker(flat) is None
+    assert jvm_blocker(nested) == "its contract keeps cart, tags as JSON text, which only the full check renders"
+    trusted = judge("orders", {"central": set()})
+    assert as_read(trusted, jvm_blocker(flat)) == trusted
+    blocked = as_read(trusted, jvm_blocker(nested))
+    assert not blocked.trusted and blocked.why.endswith("as JSON text, which only the full check renders; "
+                                                       "every record is checked in full")
+    untrusted = judge("orders", {"central": {"User:*"}})
+    assert as_read(untrusted, jvm_blocker(nested)) == untrusted  # the first reason stands
