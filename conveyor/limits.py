@@ -34,9 +34,10 @@ BROKER_DEFAULT_MAX = 1_048_588
 HOP_HEADERS_MAX = 1024
 #: The replicator's copy, then a dead letter or a reject of it: each keeps the headers it found.
 HOPS_AFTER_GATEWAY = 2
-#: The gateway's own headers on every record it writes: the contract version it checked the event
-#: against (``conveyor-contract: <id>:<version>``, conveyor.gateway.verdict), at their largest.
-GATEWAY_HEADERS_MAX = 64
+#: The gateway's own headers on a record it writes, at their largest: the contract version it checked
+#: the event against (``conveyor-contract: <id>:<version>``, conveyor.gateway.verdict) and the mark of
+#: fields outside it (``conveyor-extra-fields: 1``).
+GATEWAY_HEADERS_MAX = 96
 #: Header bytes the gateway keeps free in every event it accepts: its own, and the hops' after it.
 PATH_HEADERS_MAX = GATEWAY_HEADERS_MAX + HOPS_AFTER_GATEWAY * HOP_HEADERS_MAX
 #: A varint's largest size: a header's key and value lengths each take one.

@@ -95,5 +95,5 @@ def prepare(body: bytes, content_type: str, contract: Contract, max_event_bytes:
         if len(key) + len(value) > max_event_bytes:
             raise TooLarge(f"event {index} is {len(key) + len(value)} bytes with its key, above the limit of "
                            f"{max_event_bytes}", index=index, limit=max_event_bytes)
-        records.append(Record(key, value))
+        records.append(Record(key, value, contract.has_extra_fields(event)))
     return Prepared(records)

@@ -26,6 +26,7 @@ from conveyor import kafka
 from conveyor.config import Platform, Purpose
 from conveyor.gateway.errors import Overloaded, Unavailable
 from conveyor.limits import PRODUCER_MESSAGE_MAX, Headers
+from conveyor_sdk.contract import EXTRA_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,14 @@ QUEUE_BYTES = 1 << 30
 class Record(NamedTuple):
     key: bytes
     value: bytes
+    #: The event has fields its contract version does not declare (conveyor_sdk.contract.EXTRA_FIELDS).
+    extra_fields: bool = False
+
+
+def _headers(record: Record, verdict: Headers | None) -> Headers | None:
+    """The record's headers: the request's verdict, and the mark of fields outside it where the
+    event has any (only beside a verdict: without one a reader checks every field itself)."""
+    return [*verdict, EXTRA_FIELDS] if verdict and record.extra_fields else verdict
 
 
 class Delivery(NamedTuple):
@@ -236,11 +245,11 @@ class ClusterProducer:
         try:
             if itemized:
                 for index, record in enumerate(records):
-                    self._producer.produce(topic, record.value, record.key, headers=headers,
+                    self._producer.produce(topic, record.value, record.key, headers=_headers(record, headers),
                                            on_delivery=functools.partial(batch.on_delivery, index))
             elif headers:  # produce_batch writes no headers (librdkafka's batch call takes none)
                 for record in records:
-                    self._producer.produce(topic, record.value, record.key, headers=headers,
+                    self._producer.produce(topic, record.value, record.key, headers=_headers(record, headers),
                                            on_delivery=batch.on_delivery_summed)
             else:
                 # One call and one callback for the request: a third of produce()'s cost per record.

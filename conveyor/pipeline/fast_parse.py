@@ -18,7 +18,7 @@ the full check:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from conveyor.pipeline.schema import Column, quote
 from conveyor.topics.columns import Kind
@@ -79,19 +79,6 @@ def placed(column: Column) -> SparkColumn:
     if column.kind == Kind.timestamp:
         return when(upper(text).rlike(RFC3339), expr(f"try_cast(upper({FAST}.{quote(column.name)}) AS timestamp)"))
     return text
-
-
-def outside(value: str, columns: tuple[Column, ...], schemas: list[dict[str, Any]]) -> SparkColumn:
-    """Whether the value (a binary column holding a JSON object of one of ``schemas``) has a key
-    outside ``columns``. Where every schema is closed (``additionalProperties: false``) the gateway
-    let no such key through; else the keys are read, a second parse of the value (about a third of
-    the JVM's parse: docs/benchmarks.md)."""
-    from pyspark.sql.functions import array, array_except, col, json_object_keys, lit, size
-
-    if all(schema.get("additionalProperties") is False for schema in schemas):
-        return lit(False)
-    keys = json_object_keys(col(value).cast("string"))
-    return size(array_except(keys, array(*[lit(c.name) for c in columns]))) > 0
 
 
 def needs_check(trusted: SparkColumn, columns: tuple[Column, ...]) -> SparkColumn:

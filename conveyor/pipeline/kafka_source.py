@@ -16,7 +16,7 @@ from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from conveyor import kafka
-from conveyor_sdk.contract import CONTRACT_HEADER
+from conveyor_sdk.contract import CONTRACT_HEADER, EXTRA_FIELDS_HEADER
 from conveyor.config import Platform
 from conveyor.java_client import JavaClientSettingError, java_settings
 from conveyor.pipeline.errors import LakeConfigError
@@ -68,6 +68,9 @@ def list_watermarks(platform: Platform, topic: str) -> tuple[datetime, dict[int,
 #: A Kafka row's contract header (conveyor_sdk.contract.CONTRACT_HEADER) as a column, for a
 #: read with ``includeHeaders``: its value, or null for a record without one.
 CONTRACT_HEADER_SQL = f"try_element_at(filter(headers, h -> h.key = '{CONTRACT_HEADER}'), 1).value"
+#: Whether a Kafka row carries the gateway's mark of fields outside its contract version
+#: (conveyor_sdk.contract.EXTRA_FIELDS_HEADER); false for a row without headers.
+EXTRA_FIELDS_SQL = f"coalesce(exists(headers, h -> h.key = '{EXTRA_FIELDS_HEADER}'), false)"
 
 
 def read_range(spark: SparkSession, platform: Platform, plan: RangePlan, headers: bool = False) -> DataFrame:

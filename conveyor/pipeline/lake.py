@@ -27,10 +27,10 @@ from conveyor.config import Part, Platform
 from conveyor.pipeline import guard
 from conveyor.pipeline.dedup import dedup_window, drop_copies
 from conveyor.pipeline.errors import LakeConflictError, spark_failures
-from conveyor.pipeline.fast_parse import (FAST, NEEDS_CHECK, jvm_blocker, needs_check, outside, parsed_struct,
+from conveyor.pipeline.fast_parse import (FAST, NEEDS_CHECK, jvm_blocker, needs_check, parsed_struct,
                                           placed)
 from conveyor.bus.registry import topic_versions
-from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, list_watermarks, read_range
+from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, EXTRA_FIELDS_SQL, list_watermarks, read_range
 from conveyor.pipeline.lake_positions import publish_position
 from conveyor.pipeline.offsets import Gap, PartitionRange, Positions, RangePlan, plan_ranges
 from conveyor.pipeline.records import PASSED_THROUGH, VersionText, values_parser
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 #: The column of a record's contract header, beside the passed-through ones.
 CONTRACT_HEADER_COLUMN = "contract_header"
+#: The gateway's mark of fields outside the contract version (kafka_source.EXTRA_FIELDS_SQL).
+EXTRA_FIELDS_COLUMN = "extra_fields"
 
 #: Called with (topic, what the run is doing now) for progress display.
 StepCallback = Callable[[str, str], None]
@@ -152,14 +154,15 @@ def parsed_range(
 
     records = read_range(spark, platform, plan, headers=True).select(
         *[col(kafka_name).alias(name) for name, kafka_name in PASSED_THROUGH.items()],
-        expr(CONTRACT_HEADER_SQL).alias(CONTRACT_HEADER_COLUMN))
+        expr(CONTRACT_HEADER_SQL).alias(CONTRACT_HEADER_COLUMN), expr(EXTRA_FIELDS_SQL).alias(EXTRA_FIELDS_COLUMN))
     return parse_records(records, plan.topic, columns, schema_text, versions, jvm_only)
 
 
 def parse_records(records: DataFrame, topic: str, columns: tuple[Column, ...], schema_text: str,
                   versions: tuple[VersionText, ...] = (), jvm_only: bool = False) -> DataFrame:
-    """``records`` (the lake's passed-through columns and the contract header,
-    ``CONTRACT_HEADER_COLUMN``) with the parser's verdict (``REASON``) and the contract's columns.
+    """``records`` (the lake's passed-through columns, the contract header, ``CONTRACT_HEADER_COLUMN``,
+    and the gateway's mark of extra fields, ``EXTRA_FIELDS_COLUMN``) with the parser's verdict
+    (``REASON``), the contract's columns, and whether the event has fields outside them (``OUTSIDE``).
 
     By default each record is checked in a Python worker against the version its header names
     (``versions``), or against ``schema_text`` when it names none. A scalar Arrow UDF rather than
@@ -168,7 +171,7 @@ def parse_records(records: DataFrame, topic: str, columns: tuple[Column, ...], s
 
     ``jvm_only``, for a topic only the bus writes (conveyor.pipeline.trust): every record keeps the
     gateway's verdict and is parsed in the JVM (conveyor.pipeline.fast_parse), with no Python
-    worker; a record that still needs the full check (it names no held version, or the JVM cannot
+    worker, its fields outside the columns told by the gateway's mark; a record that still needs the full check (it names no held version, or the JVM cannot
     place it as the check would) is flagged in ``NEEDS_CHECK`` with no columns, for the caller to
     read the range again through the full check. ``NEEDS_CHECK`` is false on the default path.
     """
@@ -186,8 +189,7 @@ def parse_records(records: DataFrame, topic: str, columns: tuple[Column, ...], s
     parsed = parsed.select("*", needs_check(held, columns).alias(NEEDS_CHECK))
     return parsed.select(*PASSED_THROUGH, lit(None).cast("string").alias(REASON),
                          *[placed(c).alias(c.name) for c in columns],
-                         outside("raw_value", columns, [json.loads(text) for _, _, text in versions]).alias(OUTSIDE),
-                         NEEDS_CHECK)
+                         col(EXTRA_FIELDS_COLUMN).alias(OUTSIDE), NEEDS_CHECK)
 
 
 class _NeedsFullCheck(Exception):

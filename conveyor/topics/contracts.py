@@ -66,6 +66,8 @@ class Contract:
     topic: str
     key_field: str
     _validator: Any
+    #: The top-level fields the contract declares (``properties``): the lake's columns.
+    declared: frozenset[str] = frozenset()
 
     def check(self, event: Any) -> Violation | None:
         """None when ``event`` keeps the contract, else the first violation found."""
@@ -79,6 +81,11 @@ class Contract:
 
     def key_of(self, event: dict[str, Any]) -> bytes:
         return str(event[self.key_field]).encode()
+
+    def has_extra_fields(self, event: dict[str, Any]) -> bool:
+        """Whether the event has a top-level field the contract does not declare (which
+        ``additionalProperties`` or ``patternProperties`` may let through)."""
+        return not self.declared.issuperset(event)
 
 
 def _violation(err: jsonschema_rs.ValidationError) -> Violation:
@@ -190,7 +197,7 @@ def compile_contract(topic: str, schema: dict[str, Any]) -> Contract:
     except (jsonschema_rs.ValidationError, ValueError) as err:
         first = str(err).strip().splitlines()[0]
         raise ContractError(f"contract of topic {topic} is not a valid draft 2020-12 schema: {first}") from None
-    return Contract(topic, key_field, validator)
+    return Contract(topic, key_field, validator, frozenset(schema.get("properties", {})))
 
 
 def load_contracts(platform: Platform) -> dict[str, Contract]:

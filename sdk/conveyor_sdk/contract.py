@@ -13,6 +13,11 @@ from typing import NamedTuple
 
 #: The header's name; its value is ``<schema id>:<version number>``.
 CONTRACT_HEADER = "conveyor-contract"
+#: Beside the contract header on an event that has top-level fields its version does not declare
+#: (value ``1``), and on no other: a reader that trusts the gateway knows, without parsing the
+#: event, whether it says more than the version's fields (the lake keeps only those events' bytes).
+EXTRA_FIELDS_HEADER = "conveyor-extra-fields"
+EXTRA_FIELDS = (EXTRA_FIELDS_HEADER, b"1")
 
 
 class ContractVersion(NamedTuple):

@@ -7,6 +7,7 @@ import pytest
 
 from conveyor.limits import (
     BROKER_DEFAULT_MAX,
+    GATEWAY_HEADERS_MAX,
     HOP_HEADERS_MAX,
     PATH_HEADERS_MAX,
     PRODUCER_MESSAGE_MAX,
@@ -16,14 +17,20 @@ from conveyor.limits import (
     headers_size,
     record_size,
 )
+from conveyor_sdk.contract import EXTRA_FIELDS, ContractVersion
 
 
 def test_kafka_s_limits_and_the_hops_headroom_lower_the_event_limit_and_the_batch_size():
-    assert event_limit(2**20, BROKER_DEFAULT_MAX) == PRODUCER_MESSAGE_MAX - 36 - PATH_HEADERS_MAX == 997_852
+    assert event_limit(2**20, BROKER_DEFAULT_MAX) == PRODUCER_MESSAGE_MAX - 36 - PATH_HEADERS_MAX == 997_820
     assert event_limit(2**20, 20_000) == 20_000 - 61 - 36 - PATH_HEADERS_MAX  # the topic's, framing included
     assert event_limit(300, 20_000) == 300                                     # the gateway's own
     assert batch_size([BROKER_DEFAULT_MAX, BROKER_DEFAULT_MAX]) == PRODUCER_MESSAGE_MAX
     assert batch_size([BROKER_DEFAULT_MAX, 20_000]) == 20_000 - 61
+
+
+def test_the_gateway_s_largest_headers_keep_within_their_room():
+    verdict = ContractVersion(2**31 - 1, 2**31 - 1).header()
+    assert headers_size([verdict, EXTRA_FIELDS]) <= GATEWAY_HEADERS_MAX
 
 
 def test_the_largest_accepted_event_with_two_hops_largest_headers_fits_the_producer():

@@ -39,7 +39,7 @@ from conveyor.pipeline.records import PASSED_THROUGH
 from conveyor.pipeline.schema import OUTSIDE, contract_columns
 from conveyor.runtime.security import local_security
 from conveyor.topics.contracts import compile_contract
-from conveyor_sdk.contract import CONTRACT_HEADER
+from conveyor_sdk.contract import CONTRACT_HEADER, EXTRA_FIELDS
 from tests.conftest import demo_event
 from tests.contractkit import json_values, valid_events
 from tests.lakekit import CONTRACT, lake_case, lake_folder, lake_spark, quarantine_of, rows_of  # noqa: F401
@@ -76,8 +76,9 @@ def _nanoseconds(text: str) -> str:
 
 
 @st.composite
-def _records(draw: st.DrawFn) -> list[tuple[bytes, bytes | None, bool]]:
+def _records(draw: st.DrawFn) -> list[tuple[bytes, bytes | None, bool, bool]]:
     """Values, their headers (mostly naming the held version, some naming none or an unknown one),
+    the gateway's mark of fields outside the contract (beside a header, as the gateway writes it),
     and whether the JVM is to place the record: a held version, no JSON column present and times of
     at most microseconds."""
     plain = {**KINDS, "properties": {k: v for k, v in KINDS["properties"].items() if k != "extra"}}
@@ -101,7 +102,7 @@ def _records(draw: st.DrawFn) -> list[tuple[bytes, bytes | None, bool]]:
         header = draw(st.sampled_from([HELD] * 8 + [None, b"9:9"]))
         # Either spelling a client may send: compact UTF-8, or spaced with every non-ASCII escaped.
         value = json.dumps(event).encode() if jvm is False or draw(st.booleans()) else orjson.dumps(event)
-        records.append((value, header, jvm and header == HELD))
+        records.append((value, header, header is not None and _CONTRACT.has_extra_fields(event), jvm and header == HELD))
     return records
 
 
@@ -116,23 +117,23 @@ def test_the_jvm_and_the_full_check_land_the_same_row_for_every_record(lake_spar
     @settings(max_examples=int(os.environ.get("CONVEYOR_PROPERTY_ROUNDS", "4")), deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(_records())
-    def same_rows(records: list[tuple[bytes, bytes | None, bool]]) -> None:
+    def same_rows(records: list[tuple[bytes, bytes | None, bool, bool]]) -> None:
         frame = lake_spark.createDataFrame(
-            [(0, offset, now, None, value, header) for offset, (value, header, _) in enumerate(records)],
+            [(0, offset, now, None, value, header, mark) for offset, (value, header, mark, _) in enumerate(records)],
             "kafka_partition int, kafka_offset bigint, kafka_timestamp timestamp, kafka_key binary, "
-            "raw_value binary, contract_header binary")
+            "raw_value binary, contract_header binary, extra_fields boolean")
         both = [parse_records(frame, "kinds", columns, schema_text, versions, jvm_only).orderBy("kafka_offset")
                 .collect() for jvm_only in (True, False)]
         fields = ["quarantine_reason", *[c.name for c in columns], *PASSED_THROUGH, OUTSIDE]
         for fast, full in zip(*both, strict=True):
             if not fast[NEEDS_CHECK]:
                 assert [fast[f] for f in fields] == [full[f] for f in fields], records[fast.kafka_offset]
-        assert [not row[NEEDS_CHECK] for row in both[0]] == [jvm for _, _, jvm in records]
+        assert [not row[NEEDS_CHECK] for row in both[0]] == [jvm for _, _, _, jvm in records]
         assert not any(row[NEEDS_CHECK] for row in both[1])
         named = {c.name for c in columns}  # a quarantined record keeps its bytes there: never marked
         assert [row[OUTSIDE] for row in both[1]] == [row.quarantine_reason is None and not named.issuperset(
-            json.loads(value)) for row, (value, _, _) in zip(both[1], records, strict=True)]
-        taken.append(sum(jvm for _, _, jvm in records))
+            json.loads(value)) for row, (value, _, _, _) in zip(both[1], records, strict=True)]
+        taken.append(sum(jvm for _, _, _, jvm in records))
 
     try:
         same_rows()
@@ -180,7 +181,8 @@ def test_on_a_topic_only_the_bus_writes_a_forged_verdict_is_refused_by_the_broke
     def send(*user_ids: str, plain: str | None = None) -> None:
         for user_id in user_ids:  # u-3 has a field outside the contract: its row keeps its bytes
             event = orjson.dumps(demo_event(user_id=user_id, **({"note": "n"} if user_id == "u-3" else {})))
-            producer.produce(case.topic, event, partition=0, headers=[(CONTRACT_HEADER, held)])
+            mark = [EXTRA_FIELDS] if user_id == "u-3" else []
+            producer.produce(case.topic, event, partition=0, headers=[(CONTRACT_HEADER, held), *mark])
         if plain is not None:  # no header: this record needs the full check
             producer.produce(case.topic, orjson.dumps(demo_event(user_id=plain)), partition=0)
         assert producer.flush(30) == 0

@@ -39,6 +39,12 @@ def test_single_event_array_and_ndjson_all_parse_to_keyed_records():
     assert orjson.loads(one.records[0].value) == event()
 
 
+def test_an_event_with_a_field_its_contract_does_not_declare_is_marked_for_the_header():
+    body = orjson.dumps([event(), event(note="more"), event(price_micros=5)])
+    marked = [r.extra_fields for r in prepare(body, "application/json", CONTRACT, MAX_EVENT_BYTES, MAX_EVENTS).records]
+    assert marked == [False, True, False]
+
+
 @pytest.mark.parametrize("body, content_type, error, details", [
     (b"{not json", "application/json", MalformedBody, {}),
     (b"", "application/json", MalformedBody, {}),
