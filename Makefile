@@ -73,7 +73,7 @@ demo: setup
 # under faults for CONVEYOR_SOAK_MINUTES (2 here, 30 for make soak), then one checker of every sink;
 # the seed is printed, replay it with CONVEYOR_CHAOS_SEED. The benches' smoke tests marked
 # bench_smoke (a platform each, 11 minutes together on two workers) run in make bench-smoke, not
-# here: the suite keeps within 25 minutes.
+# here: they would add those 11 minutes to the suite's 35-45 on a fresh clone.
 test: setup
 	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile --no-loadscope-reorder -m "not bench_smoke"
 
