@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml sdk/pyproject.toml
 # (the real-time views), postgresql (the Iceberg JDBC catalog), chromium (the dashboard test drives
 # it headless), prometheus, prometheus-alertmanager and prometheus-node-exporter (the demo's
 # monitoring; promtool checks the alert rules), wrk (the load of the gateway and security benches,
-# for make bench and make bench-smoke). Each is "<probe>:<package>".
-DEBIAN := redis-server:redis-server chromium:chromium /usr/lib/postgresql/*/bin/initdb:postgresql promtool:prometheus prometheus-alertmanager:prometheus-alertmanager prometheus-node-exporter:prometheus-node-exporter wrk:wrk
+# for make bench and make bench-smoke), systemd (systemd-analyze checks the units of `conveyor
+# deploy systemd`). Each is "<probe>:<package>".
+DEBIAN := redis-server:redis-server chromium:chromium /usr/lib/postgresql/*/bin/initdb:postgresql promtool:prometheus prometheus-alertmanager:prometheus-alertmanager prometheus-node-exporter:prometheus-node-exporter wrk:wrk systemd-analyze:systemd
 system-deps:
 	@missing=""; for pair in $(DEBIAN); do probe=$${pair%%:*}; \
 	  command -v $$probe >/dev/null 2>&1 || ls $$probe >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \

@@ -17,7 +17,7 @@ import typer
 from conveyor.cli import acl_cmd, config_cmd, dispatch_cmd, gateway_cmd, ops_cmd, replicate_cmd, runtime_cmd, topics_cmd
 from conveyor.cli import lake_cmd, pipeline_cmd
 from conveyor.cli import advise_cmd, alerts_cmd, balance_cmd, ops_files_cmd, throttle_cmd
-from conveyor.cli import verify_cmd, views_cmd
+from conveyor.cli import deploy_cmd, verify_cmd, views_cmd
 from conveyor.cli.common import err_console
 from conveyor.cli.extras import missing_extra
 from conveyor.config import ConfigError
@@ -83,6 +83,7 @@ app.add_typer(balance_cmd.app, name="balance")
 app.add_typer(advise_cmd.app, name="advise")
 app.add_typer(views_cmd.app, name="views")
 app.command("verify")(verify_cmd.verify)
+app.add_typer(deploy_cmd.app, name="deploy")
 
 
 def main() -> None:

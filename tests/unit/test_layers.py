@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("clients and plumbing", frozenset({"jars", "java_client", "kafka", "kafka_tools", "tls", "auth", "service",
                                         "positions", "edge_guard", "edge_ports"})),
     ("parts", frozenset({"topics", "bus", "gateway", "replicate", "dispatch", "pipeline", "acls", "ops", "verify", "web",
-                         "registrar"})),
+                         "registrar", "deploy"})),
     ("local runtime", frozenset({"runtime"})),
     ("command line", frozenset({"cli", "__main__"})),
 )
