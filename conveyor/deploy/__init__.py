@@ -1,0 +1,1 @@
+"""Units and manifests for running the platform's services on hosts of their own (docs/deploy.md)."""
