@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -47,6 +48,10 @@ def _default_panels() -> dict[str, OpsPanel]:
         ("throttle", "Throttled consumers and busy brokers",
          ["conveyor_throttle_quota_bytes", "conveyor_throttle_broker_busy", "conveyor_throttle_decisions_total"]),
     )}
+
+
+#: The long-running parts whose absence the rules watch (conveyor.ops.rules.PRESENCE).
+RunningPart = Literal["gateway", "replicator", "dispatcher", "views", "lake", "watcher", "throttle"]
 
 
 class Ops(Model):
@@ -119,6 +124,10 @@ class Ops(Model):
     #: Component name -> its /metrics URL, read for the panels and scraped by the local Prometheus:
     #: ``http(s)://`` (a service, a node_exporter) or ``file:PATH`` (a batch job's last figures).
     components: dict[Name, str] = Field(default_factory=dict)
+    #: The parts this platform keeps running: each gets a critical alert when no instance of it
+    #: reports to Prometheus for 5 minutes (ConveyorComponentAbsent*). Leave out a part that runs
+    #: only now and then, or not at all. Default: every part.
+    running: list[RunningPart] = Field(default_factory=lambda: list(get_args(RunningPart)))
     machines: Machines = Field(default_factory=Machines)
     panels: dict[Name, OpsPanel] = Field(default_factory=_default_panels)
 

@@ -194,24 +194,26 @@ def realtime_rules(ops: Ops) -> list[AlertRule]:
     ]
 
 
-#: Per component, a series it exports from its start, without labels: absent() fires when no
-#: instance of it is scraped (stopped, crashed, or its target lost).
+#: Per part of ops.running: its name in the alert and a series it exports from its start, without
+#: labels, so that absent() fires when no instance of it is scraped (stopped, crashed, or its
+#: target lost).
 PRESENCE = {
-    "gateway": "conveyor_gateway_failed_over",
-    "replicator": "conveyor_replicate_topics",
-    "dispatcher": "conveyor_dispatch_readers",
-    "realtime views": "conveyor_realtime_records_total",
-    "lake": "conveyor_lake_run_duration_seconds",
-    "watcher": "conveyor_ops_rounds_total",
-    "throttle": "conveyor_throttle_rounds_total",
+    "gateway": ("gateway", "conveyor_gateway_failed_over"),
+    "replicator": ("replicator", "conveyor_replicate_topics"),
+    "dispatcher": ("dispatcher", "conveyor_dispatch_readers"),
+    "views": ("realtime views", "conveyor_realtime_records_total"),
+    "lake": ("lake", "conveyor_lake_run_duration_seconds"),
+    "watcher": ("watcher", "conveyor_ops_rounds_total"),
+    "throttle": ("throttle", "conveyor_throttle_rounds_total"),
 }
 
 
-def presence_rules() -> list[AlertRule]:
+def presence_rules(ops: Ops) -> list[AlertRule]:
+    """An alert for each part platform.yaml says runs (ops.running) that no instance reports."""
     return [AlertRule(f"ConveyorComponentAbsent{''.join(w.title() for w in component.split())}", f"absent({series})",
                       "critical", f"no {component} reports to Prometheus", "5m",
                       f"whether the {component} runs and its scrape target ({series} is on its /metrics)")
-            for component, series in PRESENCE.items()]
+            for component, series in (PRESENCE[part] for part in ops.running)]
 
 
 def lake_rules(ops: Ops, relaxed: Sequence[str] = ()) -> list[AlertRule]:
@@ -323,6 +325,6 @@ def rules_document(ops: Ops, relaxed: Sequence[str] = ()) -> dict[str, object]:
               ("conveyor-traffic", traffic_rules()), ("conveyor-lag", lag_rules(ops)),
               ("conveyor-replication", replication_rules(relaxed)), ("conveyor-lake", lake_rules(ops, relaxed)),
               ("conveyor-gateway", gateway_rules(ops)), ("conveyor-dispatch", dispatch_rules(ops)),
-              ("conveyor-realtime", realtime_rules(ops)), ("conveyor-components", presence_rules()),
+              ("conveyor-realtime", realtime_rules(ops)), ("conveyor-components", presence_rules(ops)),
               ("conveyor-hosts", host_rules(ops)))
     return {"groups": [{"name": name, "rules": [r.document() for r in rules]} for name, rules in groups]}

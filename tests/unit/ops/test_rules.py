@@ -226,7 +226,7 @@ def test_the_services_alerts_fire_on_their_series_and_only_on_them(tmp_path: Pat
 
 
 def test_an_absent_component_alerts_and_a_present_one_does_not(tmp_path: Path) -> None:
-    running = {component: series for component, series in PRESENCE.items() if component != "throttle"}
+    running = dict(value for part, value in PRESENCE.items() if part != "throttle")
     _run_promtool(tmp_path, [{
         "interval": "1m",
         "input_series": [_series(series, {"instance": component.replace(" ", "-")}, "0+0x20")
@@ -305,3 +305,11 @@ def test_a_loss_pages_on_an_exact_topic_and_warns_on_one_delivered_at_least_once
             _expect("LakeDataLostAtLeastOnce", "3m", [({"topic": RELAXED, "partition": "0"}, "5")]),
         ],
     }])
+
+
+def test_only_the_parts_platform_yaml_says_run_are_watched_for_absence() -> None:
+    """The demo runs its dispatcher only for a while and no throttle: no alert waits on them."""
+    alerts = {r["alert"] for g in rules_document(Ops(running=["gateway", "views", "watcher"]))["groups"]
+              for r in g["rules"]}
+    assert {a for a in alerts if a.startswith("ConveyorComponentAbsent")} == {
+        "ConveyorComponentAbsentGateway", "ConveyorComponentAbsentRealtimeViews", "ConveyorComponentAbsentWatcher"}
