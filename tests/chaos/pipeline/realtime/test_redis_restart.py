@@ -108,8 +108,16 @@ def test_views_survive_a_redis_cluster_master_sigkilled(realtime_case, replicate
         eventually(lambda: job.batches() > 2, 240, f"the job to log batches (log {job.log})")
         # The master that holds the job's state: every batch writes there, the commit last.
         store = job.store
-        slot_nodes = store.client.nodes_manager.slots_cache[key_slot(store.key.encode())]
-        master, replica = slot_nodes[0].port, slot_nodes[1].port
+
+        def holders() -> list[int] | None:
+            """The ports of the master and a replica of the job's slot, once the cluster lists a replica
+            (a loaded machine's replica may not have joined yet when the job starts)."""
+            store.client.nodes_manager.initialize()
+            nodes = store.client.nodes_manager.slots_cache[key_slot(store.key.encode())]
+            return [n.port for n in nodes] if len(nodes) >= 2 else None
+
+        master, replica = eventually(holders, 60, "the cluster to list a replica of the job's slot",
+                                     errors=(redis.RedisError,))[:2]
         time.sleep(chaos_rng.uniform(0, 1.5))  # while the next batches are written
         seen = job.batches()
         os.kill(cluster.processes[master].pid, signal.SIGKILL)
