@@ -23,11 +23,6 @@ PortOption = Annotated[int | None, typer.Option(envvar="CONVEYOR_GATEWAY_PORT",
                                                      "centre's position among writable clusters).")]
 
 
-def default_port(platform: Platform, dc: str) -> int:
-    writable = [name for name, c in platform.clusters.items() if c.role == ClusterRole.writable]
-    return platform.gateway.port + writable.index(dc)
-
-
 def _writable(platform: Platform, dc: str) -> None:
     if platform.cluster(dc).role != ClusterRole.writable:
         raise ConfigError([Problem(f"clusters.{dc}.role", "the gateway writes only to a writable cluster")])
@@ -47,7 +42,7 @@ def serve(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortO
     _writable(model, dc)
     served = server_tls(model, model.gateway.tls)
     gateway = Gateway(model, dc)
-    gateway_server(create_app(gateway), model.gateway, gateway.metrics.registry, host, port or default_port(model, dc),
+    gateway_server(create_app(gateway), model.gateway, gateway.metrics.registry, host, port or model.gateway_port(dc),
                    timeout_graceful_shutdown=30, **uvicorn_tls(served)).run()
 
 
@@ -59,7 +54,7 @@ def start(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortO
 
     model = platform_from(platform)
     _writable(model, dc)
-    port = port or default_port(model, dc)
+    port = port or model.gateway_port(dc)
     name = f"gateway-{dc}"
     pid, started = start_service(model, name, ["gateway", "serve", "--dc", dc, "--port", str(port),
                                                "--platform", str(platform.resolve())])
@@ -95,8 +90,7 @@ def generate(
     if not token:
         raise typer.BadParameter("give the publishing service's token (--token or CONVEYOR_TOKEN)")
     model = platform_from(platform)
-    urls = url or [base_url(model.gateway.tls, default_port(model, dc)) for dc, c in model.clusters.items()
-                   if c.role == ClusterRole.writable]
+    urls = url or [base_url(model.gateway.tls, model.gateway_port(dc)) for dc in model.writable_clusters()]
     verify = trusted(model)
     publishers = [Publisher(u, token, batch_size=batch, verify=verify) for u in urls]
     if any(not f.partition("=")[0] or "=" not in f for f in field or []):

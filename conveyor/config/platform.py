@@ -64,6 +64,14 @@ class Platform(Model):
             known = ", ".join(sorted(self.clusters))
             raise ConfigError([Problem(f"clusters.{name}", f"no such cluster (known: {known})")]) from None
 
+    def writable_clusters(self) -> list[str]:
+        """The writable clusters, in platform.yaml's order: one data centre's gateways each."""
+        return [name for name, c in self.clusters.items() if c.role == ClusterRole.writable]
+
+    def gateway_port(self, dc: str) -> int:
+        """The port of data centre ``dc``'s gateway: gateway.port plus its position among the writable clusters."""
+        return self.gateway.port + self.writable_clusters().index(dc)
+
     def bootstrap(self, cluster_name: str) -> str:
         """The cluster's bootstrap servers, which a cluster `conveyor up` starts has only once it ran."""
         bootstrap = self.cluster(cluster_name).bootstrap

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from conveyor.config import ClusterRole, Platform
+from conveyor.config import Platform
 
 #: /metrics and /healthz of the services whose port platform.yaml does not set (the demo's).
 METRICS_PORTS = {"replicator": 18181, "registrar": 18182, "views": 18191, "lake": 18192}
@@ -64,10 +64,9 @@ def services(platform: Platform, platform_path: str, host: str, lake_every: str 
     and listening on ``host``. The dispatcher advertises what its environment says, which each
     deployment sets to the address its clients reach that node at (``ADVERTISE``)."""
     common = ("--platform", platform_path)
-    writable = [name for name, c in platform.clusters.items() if c.role == ClusterRole.writable]
     found = []
-    for position, dc in enumerate(writable):
-        port = platform.gateway.port + position
+    for dc in platform.writable_clusters():
+        port = platform.gateway_port(dc)
         found.append(Service(f"conveyor-gateway-{dc}", "gateway",
                              ("gateway", "serve", "--dc", dc, *common, "--host", host, "--port", str(port)),
                              {"http": port}, Probe(port, live=None, ready="/readyz",

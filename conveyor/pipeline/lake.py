@@ -171,9 +171,10 @@ def parse_records(records: DataFrame, topic: str, columns: tuple[Column, ...], s
 
     ``jvm_only``, for a topic only the bus writes (conveyor.pipeline.trust): every record keeps the
     gateway's verdict and is parsed in the JVM (conveyor.pipeline.fast_parse), with no Python
-    worker, its fields outside the columns told by the gateway's mark; a record that still needs the full check (it names no held version, or the JVM cannot
-    place it as the check would) is flagged in ``NEEDS_CHECK`` with no columns, for the caller to
-    read the range again through the full check. ``NEEDS_CHECK`` is false on the default path.
+    worker, its fields outside the columns told by the gateway's mark; a record that still needs
+    the full check (it names no held version, or the JVM cannot place it as the check would) is
+    flagged in ``NEEDS_CHECK`` with no columns, for the caller to read the range again through the
+    full check. ``NEEDS_CHECK`` is false on the default path.
     """
     from pyspark.sql.functions import arrow_udf, coalesce, col, lit
 
