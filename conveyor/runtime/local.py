@@ -9,6 +9,7 @@ fixtures and chaos tests use to kill and restart single brokers. It takes platfo
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -424,9 +425,23 @@ class LocalPlatform:
         while missing := set(broker_ids) - self._brokers_registered(cluster):
             self._fail_if_dead(nodes)
             if time.monotonic() > deadline:
-                names = ", ".join(n.name for n in nodes if n.node_id in missing)
-                raise StartTimeoutError(f"{names} did not register within {timeout:.0f} s")
+                late = [n for n in nodes if n.node_id in missing]
+                raise StartTimeoutError(f"{', '.join(n.name for n in late)} did not register within {timeout:.0f} s; "
+                                        + "; ".join(f"{n.name} last logged: {_last_startup_step(n)}" for n in late))
             time.sleep(0.5)
+
+#: server.log lines that mark a broker's way to registering: recovering its logs, then its lifecycle.
+_STARTUP_STEP = re.compile(r"LogLoader partition=|Loaded \d+ logs|\[(BrokerServer|BrokerLifecycleManager|KafkaRaftServer)")
+
+
+def _last_startup_step(node: Node) -> str:
+    """Where a broker that has not registered yet got to: a slow log recovery, or a lifecycle stuck."""
+    try:
+        lines = (node.log_dir / "server.log").read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no server.log)"
+    return next((line for line in reversed(lines) if _STARTUP_STEP.search(line)), "(no startup step yet)")
+
 
 def _metrics_up(node: Node) -> bool:
     try:

@@ -55,6 +55,8 @@ def server_properties(layout: ClusterLayout, node: Node, material: LocalSecurity
                 "transaction.state.log.replication.factor": factor,
                 "transaction.state.log.min.isr": min_insync,
                 "transaction.state.log.num.partitions": "12",
+                # Kafka's 50 would be half of a test broker's logs, each recovered after a SIGKILL.
+                "share.coordinator.state.topic.num.partitions": "12",
                 "share.coordinator.state.topic.replication.factor": factor,
                 "share.coordinator.state.topic.min.isr": min_insync,
                 "group.initial.rebalance.delay.ms": "0",

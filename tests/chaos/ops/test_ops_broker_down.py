@@ -30,7 +30,7 @@ pytestmark = pytest.mark.chaos
 KILLED = 2
 
 
-def restart(local: LocalPlatform, cluster: str, broker_id: int, timeout: float = 180.0) -> None:
+def restart(local: LocalPlatform, cluster: str, broker_id: int, timeout: float = 300.0) -> None:
     """``start_brokers``, retried until the broker stays up.
 
     Test ports may lie inside the kernel's ephemeral port range (32768-60999). Then a client that keeps
@@ -42,7 +42,8 @@ def restart(local: LocalPlatform, cluster: str, broker_id: int, timeout: float =
     deadline = time.monotonic() + timeout
     while True:
         try:
-            # Recovering every log after a SIGKILL takes a minute or more on a busy machine.
+            # Recovering every log after a SIGKILL takes a minute or more on a busy machine: on CI,
+            # starved beside the system test, one broker took three minutes from start to registered.
             local.start_brokers(cluster, broker_id, timeout=max(30.0, deadline - time.monotonic()))
             time.sleep(5)  # a failed bind kills it within a second of registering
             if processes.running_pid(daemon) is not None:
