@@ -11,9 +11,9 @@ set of a matching family is one series, shown as its latest value and a sparklin
 - a summary: its 0.99 quantile when it exports one.
 
 A panel with ``by`` keeps only those labels and sums the series that differ in the others (a
-replicator's lag per partition becomes its lag per route). A series with an ``hour`` label (the
-lake's completeness of each hour) is one cell of a strip: the label sets that differ only in their
-hour make one strip, drawn as a heat strip of the latest value per hour.
+replicator's lag per partition becomes its lag per route). A gauge of the end of the last complete
+hour (``*_complete_until_timestamp_seconds``, the lake's per topic) becomes a strip: the day of hours
+up to the scrape's, each 1 when complete and 0 when not, drawn as a heat strip.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from fnmatch import fnmatchcase
 
 from conveyor.config import OpsPanel
@@ -53,7 +54,7 @@ class SeriesView:
     value: float | None
     #: (epoch ms, value) per scrape, oldest first; None where the value was unknown.
     history: tuple[tuple[int, float | None], ...]
-    #: For a series with an ``hour`` label: (hour, latest value) per hour, oldest first.
+    #: For a series of the end of the last complete hour: (hour, 1 complete or 0) per hour, oldest first.
     strip: tuple[tuple[str, float | None], ...] = ()
 
 
@@ -95,10 +96,19 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     return lower
 
 
-#: The label that makes a series one cell of a strip.
-HOUR = "hour"
+#: The gauges that make a strip: the end of the last complete hour, unix seconds.
+COMPLETE_UNTIL = "_complete_until_timestamp_seconds"
 #: Cells per strip: a day of hours.
 STRIP_CELLS = 24
+
+
+def complete_hours(until: float | None, at_ms: int) -> tuple[tuple[str, float | None], ...]:
+    """The STRIP_CELLS hours up to the one of ``at_ms`` (its start, UTC), each 1.0 when it ends by
+    ``until`` (complete) and 0.0 when not; None throughout when ``until`` is unknown."""
+    current = at_ms // 3_600_000 * 3600
+    starts = [current - 3600 * back for back in range(STRIP_CELLS - 1, -1, -1)]
+    return tuple((datetime.fromtimestamp(start, timezone.utc).strftime("%Y-%m-%dT%H:00Z"),
+                  None if until is None else float(start + 3600 <= until)) for start in starts)
 
 
 def _key(labels: Mapping[str, str], drop: tuple[str, ...] = (), keep: Sequence[str] | None = None) -> Labels:
@@ -198,21 +208,17 @@ class PanelTracker:
     def views(self) -> tuple[PanelView, ...]:
         views = []
         for name, panel in self.panels.items():
-            lines: dict[tuple[str, str, Labels], deque[tuple[int, float | None]]] = {}
-            strips: dict[tuple[str, str, Labels], dict[str, float | None]] = {}
+            series: list[SeriesView] = []
             for key in sorted(k for k in self._series if k[0] == name):
                 _, component, metric, labels = key
-                hour = dict(labels).get(HOUR)
-                if hour is None:
-                    lines[(component, metric, labels)] = self._series[key]
+                points = self._series[key]
+                if metric.endswith(COMPLETE_UNTIL):
+                    at_ms, until = points[-1]
+                    cells = complete_hours(until, at_ms)  # cells of 0 or 1, not seconds: no unit
+                    series.append(SeriesView(component, metric, _text(labels), "", cells[-1][1], (), cells))
                 else:
-                    rest = tuple(item for item in labels if item[0] != HOUR)
-                    strips.setdefault((component, metric, rest), {})[hour] = self._series[key][-1][1]
-            series = [SeriesView(component, metric, _text(labels), self._units[(component, metric)], points[-1][1],
-                                 tuple(points)) for (component, metric, labels), points in lines.items()]
-            series += [SeriesView(component, metric, _text(labels), self._units[(component, metric)],
-                                  cells[max(cells)], (), tuple(sorted(cells.items()))[-STRIP_CELLS:])
-                       for (component, metric, labels), cells in strips.items()]
+                    series.append(SeriesView(component, metric, _text(labels), self._units[(component, metric)],
+                                             points[-1][1], tuple(points)))
             # Strips first: a panel's strip is what its title promises (the lake's hours).
             series.sort(key=lambda s: not s.strip)
             views.append(PanelView(name, panel.title, tuple(series[:MAX_SERIES]), max(0, len(series) - MAX_SERIES),

@@ -3,23 +3,13 @@ node_exporter's textfile collector after ``--once``."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
-from conveyor.pipeline.completeness import HOUR, floor_hour, last_complete_hour
+from conveyor.pipeline.completeness import HOUR, last_complete_hour
 from conveyor.pipeline.lake import RunSummary
-
-
-#: Hours of completeness each run exports per topic, up to the hour it started in.
-HOURS_SHOWN = 24
-
-
-def hours_complete(last_complete: datetime | None, current: datetime) -> list[tuple[datetime, bool]]:
-    """The last HOURS_SHOWN hours up to ``current``, each with whether it is complete. Pure."""
-    hours = [current - HOUR * back for back in range(HOURS_SHOWN - 1, -1, -1)]
-    return [(hour, last_complete is not None and hour <= last_complete) for hour in hours]
 
 
 class LakeMetrics:
@@ -45,11 +35,10 @@ class LakeMetrics:
         self.last_success = Gauge("conveyor_lake_last_success_timestamp_seconds", "When the topic's last run finished.",
                                   ["topic"], registry=self.registry)
         self.duration = Gauge("conveyor_lake_run_duration_seconds", "Duration of the last run.", registry=self.registry)
+        # Every hour before it is complete too: one number per topic says which hours are, where a
+        # series per hour would make each new hour a new series.
         self.complete_until = Gauge("conveyor_lake_complete_until_timestamp_seconds",
                                     "End of the topic's last complete hour.", ["topic"], registry=self.registry)
-        self.hour_complete = Gauge("conveyor_lake_hour_complete",
-                                   f"1 when the hour (start, UTC) is complete in the topic's table, 0 while not; "
-                                   f"the last {HOURS_SHOWN} hours", ["topic", "hour"], registry=self.registry)
 
     def observe(self, summary: RunSummary) -> None:
         self.runs.labels("ok").inc()
@@ -70,8 +59,6 @@ class LakeMetrics:
             hour = last_complete_hour(dict.fromkeys(partitions, run.listed_at), partitions, self._lateness)
             if hour is not None:
                 self.complete_until.labels(run.topic).set((hour + HOUR).timestamp())
-            for start, complete in hours_complete(hour, floor_hour(summary.started_at)):
-                self.hour_complete.labels(run.topic, start.strftime("%Y-%m-%dT%H:00Z")).set(int(complete))
 
     def failed(self) -> None:
         self.runs.labels("failed").inc()

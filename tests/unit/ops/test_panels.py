@@ -7,7 +7,8 @@ import math
 import pytest
 
 from conveyor.config import OpsPanel
-from conveyor.ops.panels import MAX_SERIES, PanelTracker, histogram_quantile, series_values, unit_of
+from conveyor.ops.panels import (MAX_SERIES, STRIP_CELLS, PanelTracker, complete_hours, histogram_quantile,
+                                 series_values, unit_of)
 from conveyor.ops.scrape import parse_page
 
 T0 = 1_700_000_000_000
@@ -146,33 +147,42 @@ def test_a_sum_with_an_unknown_part_is_unknown():
     assert values == {(): None}
 
 
-LAKE = """# TYPE conveyor_lake_hour_complete gauge
-conveyor_lake_hour_complete{{topic="ad-events",hour="2026-05-01T10:00Z"}} 1
-conveyor_lake_hour_complete{{topic="ad-events",hour="2026-05-01T11:00Z"}} {eleven}
-conveyor_lake_hour_complete{{topic="clicks",hour="2026-05-01T11:00Z"}} 0
+LAKE = """# TYPE conveyor_lake_complete_until_timestamp_seconds gauge
+conveyor_lake_complete_until_timestamp_seconds{{topic="ad-events"}} {ads}
+conveyor_lake_complete_until_timestamp_seconds{{topic="clicks"}} 0
 """
+#: 2026-05-01T14:00Z and 12:00Z.
+TWO_PM, NOON = 1777644000, 1777636800
 
 
-def test_series_with_an_hour_label_make_a_strip_per_other_labels_with_the_latest_value_of_each_hour():
+def test_the_end_of_the_last_complete_hour_makes_a_strip_of_the_day_up_to_the_scrape_s_hour():
+    cells = complete_hours(NOON, (TWO_PM + 1800) * 1000)
+    assert len(cells) == STRIP_CELLS and cells[0][0] == "2026-04-30T15:00Z" and cells[-1][0] == "2026-05-01T14:00Z"
+    assert [v for _, v in cells[-4:]] == [1.0, 0.0, 0.0, 0.0]  # 11:00 ends at noon; 12:00, 13:00 and 14:00 do not
+    assert {v for _, v in complete_hours(None, TWO_PM * 1000)} == {None}
+
+
+def test_a_complete_until_gauge_is_a_strip_per_label_set_of_its_latest_value():
     tracker = PanelTracker({"lake": OpsPanel(title="Lake", metrics=["conveyor_lake_*"])})
-    tracker.push(T0, {"lake": parse_page(LAKE.format(eleven=0))}, {"lake": T0 / 1000 - 60})
-    tracker.push(T0 + 5000, {"lake": parse_page(LAKE.format(eleven=1))}, {"lake": T0 / 1000})
+    tracker.push(TWO_PM * 1000, {"lake": parse_page(LAKE.format(ads=NOON - 3600))}, {"lake": TWO_PM - 60})
+    tracker.push(TWO_PM * 1000 + 5000, {"lake": parse_page(LAKE.format(ads=NOON))}, {"lake": TWO_PM})
     (view,) = tracker.views()
-    strips = {s.labels: s.strip for s in view.series}
-    assert strips == {"topic=ad-events": (("2026-05-01T10:00Z", 1.0), ("2026-05-01T11:00Z", 1.0)),
-                      "topic=clicks": (("2026-05-01T11:00Z", 0.0),)}
-    assert view.written == (("lake", T0 / 1000),)
+    strips = {s.labels: [v for _, v in s.strip[-3:]] for s in view.series}
+    assert strips == {"topic=ad-events": [0.0, 0.0, 0.0], "topic=clicks": [0.0, 0.0, 0.0]}
+    ads = next(s for s in view.series if s.labels == "topic=ad-events")
+    assert ads.strip[-4][1] == 1.0 and ads.unit == "" and ads.history == ()
+    assert view.written == (("lake", TWO_PM),)
 
 
 def test_a_file_component_is_read_with_the_time_it_was_written(tmp_path):
     from conveyor.ops.scrape import Scraper
 
     page_file = tmp_path / "lake.prom"
-    page_file.write_text(LAKE.format(eleven=1))
+    page_file.write_text(LAKE.format(ads=NOON))
     scraper = Scraper()
     try:
         (found, written), (missing, never) = scraper.pages_written([f"file:{page_file}", f"file:{tmp_path}/none"])
     finally:
         scraper.close()
-    assert [f.name for f in found] == ["conveyor_lake_hour_complete"] and written == page_file.stat().st_mtime
+    assert [f.name for f in found] == ["conveyor_lake_complete_until_timestamp_seconds"] and written == page_file.stat().st_mtime
     assert isinstance(missing, str) and "FileNotFoundError" in missing and never is None

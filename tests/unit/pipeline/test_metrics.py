@@ -1,4 +1,4 @@
-"""The lake job's metrics after a run, including a gap and the completeness gauge."""
+"""The lake job's metrics after a run, including a gap and the completeness gauge; the real-time job's."""
 
 from __future__ import annotations
 
@@ -65,5 +65,9 @@ def test_where_a_batch_s_time_goes_is_exported_per_stage_and_kept_for_the_latest
         metrics.observe_trigger(batch_id, {"addBatch": 1500, "walCommit": 40 + batch_id})
     value = metrics.registry.get_sample_value
     assert value("conveyor_realtime_batch_stage_seconds", {"stage": "spark"}) == 1.2
+    # Every applied event's latency, in the histogram the rules take quantiles of.
+    assert (value("conveyor_realtime_latency_seconds_bucket", {"le": "0.25"}),
+            value("conveyor_realtime_latency_seconds_bucket", {"le": "0.5"}),
+            value("conveyor_realtime_latency_seconds_sum")) == (0, 10, 3.0)
     assert value("conveyor_realtime_trigger_stage_seconds", {"stage": "walCommit"}) == 1.041
     assert sorted(metrics.triggers)[:1] == [2] and len(metrics.triggers) == 1000
