@@ -15,8 +15,8 @@ from conveyor.pipeline.metrics import LakeMetrics
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.replicate.metrics import ReplicateMetrics
 
-_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",),
-             "summary": ("", "_sum", "_count")}
+#: The only summary (the watcher's of brokers' request times) carries Kafka's quantiles, no sum or count.
+_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",), "summary": ("",)}
 #: The watcher's counters (built on each scrape, beside its state's gauges).
 _OPS_COUNTERS = ("conveyor_ops_rounds", "conveyor_ops_round_errors", "conveyor_ops_admin_calls",
                  "conveyor_ops_offset_findings", "conveyor_ops_sample_failures")
@@ -30,7 +30,7 @@ def exported_metric_names() -> set[str]:
     registries = [GatewayMetrics("dc1").registry, ReplicateMetrics().registry, NodeMetrics().registry,
                   LakeMetrics(timedelta(0)).registry, RealtimeMetrics().registry, ThrottleMetrics().registry]
     names = set().union(*(_names(r) for r in registries))
-    names |= {family.name for family in state_families().values()}
+    names |= {family.name + suffix for family in state_families().values() for suffix in _SUFFIXES[family.type]}
     return names | {f"{name}_total" for name in _OPS_COUNTERS}
 
 
@@ -45,7 +45,8 @@ def exported_label_names() -> dict[str, set[str]]:
             extra = {"le"} if name.endswith("_bucket") else set()
             labels[name] = set(getattr(collector, "_labelnames", ())) | extra
     for family in state_families().values():
-        labels[family.name] = set(family._labelnames)  # noqa: SLF001
+        for suffix in _SUFFIXES[family.type]:
+            labels[family.name + suffix] = set(family._labelnames)  # noqa: SLF001
     return labels
 
 

@@ -46,7 +46,8 @@ def _default_panels() -> dict[str, OpsPanel]:
          ["node_network_receive_bytes", "node_network_transmit_bytes", "node_disk_io_time_seconds",
           "node_filesystem_avail_bytes"], ["device", "mountpoint"]),
         ("throttle", "Throttled consumers and busy brokers",
-         ["conveyor_throttle_quota_bytes", "conveyor_throttle_broker_busy", "conveyor_throttle_decisions_total"]),
+         ["conveyor_throttle_quota_bytes_per_second", "conveyor_throttle_broker_busy",
+          "conveyor_throttle_decisions_total"]),
     )}
 
 

@@ -26,7 +26,7 @@ Nothing equivalent in Strimzi's rules (the readers see None and the rules over t
   controller, request counts): Strimzi's file has excluded it since its pull request #13139;
   earlier versions of that file printed it under our names (``..._totaltimems{request,quantile}``,
   ``..._requests_total{request,version}``), which need no mapping.
-- ``kafka.server:type=group-coordinator-metrics`` (coordinator load time, offset commit rate): it
+- ``kafka.server:type=group-coordinator-metrics`` (coordinator load time, offset commit rate and count): it
   has no ``name`` key, which all of Strimzi's generic rules want, and no rule of theirs names it.
 - ``kafka.coordinator.group:type=GroupMetadataManager`` (groups and offsets held): Strimzi's
   domain pattern ``kafka.(\w+)`` cannot match the dotted domain.
@@ -69,6 +69,7 @@ MISSING: tuple[str, ...] = (
     "kafka_network_requestmetrics_requests_total",
     "kafka_server_group_coordinator_metrics_partition_load_time_max",
     "kafka_server_group_coordinator_metrics_offset_commit_rate",
+    "kafka_server_group_coordinator_metrics_offset_commit_count",
     "kafka_coordinator_group_groupmetadatamanager_numgroups",
     "kafka_coordinator_group_groupmetadatamanager_numoffsets",
 )

@@ -38,15 +38,16 @@ DASHBOARDS = (
             ("conveyor_ops_cluster_under_replicated_partitions", "{{cluster}} under-replicated"),
             ("conveyor_ops_cluster_under_min_isr_partitions", "{{cluster}} under min ISR"),
             ("conveyor_ops_cluster_offline_partitions", "{{cluster}} offline"))),
-        Panel("Request time p99", (("conveyor_ops_broker_request_p99_seconds", "{{node}} {{request}}"),), "s"),
+        Panel("Request time p99", (('conveyor_ops_broker_request_time_seconds{quantile="0.99"}',
+                                    "{{node}} {{request}}"),), "s"),
         Panel("Bytes in and out per broker", (
-            ("conveyor_ops_broker_bytes_in_per_second", "{{node}} in"),
-            ("conveyor_ops_broker_bytes_out_per_second", "{{node}} out")), "Bps",
+            ("rate(conveyor_ops_broker_in_bytes_total[1m])", "{{node}} in"),
+            ("rate(conveyor_ops_broker_out_bytes_total[1m])", "{{node}} out")), "Bps",
             description="Bytes out rising while bytes in stay flat is read amplification."),
         Panel("Leaders per broker", (("conveyor_ops_broker_leaders", "{{cluster}} {{node}}"),)),
         Panel("Leader changes and ISR shrinks", (
             ("conveyor_ops_cluster_leader_changes", "{{cluster}} leader changes"),
-            ("conveyor_ops_broker_isr_shrinks_per_second", "{{node}} ISR shrinks/s"))),
+            ("rate(conveyor_ops_broker_isr_shrinks_total[1m])", "{{node}} ISR shrinks/s"))),
         Panel("Consumer group lag", (("conveyor_ops_group_lag_records", "{{cluster}} {{group}}"),)),
         Panel("Consumer group status (0 OK .. 5 ERR)", (("conveyor_ops_group_status", "{{cluster}} {{group}}"),)),
     )),
@@ -83,9 +84,9 @@ DASHBOARDS = (
         Panel("Run duration", (("conveyor_lake_run_duration_seconds", "last run"),), "s"),
     )),
     Dashboard("conveyor-realtime", "Conveyor: real-time views", (
-        Panel("Latency from event time to Redis, last batch p50 / p99", (
-            ('conveyor_realtime_latency_seconds{quantile="0.5"}', "p50"),
-            ('conveyor_realtime_latency_seconds{quantile="0.99"}', "p99")), "s"),
+        Panel("Latency from event time to Redis, p50 / p99", tuple(
+            (f"histogram_quantile({q}, sum by (le) (rate(conveyor_realtime_latency_seconds_bucket[5m])))", name)
+            for q, name in ((0.5, "p50"), (0.99, "p99"))), "s"),
         Panel("Events applied and rejected per second", (
             ("rate(conveyor_realtime_events_applied_total[1m])", "applied"),
             ("sum by (view, kind) (rate(conveyor_realtime_events_rejected_total[1m]))", "{{view}} rejected: {{kind}}")),

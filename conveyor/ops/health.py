@@ -73,6 +73,7 @@ _VALUES = {
     "kafka_log_logcleanermanager_time_since_last_run_ms": "cleaner_idle_ms",
     "kafka_server_group_coordinator_metrics_partition_load_time_max": "coordinator_load_ms",
     "kafka_server_group_coordinator_metrics_offset_commit_rate": "offset_commit_rate",
+    "kafka_server_group_coordinator_metrics_offset_commit_count": "offset_commits",
     "kafka_coordinator_group_groupmetadatamanager_numgroups": "groups",
     "kafka_coordinator_group_groupmetadatamanager_numoffsets": "offsets",
 }
@@ -116,9 +117,11 @@ class BrokerReading:
     cleaner_dirty_percent: float | None = None
     cleaner_idle_ms: float | None = None
     #: Longest load of a __consumer_offsets partition by the coordinator in the last 30 s (Kafka's
-    #: window; absent when none loaded), offset commits per second, groups and offsets it holds.
+    #: window; absent when none loaded), offset commits per second (Kafka's rate) and since the node
+    #: started, groups and offsets it holds.
     coordinator_load_ms: float | None = None
     offset_commit_rate: float | None = None
+    offset_commits: float | None = None
     groups: float | None = None
     offsets: float | None = None
     #: topic -> (bytes in, bytes out) counters since the node started.

@@ -72,6 +72,8 @@ class PanelView:
 
 
 def unit_of(name: str, kind: str) -> str:
+    if name.endswith("_per_second"):  # a configured limit (the throttle's quota), not a counter's rate
+        return _UNITS.get(name.removesuffix("_per_second").rsplit("_", 1)[-1], "") + "/s"
     word = name.rsplit("_", 1)[-1]
     unit = _UNITS.get(word, "")
     if kind == "counter":

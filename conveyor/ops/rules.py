@@ -45,6 +45,8 @@ def duration(seconds: float) -> str:
 
 
 def broker_rules(ops: Ops) -> list[AlertRule]:
+    # The brokers' own p99 (Kafka's reservoir per broker): a quantile per node, compared as it is.
+    p99 = 'conveyor_ops_broker_request_time_seconds{quantile="0.99"}'
     return [
         AlertRule("KafkaBrokerDown", "conveyor_ops_broker_up == 0", "critical",
                   "{{ $labels.node }} on {{ $labels.cluster }} does not answer its metrics endpoint",
@@ -59,13 +61,13 @@ def broker_rules(ops: Ops) -> list[AlertRule]:
         AlertRule("KafkaOfflinePartitions", "conveyor_ops_cluster_offline_partitions > 0", "critical",
                   "{{ $value }} partition(s) on {{ $labels.cluster }} have no leader", "0s",
                   "the brokers that hold their replicas"),
-        AlertRule("KafkaRequestSlow", f"conveyor_ops_broker_request_p99_seconds > {ops.request_p99_warn:g}",
+        AlertRule("KafkaRequestSlow", f"{p99} > {ops.request_p99_warn:g}",
                   "warning", "{{ $labels.request }} requests on {{ $labels.node }} take {{ $value }} s at p99", "5m",
                   "the broker's request queue, disk, network and GC pauses"),
-        AlertRule("KafkaRequestVerySlow", f"conveyor_ops_broker_request_p99_seconds > {ops.request_p99_alarm:g}",
+        AlertRule("KafkaRequestVerySlow", f"{p99} > {ops.request_p99_alarm:g}",
                   "critical", "{{ $labels.request }} requests on {{ $labels.node }} take {{ $value }} s at p99",
                   "1m", "the broker's request queue, disk, network and GC pauses"),
-        AlertRule("KafkaLoadSkew", f"conveyor_ops_cluster_load_skew > {ops.skew_warn:g}", "warning",
+        AlertRule("KafkaLoadSkew", f"conveyor_ops_cluster_load_skew_ratio > {ops.skew_warn:g}", "warning",
                   "{{ $labels.load }} per broker on {{ $labels.cluster }} is uneven (max over mean {{ $value }})",
                   "30m", "conveyor ops balance plan --cluster {{ $labels.cluster }}"),
     ]
@@ -178,8 +180,9 @@ def dispatch_rules(ops: Ops) -> list[AlertRule]:
 def realtime_rules(ops: Ops) -> list[AlertRule]:
     rejected = "sum by (instance, kind) (rate(conveyor_realtime_events_rejected_total[10m]))"
     read = "sum by (instance) (rate(conveyor_realtime_records_total[10m]))"
+    p99 = "histogram_quantile(0.99, sum by (instance, le) (rate(conveyor_realtime_latency_seconds_bucket[5m])))"
     return [
-        AlertRule("RealtimeSlow", f'conveyor_realtime_latency_seconds{{quantile="0.99"}} > {ops.realtime_p99_warn:g}',
+        AlertRule("RealtimeSlow", f"{p99} > {ops.realtime_p99_warn:g}",
                   "warning", "the real-time views write events {{ $value }} s after their event time at p99", "5m",
                   "the job's batch duration and its lag on the topic"),
         AlertRule("RealtimeRejects", f"{rejected} / on (instance) group_left {read} > {ops.realtime_reject_ratio:g}",
@@ -237,8 +240,10 @@ def offset_manager_rules(ops: Ops) -> list[AlertRule]:
     conveyor.ops.offset_manager; the lost commit (offset_fetch_empty) needs the groups' windows and
     goes out through the notifier."""
     return [
-        AlertRule("OffsetsCompactionStalled", f"conveyor_ops_broker_cleaner_max_dirty_percent > {ops.offsets_dirty_warn:g}",
-                  "warning", "the log cleaner on {{ $labels.node }} leaves compacted logs {{ $value }}% dirty: "
+        # ops.offsets_dirty_warn is a percentage, as Kafka's max-dirty-percent; the series is a ratio.
+        AlertRule("OffsetsCompactionStalled",
+                  f"conveyor_ops_broker_cleaner_max_dirty_ratio > {ops.offsets_dirty_warn / 100:g}", "warning",
+                  "the log cleaner on {{ $labels.node }} leaves compacted logs {{ $value | humanizePercentage }} dirty: "
                   "__consumer_offsets may not be compacted", f"{ops.offsets_dirty_hold:g}s",
                   "log-cleaner.log, min.cleanable.dirty.ratio and min.compaction.lag.ms of the compacted topics"),
         AlertRule("LogCleanerIdle", f"conveyor_ops_broker_cleaner_idle_seconds > {ops.cleaner_idle_alarm:g}",
@@ -255,10 +260,11 @@ def traffic_rules() -> list[AlertRule]:
     """Broker-side read amplification per topic (conveyor.ops.traffic's rule over Prometheus's
     history): bytes out over the last 10 minutes at least twice the 10 minutes before, at least
     1 MiB/s, while bytes in moved by at most a quarter of their level now."""
-    out = "avg_over_time(conveyor_ops_topic_bytes_out_per_second[10m])"
-    out_before = "avg_over_time(conveyor_ops_topic_bytes_out_per_second[10m] offset 10m)"
-    into = "avg_over_time(conveyor_ops_topic_bytes_in_per_second[10m])"
-    into_before = "avg_over_time(conveyor_ops_topic_bytes_in_per_second[10m] offset 10m)"
+    def rate(counter: str, offset: str = "") -> str:
+        return f"sum by (cluster, topic) (rate(conveyor_ops_topic_{counter}_bytes_total[10m]{offset}))"
+
+    out, out_before = rate("out"), rate("out", " offset 10m")
+    into, into_before = rate("in"), rate("in", " offset 10m")
     return [
         AlertRule("TopicReadAmplification",
                   f"({out} >= 2 * {out_before} and {out} >= 1048576) and abs({into} - {into_before}) <= 0.25 * {into}", "warning",

@@ -3,7 +3,7 @@ with Kafka's ConfigCommand, and records every decision.
 
 Records: one log line per decision (logger ``conveyor.throttle``), a JSON line per decision in
 ``<runtime.home>/throttle/<cluster>.decisions.jsonl``, and metrics for the dashboard
-(``conveyor_throttle_quota_bytes{cluster,client_id}``, ``conveyor_throttle_broker_busy{cluster,broker}``,
+(``conveyor_throttle_quota_bytes_per_second{cluster,client_id}``, ``conveyor_throttle_broker_busy{cluster,broker}``,
 ``conveyor_throttle_decisions_total{cluster,action}``). The quotas this controller set are kept
 in ``<runtime.home>/throttle/<cluster>.json``, so a restarted controller still lifts them; quotas
 set by anyone else are never touched.
@@ -51,8 +51,10 @@ class ThrottleState:
 class ThrottleMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self.quota = Gauge("conveyor_throttle_quota_bytes", "consumer_byte_rate this controller set, per client id",
-                           ["cluster", "client_id"], registry=self.registry)
+        # A limit this controller configured, not a measurement: there is no count of bytes to take a
+        # rate() of, and the value is Kafka's consumer_byte_rate, in bytes per second, as its name says.
+        self.quota = Gauge("conveyor_throttle_quota_bytes_per_second", "consumer_byte_rate this controller set, "
+                           "per client id", ["cluster", "client_id"], registry=self.registry)
         self.busy = Gauge("conveyor_throttle_broker_busy", "1 while the broker counts as busy",
                           ["cluster", "broker"], registry=self.registry)
         self.decisions = Counter("conveyor_throttle_decisions", "quotas set and lifted", ["cluster", "action"],

@@ -83,14 +83,21 @@ class LatencyHistogram(Collector):
                 self._counts[bisect_left(LATENCY_BUCKETS, ms / 1000)] += events
                 self._sum += ms / 1000 * events
 
+    def describe(self) -> Iterator[Metric]:
+        """Its name, without its buckets: the registry refuses another collector of the same name."""
+        yield self._family()
+
     def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily("conveyor_realtime_latency_seconds",
-                                       "Event time to Redis write, per applied event.")
+        family = self._family()
         with self._lock:
             cumulative, total = list(accumulate(self._counts)), self._sum
         bounds = [*(repr(b) for b in LATENCY_BUCKETS), "+Inf"]
         family.add_metric([], list(zip(bounds, map(float, cumulative))), total)
         yield family
+
+    @staticmethod
+    def _family() -> HistogramMetricFamily:
+        return HistogramMetricFamily("conveyor_realtime_latency_seconds", "Event time to Redis write, per applied event.")
 
 
 class RealtimeMetrics:

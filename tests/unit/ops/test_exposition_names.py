@@ -88,7 +88,7 @@ def _watcher() -> CollectorRegistry:
                                     dict.fromkeys(partitions, PartitionMeta(1, (1, 2), (1, 2))), ends))
     full = {"under_replicated": 1.0, "under_min_isr": 0.0, "leaders": 3.0, "replicas": 6.0, "max_follower_lag": 9.0,
             "isr_shrinks": 2.0, "isr_expands": 2.0, "bytes_in": 5e6, "bytes_out": 9e6, "cleaner_dirty_percent": 35.0,
-            "cleaner_idle_ms": 1500.0, "coordinator_load_ms": 40.0, "offset_commit_rate": 7.0, "groups": 4.0}
+            "cleaner_idle_ms": 1500.0, "coordinator_load_ms": 40.0, "offset_commits": 70.0, "groups": 4.0}
     reading = BrokerReading("central-broker-1", at, 1, **full, p99_ms={"Produce": 3.0},
                             topic_bytes={"t": (5e6, 9e6)})
     brokers = [BrokerHealth(reading, 1e5, 2e5, 0.0, 0.0),

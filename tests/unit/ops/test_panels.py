@@ -54,10 +54,11 @@ def test_histogram_quantile(q, buckets, expected):
 
 
 @pytest.mark.parametrize("name, kind, unit", [
-    pytest.param("conveyor_realtime_latency_seconds", "summary", "s", id="seconds"),
+    pytest.param("conveyor_realtime_latency_seconds", "histogram", "s", id="seconds"),
     pytest.param("conveyor_gateway_events_accepted", "counter", "/s", id="counter-rate"),
     pytest.param("conveyor_replicate_copied_bytes", "counter", "B/s", id="bytes-rate"),
     pytest.param("conveyor_dispatch_backlog_messages", "gauge", "messages", id="gauge"),
+    pytest.param("conveyor_throttle_quota_bytes_per_second", "gauge", "B/s", id="configured-limit"),
 ])
 def test_unit_of(name, kind, unit):
     assert unit_of(name, kind) == unit

@@ -101,24 +101,22 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
             "interval": "1m",
             "input_series": [
                 # broker-1's cleaner leaves 95% dirty for good, broker-2's cleans; broker-1 loaded slowly once.
-                {"series": 'conveyor_ops_broker_cleaner_max_dirty_percent{cluster="central",node="broker-1"}',
-                 "values": "95+0x30"},
-                {"series": 'conveyor_ops_broker_cleaner_max_dirty_percent{cluster="central",node="broker-2"}',
-                 "values": "95 40 95 40 95 40 95 40 95 40 95 40"},
+                {"series": 'conveyor_ops_broker_cleaner_max_dirty_ratio{cluster="central",node="broker-1"}',
+                 "values": "0.95+0x30"},
+                {"series": 'conveyor_ops_broker_cleaner_max_dirty_ratio{cluster="central",node="broker-2"}',
+                 "values": "0.95 0.4 0.95 0.4 0.95 0.4 0.95 0.4 0.95 0.4 0.95 0.4"},
                 {"series": 'conveyor_ops_broker_coordinator_load_seconds{cluster="central",node="broker-1"}',
                  "values": "0 0 0 0 0 0 0 0 0 0 12"},
-                # ads: bytes out triple after 10 minutes, bytes in flat; clicks: both triple.
-                {"series": 'conveyor_ops_topic_bytes_out_per_second{cluster="central",topic="ads"}',
-                 "values": "1048576+0x10 3145728+0x20"},
-                {"series": 'conveyor_ops_topic_bytes_in_per_second{cluster="central",topic="ads"}',
-                 "values": "1048576+0x30"},
-                {"series": 'conveyor_ops_topic_bytes_out_per_second{cluster="central",topic="clicks"}',
-                 "values": "1048576+0x10 3145728+0x20"},
-                {"series": 'conveyor_ops_topic_bytes_in_per_second{cluster="central",topic="clicks"}',
-                 "values": "1048576+0x10 3145728+0x20"},
+                # ads: bytes out triple after 10 minutes, bytes in flat; clicks: both triple. The counters
+                # of two brokers add up: 1 MiB/s (62914560 bytes a minute) in all, then 3 MiB/s.
+                *({"series": f'conveyor_ops_topic_{way}_bytes_total{{cluster="central",node="{node}",topic="{topic}"}}',
+                   "values": "0+31457280x10 408944640+94371840x19" if tripled else "0+31457280x30"}
+                  for node in ("broker-1", "broker-2")
+                  for topic, way, tripled in (("ads", "out", True), ("ads", "in", False),
+                                              ("clicks", "out", True), ("clicks", "in", True))),
             ],
             "alert_rule_test": [
-                _expect("OffsetsCompactionStalled", "10m", [({"cluster": "central", "node": "broker-1"}, "95")]),
+                _expect("OffsetsCompactionStalled", "10m", [({"cluster": "central", "node": "broker-1"}, "95%")]),
                 _expect("GroupCoordinatorLoadSlow", "10m", [({"cluster": "central", "node": "broker-1"}, "12")]),
                 _expect("TopicReadAmplification", "20m", [({"cluster": "central", "topic": "ads"}, "")]),
             ],
@@ -185,8 +183,10 @@ def test_the_services_alerts_fire_on_their_series_and_only_on_them(tmp_path: Pat
             _series("conveyor_dispatch_dead_lettered_total", {**search, "instance": "d1"}, "0+0x40"),
             _series("conveyor_dispatch_dead_letters_unwritable_total", {**mailer, "instance": "d1", "partition": "2"},
                     "0x20 1+0x20"),
-            _series("conveyor_realtime_latency_seconds", {**rt, "quantile": "0.99"}, "90+0x40"),
-            _series("conveyor_realtime_latency_seconds", {**rt, "quantile": "0.5"}, "10+0x40"),
+            # Every event between 30 s and 90 s late: p99 interpolates to 89.4 s.
+            _series("conveyor_realtime_latency_seconds_bucket", {**rt, "le": "30"}, "0+0x40"),
+            _series("conveyor_realtime_latency_seconds_bucket", {**rt, "le": "90"}, "0+10x40"),
+            _series("conveyor_realtime_latency_seconds_bucket", {**rt, "le": "+Inf"}, "0+10x40"),
             _series("conveyor_realtime_events_rejected_total", {**rt, "kind": "late", "view": "banner_ctr"}, "0+64x40"),
             _series("conveyor_realtime_events_rejected_total", {**rt, "kind": "late", "view": "user_interests"},
                     "0+64x40"),
@@ -206,7 +206,7 @@ def test_the_services_alerts_fire_on_their_series_and_only_on_them(tmp_path: Pat
             _expect("DispatchRedeliveries", "20m", [(mailer, "0.1")]),
             _expect("DispatchDeadLetters", "35m", [(mailer, "3")]),
             _expect("DispatchDeadLettersUnwritable", "35m", [(mailer, "1")]),
-            _expect("RealtimeSlow", "10m", [({**rt, "quantile": "0.99"}, "90")]),
+            _expect("RealtimeSlow", "10m", [(rt, "89.4")]),
             _expect("RealtimeRejects", "20m", [({**rt, "kind": "late"}, "0.5")]),
             _expect("RealtimeRedisLost", "30m", [(rt, "")]),
             _expect("ReplicationClusterUnreachable", "10m", [({"route": "dc1-central", "cluster": "dc1"}, "")]),
