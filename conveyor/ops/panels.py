@@ -7,7 +7,8 @@ set of a matching family is one series, shown as its latest value and a sparklin
 - a gauge (or untyped) sample: its value;
 - a counter: its rate per second between two scrapes;
 - a histogram: its p99 over the interval between two scrapes, from the bucket counts (the
-  interpolation of Prometheus' ``histogram_quantile``);
+  interpolation of Prometheus' ``histogram_quantile``); over all its observations at the first
+  scrape and when read from a file (a finished run's figures, which no scrape adds to);
 - a summary: its 0.99 quantile when it exports one.
 
 A panel with ``by`` keeps only those labels and sums the series that differ in the others (a
@@ -154,7 +155,7 @@ def series_values(family: Family, previous: Family | None, seconds: float,
         buckets: dict[Labels, dict[float, float]] = {}
         for name, labels, value in family.samples:
             if name == family.name + "_bucket":
-                old = before.get((name, _key(labels)))
+                old = before.get((name, _key(labels))) if previous is not None else 0.0
                 delta = value - old if old is not None and value >= old else math.nan
                 rows = buckets.setdefault(_key(labels, ("le",), keep), {})
                 bound = float(labels["le"])
@@ -199,6 +200,8 @@ class PanelTracker:
                     continue
                 previous = self._previous.get((component, family.name))
                 self._previous[(component, family.name)] = family
+                if family.type == "histogram" and component in self._written:
+                    previous = None  # over the whole run: a file's buckets do not move between reads
                 self._units[(component, family.name)] = unit_of(family.name, family.type)
                 for panel in panels:
                     values = series_values(family, previous, seconds, self.panels[panel].by)

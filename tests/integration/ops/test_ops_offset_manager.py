@@ -55,7 +55,8 @@ def test_held_back_compaction_of_dirty_records_raises_the_stall_alert(ops_platfo
     readings = [b.reading for b in watch.cycle().health.brokers if b.reading.up]
     # The exporter rules for the cleaner and the group coordinator match Kafka 4's MBeans.
     assert any(r.cleaner_dirty_percent is not None and r.cleaner_idle_ms is not None for r in readings)
-    assert any(r.offset_commit_rate is not None and r.groups is not None for r in readings)
+    assert any(r.offset_commit_rate is not None and r.offset_commits is not None and r.groups is not None
+               for r in readings)
 
     # Compaction held back on a compacted topic, as a stopped cleaner leaves __consumer_offsets.
     topic = topic_factory("central", partitions=1, config={

@@ -51,12 +51,13 @@ def test_offset_manager_readings_from_the_exporter():
         ("kafka_log_logcleanermanager_time_since_last_run_ms", {}, 1500.0),
         ("kafka_server_group_coordinator_metrics_partition_load_time_max", {}, float("nan")),  # no load in 30 s
         ("kafka_server_group_coordinator_metrics_offset_commit_rate", {}, 12.5),
+        ("kafka_server_group_coordinator_metrics_offset_commit_count", {}, 640.0),
         ("kafka_coordinator_group_groupmetadatamanager_numgroups", {}, 4.0),
         ("kafka_server_brokertopicmetrics_bytesinpersec_total", {"topic": "ads"}, 100.0),
         ("kafka_server_brokertopicmetrics_bytesoutpersec_total", {"topic": "ads"}, 300.0),
     ])
     assert (reading.cleaner_dirty_percent, reading.cleaner_idle_ms, reading.coordinator_load_ms,
-            reading.offset_commit_rate, reading.groups) == (97.0, 1500.0, None, 12.5, 4.0)
+            reading.offset_commit_rate, reading.offset_commits, reading.groups) == (97.0, 1500.0, None, 12.5, 640.0, 4.0)
     assert reading.topic_bytes == {"ads": (100.0, 300.0)}
 
 

@@ -29,12 +29,12 @@ conveyor_gateway_request_seconds_sum{{topic="ad-events"}} 1.0
 # HELP conveyor_dispatch_backlog_messages Backlog
 # TYPE conveyor_dispatch_backlog_messages gauge
 conveyor_dispatch_backlog_messages{{topic="notifications",group="mailer"}} {backlog}
-# HELP conveyor_realtime_latency_seconds Latency
-# TYPE conveyor_realtime_latency_seconds summary
-conveyor_realtime_latency_seconds{{quantile="0.5"}} 0.2
-conveyor_realtime_latency_seconds{{quantile="0.99"}} 0.9
-conveyor_realtime_latency_seconds_count 10
-conveyor_realtime_latency_seconds_sum 3
+# HELP conveyor_audit_check_seconds Check time
+# TYPE conveyor_audit_check_seconds summary
+conveyor_audit_check_seconds{{quantile="0.5"}} 0.2
+conveyor_audit_check_seconds{{quantile="0.99"}} 0.9
+conveyor_audit_check_seconds_count 10
+conveyor_audit_check_seconds_sum 3
 """
 
 
@@ -73,7 +73,7 @@ def test_series_value_per_type():
     assert p99[(("topic", "ad-events"),)] == pytest.approx(0.0991)  # from the 100 new observations only
     assert series_values(after["conveyor_dispatch_backlog_messages"], None, 0) == {
         (("group", "mailer"), ("topic", "notifications")): 7.0}
-    assert series_values(after["conveyor_realtime_latency_seconds"], None, 0) == {(): 0.9}
+    assert series_values(after["conveyor_audit_check_seconds"], None, 0) == {(): 0.9}
     first = series_values(after["conveyor_gateway_events_accepted"], None, 0)
     assert list(first.values()) == [None]  # a rate needs two scrapes
 
