@@ -166,13 +166,14 @@ class OpsCollector(Collector):
                 g["c_offline"].add_metric([name], h.offline_partitions)
             g["c_changes"].add_metric([name], h.leader_changes)
             for load in LOADS:
-                if h.skew.get(load) is not None:
-                    g["c_skew"].add_metric([name, load], h.skew[load])
+                skew = h.skew.get(load)
+                if skew is not None:
+                    g["c_skew"].add_metric([name, load], skew)
             g["c_seconds"].add_metric([name], c.seconds)
             for severity in (Severity.WARNING, Severity.CRITICAL):
                 g["alerts"].add_metric([name, severity.name.lower()], sum(1 for a in c.alerts if a.severity is severity))
-            for a in c.alerts:
-                g["alert"].add_metric([name, a.rule, a.subject, a.severity.name.lower()], 1)
+            for alert in c.alerts:
+                g["alert"].add_metric([name, alert.rule, alert.subject, alert.severity.name.lower()], 1)
         yield from g.values()
 
 

@@ -142,6 +142,14 @@ def test_a_panel_by_route_sums_the_partitions_of_each_route():
     assert series["conveyor_replicate_latency_seconds"].value == pytest.approx(0.1 + 0.9 * (99 - 50) / 50)
 
 
+def test_a_histogram_read_from_a_file_is_its_p99_over_the_whole_run():
+    tracker = PanelTracker({"gateway": OpsPanel(title="Gateway", metrics=["conveyor_gateway_request_seconds"])})
+    for at in (T0, T0 + 5000):  # a finished run's file: the same buckets at every read
+        tracker.push(at, {"gw": parse_page(page(100, (0, 100, 100)))}, {"gw": T0 / 1000})
+    (view,) = tracker.views()
+    assert [s.value for s in view.series] == [pytest.approx(0.0991)]
+
+
 def test_a_sum_with_an_unknown_part_is_unknown():
     values = series_values(parse_page("# TYPE x_total counter\nx_total{p=\"0\"} 5\nx_total{p=\"1\"} 5\n")[0],
                            parse_page("# TYPE x_total counter\nx_total{p=\"0\"} 1\n")[0], 2.0, keep=[])
