@@ -56,9 +56,9 @@ demo: setup
 	@echo "A version that changes site_id from string to integer is refused (409), and nothing changes:"
 	! $(BIN)/conveyor topics contract ad-events --schema examples/ad-events.breaking.schema.json --gateway https://127.0.0.1:18080 --token demo-adserver-token
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
-	$(BIN)/conveyor pipeline lake --once --metrics-file .conveyor/metrics/lake.prom
-	$(BIN)/conveyor pipeline audit
-	$(BIN)/conveyor gateway generate --rate 2000 --duration 210 --token demo-adserver-token >/dev/null & $(BIN)/conveyor pipeline realtime --from latest --for 180s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; status=$$?; wait; exit $$status
+	$(BIN)/conveyor lake run --once --metrics-file .conveyor/metrics/lake.prom
+	$(BIN)/conveyor lake audit
+	$(BIN)/conveyor gateway generate --rate 2000 --duration 210 --token demo-adserver-token >/dev/null & $(BIN)/conveyor views run --from latest --for 180s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; status=$$?; wait; exit $$status
 	$(BIN)/conveyor status
 	$(BIN)/conveyor ops dashboard
 	$(BIN)/conveyor ops alerts || true   # exits 1 while a critical alert is active

@@ -15,7 +15,7 @@
   de-duplication did not take (docs/benchmarks.md, "Lake ingestion");
 - ``iceberg_sink``: Apache Iceberg's own Kafka Connect sink (bench.iceberg_sink), exactly-once,
   into the same table as the user's job; the peer a data team deploys for Kafka to Iceberg;
-- ``lake`` and ``lake_no_dedup``: ``conveyor pipeline lake`` (one run of :func:`run_once`) on a
+- ``lake`` and ``lake_no_dedup``: ``conveyor lake run`` (one run of :func:`run_once`) on a
   topic only the bus writes, its records carrying the gateway's verdict (the bench writes them as a
   gateway does, with the contract header naming the registry's version): parsed in the JVM,
   quarantine, Iceberg commits carrying the offsets, with and without the event_id de-duplication

@@ -1,6 +1,6 @@
 """Real-time views: sustained events/s and event-to-Redis latency, side by side in one run:
 
-- ``realtime``: ``conveyor pipeline realtime`` (one Structured Streaming query, 1 s trigger, the
+- ``realtime``: ``conveyor views run`` (one Structured Streaming query, 1 s trigger, the
   demo's two views: impressions/clicks/spend per banner per minute and interests per user per hour),
   exactly once per key;
 - ``rtm``: the same job in Spark 4.1's real-time mode (``pipeline.realtime.mode: real-time``:

@@ -1,6 +1,6 @@
 """The pipelines on a Spark standalone cluster against ``local[2]``, on the same data in one run:
 
-- ``lake``: one ``run_once`` (what ``conveyor pipeline lake --once`` runs) over the same topic of
+- ``lake``: one ``run_once`` (what ``conveyor lake run --once`` runs) over the same topic of
   ~1 KB JSON events into fresh tables, per master: the best of ``--rounds``, Spark's start excluded
   (bench.lake_ingest's measure, with the demo's de-duplication window unless ``--dedup``);
 - ``realtime``: the real-time job's latency p50/p99 from event time to Redis write and its rate, per

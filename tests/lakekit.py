@@ -249,11 +249,11 @@ class ChaosTraffic:
 
 
 def lake_process(path: Path, log: Path) -> subprocess.Popen:
-    """``conveyor pipeline lake --once`` on ``path``, as its own process group: a kill of the group
+    """``conveyor lake run --once`` on ``path``, as its own process group: a kill of the group
     takes the Python driver and its JVM together, as a lost machine would."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "conveyor", "pipeline", "lake", "--once", "--platform", str(path)],
+            [sys.executable, "-m", "conveyor", "lake", "run", "--once", "--platform", str(path)],
             stdout=out, stderr=out, start_new_session=True, cwd=log.parent,
         )
 
@@ -454,7 +454,7 @@ def read_back_columns(server: PostgresLayout, warehouse: str, topic: str) -> lis
         catalog.engine.dispose()
 
 
-#: A lake run as `conveyor pipeline lake --once` makes it, which starts only once every racer's
+#: A lake run as `conveyor lake run --once` makes it, which starts only once every racer's
 #: Spark runs (a JVM starts in 10 to 60 s here): both then read the positions at the same moment.
 _RACER = """
 import os, sys, time

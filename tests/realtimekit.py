@@ -400,7 +400,7 @@ def traffic_to(case: RealtimeCase, seed: int, duplicates: bool = False, partitio
 def start_job(path: Path, log: Path, *extra: str) -> subprocess.Popen:
     with log.open("ab") as out:
         # Its own session: the kill takes the Python driver and its JVM together, as a lost machine would.
-        return subprocess.Popen([sys.executable, "-m", "conveyor", "pipeline", "realtime", "--platform", str(path),
+        return subprocess.Popen([sys.executable, "-m", "conveyor", "views", "run", "--platform", str(path),
                                  *extra], stdout=out, stderr=out, start_new_session=True)
 
 

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from conveyor.cli import acl_cmd, config_cmd, dispatch_cmd, gateway_cmd, ops_cmd, replicate_cmd, runtime_cmd, topics_cmd
-from conveyor.cli import lake_cmd, pipeline_cmd
+from conveyor.cli import lake_cmd
 from conveyor.cli import advise_cmd, alerts_cmd, balance_cmd, ops_files_cmd, throttle_cmd
 from conveyor.cli import deploy_cmd, verify_cmd, views_cmd
 from conveyor.cli.common import err_console
@@ -77,11 +77,16 @@ ops_cmd.app.command()(ops_files_cmd.rules)
 ops_cmd.app.command()(ops_files_cmd.dashboards)
 ops_cmd.app.command()(alerts_cmd.alerts)
 ops_cmd.app.command()(alerts_cmd.silence)
-app.add_typer(pipeline_cmd.app, name="pipeline")
 app.add_typer(lake_cmd.app, name="lake")
 app.add_typer(balance_cmd.app, name="balance")
 app.add_typer(advise_cmd.app, name="advise")
 app.add_typer(views_cmd.app, name="views")
+# The pipelines' old noun, hidden: scripts and service units written for it go on working.
+pipeline = typer.Typer(hidden=True, no_args_is_help=True, help="Deprecated: use `conveyor lake` and `conveyor views`.")
+pipeline.command("lake", help="Deprecated: use `conveyor lake run`.")(lake_cmd.run)
+pipeline.command("audit", help="Deprecated: use `conveyor lake audit`.")(lake_cmd.audit)
+pipeline.command("realtime", help="Deprecated: use `conveyor views run`.")(views_cmd.run)
+app.add_typer(pipeline, name="pipeline", hidden=True)
 app.command("verify")(verify_cmd.verify)
 app.add_typer(deploy_cmd.app, name="deploy")
 

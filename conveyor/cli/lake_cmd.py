@@ -1,20 +1,200 @@
-"""``conveyor lake status``: what the lake holds per topic, and how far it is complete."""
+"""``conveyor lake run``, ``status`` and ``audit``: land topics in the lake (Apache Iceberg) exactly
+once with PySpark, show what it holds, and audit it against what the gateways accepted.
+
+Exit statuses: 0 done; 1 an error (nothing half-done is visible); 2 a bad platform file;
+3 the run found data lost to retention (recorded in lake.ops.gaps, and it went on);
+4 the audit found events lost or duplicated in a complete hour.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.filesize import decimal
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section,
-                                 err_console, platform_from, render)
-from conveyor.cli.pipeline_cmd import TopicsOption, start_spark
+from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsHostOption, OutputFormat,
+                                 OutputOption, PlatformOption, Section, console, endpoint, err_console, field_of,
+                                 platform_from, render, say)
+from conveyor.config import parse_duration_ms
 from conveyor.pipeline.completeness import floor_hour, is_complete
+from conveyor.pipeline.spark import start_spark
+from conveyor.service import serve
 
-app = typer.Typer(help="The data lake (Apache Iceberg) that `conveyor pipeline lake` fills.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from conveyor.pipeline.audit import HourAudit
+    from conveyor.pipeline.lake import RunSummary, TopicRun
+
+app = typer.Typer(help="The data lake (Apache Iceberg): land topics in it exactly once, see what it holds, audit "
+                  "it against what the gateways accepted.", no_args_is_help=True)
+
+EXIT_AUDIT_FAILED = 4
+
+TopicsOption = Annotated[
+    list[str] | None,
+    typer.Option("--topics", "-t", envvar="CONVEYOR_TOPICS",
+                 help="Only these topics (repeatable; default: pipeline.lake.topics)."),
+]
+
+
+@contextmanager
+def _progress(spark: SparkSession, output: OutputFormat) -> Iterator[Callable[[str, str], None]]:
+    """A step callback drawing one line per topic, with the running Spark tasks."""
+    from conveyor.pipeline.progress import SparkTasks
+
+    tasks: dict[str, int] = {}
+    current = {"topic": "", "step": ""}
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console if output is OutputFormat.table else err_console, transient=True) as progress:
+        def step(topic: str, what: str) -> None:
+            if topic not in tasks:
+                tasks[topic] = progress.add_task(topic)
+            current.update(topic=topic, step=what)
+            progress.update(tasks[topic], description=f"{topic}: {what}")
+
+        def spark_tasks(done: int, total: int) -> None:
+            topic = current["topic"]
+            if topic in tasks:
+                progress.update(tasks[topic], description=f"{topic}: {current['step']} (tasks {done}/{total})")
+
+        with SparkTasks(spark, spark_tasks):
+            yield step
+
+
+def _ranges(run: TopicRun) -> str:
+    return " ".join(f"p{r.partition} {r.start}..{r.end - 1}" for r in run.ranges if r.size > 0) or "nothing new"
+
+
+def _count(key: str) -> Column:
+    return Column(key.replace("_", " "), cell=lambda row: f"{field_of(row, key):,}")
+
+
+_RUN_COLUMNS = (Column("topic"), Column("offset ranges read", cell=_ranges, overflow="fold"), _count("records_read"),
+                _count("checked"), _count("landed"), _count("quarantined"), _count("duplicates_dropped"),
+                Column("bytes", cell=lambda run: decimal(run.bytes_read)), Column("seconds", cell=lambda r: f"{r.seconds:.1f}"))
+
+
+def print_summary(summary: RunSummary, output: OutputFormat) -> None:
+    render(output, Section("topics", f"lake run {summary.run_id[:8]}: {summary.seconds:.1f}s, "
+                           f"{summary.records_read:,} records, {decimal(summary.bytes_read)}, "
+                           f"{summary.rate:,.0f} records/s", _RUN_COLUMNS, summary.topics),
+           run_id=summary.run_id, started_at=summary.started_at, seconds=summary.seconds, lost=summary.lost)
+    for run in summary.topics:
+        if run.records_read:
+            kept = "the gateway's verdicts kept" if run.trust.trusted else "every record checked"
+            say(output, f"{run.topic}: {kept} ({run.trust.why})")
+        if run.orphans_deleted:
+            say(output, f"{run.topic}: deleted {run.orphans_deleted} file(s) left by an interrupted run")
+        for gap in run.gaps:
+            err_console.print(
+                f"[bold red]DATA LOST:[/] {gap.topic}[{gap.partition}] offsets {gap.first}..{gap.last} "
+                f"({gap.count:,} records) were deleted by retention before they landed; recorded in lake.ops.gaps"
+            )
+
+
+@app.command()
+def run(
+    platform: PlatformOption = DEFAULT_PLATFORM,
+    topics: TopicsOption = None,
+    once: Annotated[bool, typer.Option("--once", help="One run, then exit (the default).")] = False,
+    every: Annotated[str | None, typer.Option("--every", envvar="CONVEYOR_LAKE_EVERY",
+                                              help="Run again after this interval (30m, 1h) until SIGTERM.")] = None,
+    metrics_file: Annotated[Path | None, typer.Option(
+        "--metrics-file", envvar="CONVEYOR_LAKE_METRICS_FILE",
+        help="After each run, write the metrics here (node_exporter textfile format).")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", envvar="CONVEYOR_LAKE_METRICS_PORT",
+        help="With --every: serve /metrics and /healthz on this port.")] = None,
+    metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
+    output: OutputOption = OutputFormat.table,
+) -> None:
+    """Land topics of pipeline.source in Iceberg exactly once: each run reads from the offsets
+    committed with the table's data to the partitions' current ends. Bad records go to quarantine;
+    data retention deleted before it landed is recorded as a gap and the run goes on (exit 3). With -o json,
+    each run prints one JSON document."""
+    from conveyor.bus.registry import with_granted
+    from conveyor.pipeline.tables import lake_topics
+    from conveyor.pipeline.lake_service import LakeConfig, LakeJob, LakeScheduler
+    from conveyor.pipeline.schedule import Schedule
+
+    if once and every:
+        raise typer.BadParameter("give --once or --every, not both")
+    try:
+        interval = parse_duration_ms(every) / 1000 if every else None
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--every") from None
+    model = with_granted(platform_from(platform))  # requested topics the lake lands too
+    lake_topics(model, topics)  # refuse unknown topics before Spark starts
+    spark = start_spark(model, "conveyor-lake", err_console.status)
+    job = LakeJob(spark, LakeConfig(model, topics, metrics_file), partial(_progress, spark, output),
+                  partial(print_summary, output=output))
+    if interval is None:
+        raise typer.Exit(job.once())
+    scheduler = LakeScheduler(job, Schedule(interval), _print_run_failed)
+    raise typer.Exit(serve(scheduler, endpoint(metrics_host, metrics_port)))
+
+
+def _print_run_failed(err: Exception) -> None:
+    err_console.print(f"[bold red]run failed:[/] {err}", highlight=False)
+
+
+def _audit_result(hour: HourAudit) -> str:
+    if hour.failed:
+        return "MISMATCH"
+    if hour.warned:
+        return "lost (at least once)"
+    if not hour.complete:
+        return "pending"
+    if not hour.held:
+        return "not held"
+    return "ok" if not hour.unaudited else "ok, unaudited events"
+
+
+_RESULT_STYLE = {"MISMATCH": "bold red", "lost (at least once)": "yellow", "pending": "yellow", "not held": "dim",
+                 "ok": "green",
+                 "ok, unaudited events": "yellow"}
+_AUDIT_COLUMNS = (Column("topic"), Column("hour (UTC)", cell=lambda h: h["hour"].strftime("%Y-%m-%d %H:00")),
+                  _count("produced"), _count("landed"), _count("lost"), _count("duplicates"), _count("unaudited"),
+                  Column("result", cell=lambda h: f"[{_RESULT_STYLE[h['result']]}]{h['result']}[/]"))
+
+
+@app.command()
+def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = None,
+          output: OutputOption = OutputFormat.table) -> None:
+    """Compare what the gateways accepted per (topic, hour), counted from the writable clusters'
+    logs, with the rows landed in the lake: events lost, duplicated, or landed without being
+    accepted there. Exits 4 when a complete hour of an exact topic lost or duplicated events; a
+    topic delivered at least once keeps its copies, and its losses are a warning. Hours still within
+    the allowed lateness are shown as pending; hours retention has deleted records of from those
+    logs as not held (their produced count is no longer whole)."""
+    from conveyor.pipeline.audit import audit_lake
+    from conveyor.bus.registry import with_granted
+    from conveyor.pipeline.tables import lake_topics
+
+    model = with_granted(platform_from(platform))  # requested topics the lake lands too
+    lake_topics(model, topics)
+    spark = start_spark(model, "conveyor-audit", err_console.status)
+    with err_console.status("counting produced and landed events per hour"):
+        hours = audit_lake(spark, model, topics)
+    rows = [{**asdict(h), "lost": h.lost, "duplicates": h.duplicates, "unaudited": h.unaudited,
+             "result": _audit_result(h)} for h in hours]
+    render(output, Section("hours", "audit: accepted events against the lake", _AUDIT_COLUMNS, rows))
+    failed, warned = [h for h in hours if h.failed], [h for h in hours if h.warned]
+    say(output, f"{len(hours)} hour(s) audited, {len(failed)} with lost or duplicated events, "
+        f"{sum(h.lost for h in failed):,} lost, {sum(h.duplicates for h in failed):,} duplicated")
+    if warned:
+        say(output, f"{len(warned)} hour(s) of topics delivered at least once lost {sum(h.lost for h in warned):,} "
+                    "event(s): a warning, not a failure (topics.<name>.delivery)")
+    raise typer.Exit(EXIT_AUDIT_FAILED if failed else 0)
 
 
 def _when(moment: datetime | None) -> str:
@@ -47,7 +227,7 @@ def status(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = N
 
     model = with_granted(platform_from(platform))  # requested topics the lake lands too
     lake_topics(model, topics)
-    spark = start_spark(model, "conveyor-lake-status")
+    spark = start_spark(model, "conveyor-lake-status", err_console.status)
     with err_console.status("reading the lake's tables"):
         statuses = lake_status(spark, model, topics)
     yesterday_last_hour = floor_hour(datetime.now(timezone.utc)).replace(hour=0) - timedelta(hours=1)

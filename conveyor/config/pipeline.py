@@ -66,7 +66,7 @@ class Spark(Model):
 
 
 class Lake(Model):
-    """The exactly-once lake ingestion job (``conveyor pipeline lake``)."""
+    """The exactly-once lake ingestion job (``conveyor lake run``)."""
 
     #: Topics to land; default: every topic whose consumers name the ``lake`` service.
     topics: list[str] | None = None
@@ -178,7 +178,7 @@ class RealtimeView(Model):
 
 
 class Realtime(Model):
-    """The real-time views job (``conveyor pipeline realtime``): one Structured Streaming query."""
+    """The real-time views job (``conveyor views run``): one Structured Streaming query."""
 
     views: dict[Name, RealtimeView] = Field(default_factory=dict)
     #: Folder under runtime.home, or a URI of any Hadoop file system (file:///..., hdfs://...,

@@ -82,12 +82,12 @@ def services(platform: Platform, platform_path: str, host: str, lake_every: str 
                          {"grpc": dispatch.port, "metrics": dispatch.metrics_port}, Probe(dispatch.metrics_port),
                          stateful=True))
     lake = METRICS_PORTS["lake"]
-    found.append(Service("conveyor-lake", "lake", ("pipeline", "lake", *common, "--every", lake_every,
+    found.append(Service("conveyor-lake", "lake", ("lake", "run", *common, "--every", lake_every,
                                                    "--metrics-host", host, "--metrics-port", str(lake)),
-                         {"metrics": lake}, Probe(lake), every=lake_every, once=("pipeline", "lake", *common, "--once")))
+                         {"metrics": lake}, Probe(lake), every=lake_every, once=("lake", "run", *common, "--once")))
     if platform.pipeline.realtime.views:
         views = METRICS_PORTS["views"]
-        found.append(Service("conveyor-views", "views", ("pipeline", "realtime", *common, "--metrics-host", host,
+        found.append(Service("conveyor-views", "views", ("views", "run", *common, "--metrics-host", host,
                                                          "--metrics-port", str(views)), {"metrics": views}, Probe(views)))
     ops = platform.ops
     found.append(Service("conveyor-watcher", "watcher", ("ops", "watch", *common, "--host", host, "--port", str(ops.port)),

@@ -1,4 +1,4 @@
-"""``conveyor pipeline audit``: what the gateways accepted against the rows that landed, per hour.
+"""``conveyor lake audit``: what the gateways accepted against the rows that landed, per hour.
 
 Exact data needs a check of delivery against the producer's own counts (docs/architecture.md,
 section 1). What was accepted is counted from the writable clusters' logs, where every accepted

@@ -1,4 +1,4 @@
-"""Errors of the pipelines. The CLI prints them as one message; exit statuses are in pipeline_cmd."""
+"""Errors of the pipelines. The CLI prints them as one message; exit statuses are in cli.lake_cmd."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``conveyor pipeline lake``: land topics of the central cluster in Iceberg, exactly once.
+"""``conveyor lake run``: land topics of the central cluster in Iceberg, exactly once.
 
 A run, per topic: read the positions committed with the tables' data, list the partitions' offsets
 now, record any gap retention left, read the range between with Spark's Kafka connector, parse and

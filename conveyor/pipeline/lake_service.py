@@ -1,4 +1,4 @@
-"""The lake service: ``pipeline lake`` as one run, or as a scheduler running again every interval
+"""The lake service: ``lake run`` as one run, or as a scheduler running again every interval
 until SIGTERM, each run observed in the lake's metrics (conveyor.pipeline.metrics).
 
 Typed config in, a :class:`conveyor.service.Loop` out for :func:`conveyor.service.serve`, as the

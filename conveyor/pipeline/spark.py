@@ -14,10 +14,10 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conveyor.config import Platform
 from conveyor.jars import maven_classpath
@@ -204,3 +204,11 @@ def spark_session(platform: Platform, app_name: str = "conveyor") -> SparkSessio
         raise SparkSetupError(f"Spark did not start ({type(err).__name__}); see {log}") from err
     session.sparkContext.setLogLevel("WARN")
     return _shipped(session, platform)
+
+
+def start_spark(platform: Platform, app_name: str,
+                waiting: Callable[[str], AbstractContextManager[Any]] = nullcontext) -> SparkSession:
+    """:func:`spark_session`, announced through ``waiting`` (a command's spinner): the first start
+    downloads the jars, which takes a while."""
+    with waiting("starting Spark (the first start downloads its jars from Maven Central)"):
+        return spark_session(platform, app_name)

@@ -182,7 +182,7 @@ class AuditCheck:
     lost_at_least_once: int = 0
     #: Events accepted in the complete hours.
     checked: int = 0
-    #: Every hour either side knows, with its figures (``conveyor pipeline audit``'s rows).
+    #: Every hour either side knows, with its figures (``conveyor lake audit``'s rows).
     hours: tuple[HourAudit, ...] = ()
     invariant = Invariant.audit
     subject = "accepted events"

@@ -125,9 +125,9 @@ def _processes(path: Path, ports: dict[str, int], logs: Path, ca: str) -> dict[s
             "replicate", "worker", "--route", f"{dc}-sys", "--id", f"{dc}-sys-w0", "--metrics-port", str(metrics),
             "--platform", str(path)), logs / f"replicate-{dc}.log", http_ready(f"http://127.0.0.1:{metrics}/healthz"))
     for runner in ("lake-a", "lake-b"):  # the same schedule: their runs overlap, and race for each commit
-        procs[runner] = Proc(runner, conveyor("pipeline", "lake", "--every", "10s", "--platform", str(path)),
+        procs[runner] = Proc(runner, conveyor("lake", "run", "--every", "10s", "--platform", str(path)),
                              logs / f"{runner}.log")
-    procs["views"] = Proc("views", conveyor("pipeline", "realtime", "--from", "earliest", "--platform", str(path)),
+    procs["views"] = Proc("views", conveyor("views", "run", "--from", "earliest", "--platform", str(path)),
                           logs / "views.log")
     procs["dispatch"] = Proc("dispatch", conveyor("dispatch", "serve", "--platform", str(path)), logs / "dispatch.log",
                              http_ready(f"http://127.0.0.1:{ports['dispatch-metrics']}/healthz"))
@@ -358,7 +358,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(  # noq
 
         # The views: stopped, then finished over what central holds now.
         procs["views"].stop()
-        finish = subprocess.run(conveyor("pipeline", "realtime", "--available-now", "--platform", str(path)),
+        finish = subprocess.run(conveyor("views", "run", "--available-now", "--platform", str(path)),
                                 capture_output=True, text=True, timeout=900)
         assert finish.returncode == 0, finish.stderr[-3000:]
         phase("views")

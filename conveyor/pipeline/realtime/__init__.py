@@ -3,5 +3,5 @@
 ``plan`` turns pipeline.realtime into plain values a Spark task can use; ``deltas`` (pure, run in
 Spark's Python workers) turns a micro-batch into per-key deltas, rejects and event times; ``store``
 applies them to Redis idempotently; ``job`` is the Structured Streaming query and ``service`` runs it
-(``pipeline realtime``); ``views`` reads them.
+(``views run``); ``views`` reads them.
 """

@@ -1,4 +1,4 @@
-"""``conveyor pipeline realtime``: one Structured Streaming query from the central cluster into the
+"""``conveyor views run``: one Structured Streaming query from the central cluster into the
 views in Redis.
 
 The query reads the views' topics with Spark's official Kafka connector (read committed, its own

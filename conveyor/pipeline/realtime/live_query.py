@@ -1,4 +1,4 @@
-"""``conveyor pipeline realtime`` in Spark's real-time mode (``pipeline.realtime.mode: real-time``):
+"""``conveyor views run`` in Spark's real-time mode (``pipeline.realtime.mode: real-time``):
 the query, where a new one starts, and the driver's reports.
 
 The tasks write the views themselves (:mod:`conveyor.pipeline.realtime.live`), so the driver learns

@@ -1,4 +1,4 @@
-"""The real-time service: ``pipeline realtime``'s query (conveyor.pipeline.realtime.job) run until
+"""The real-time service: ``views run``'s query (conveyor.pipeline.realtime.job) run until
 SIGTERM, for a set time, or through what the topics hold now, with its metrics.
 
 Typed config in, a :class:`conveyor.service.Loop` out for :func:`conveyor.service.serve`, as the

@@ -165,8 +165,8 @@ class RedisBehindError(PipelineError):
 
 
 def rebuild_command(views: Sequence[str]) -> str:
-    """The command that rebuilds a job's views from Kafka (``conveyor pipeline realtime --rebuild``)."""
-    return " ".join(["conveyor pipeline realtime --rebuild", *(f"--views {v}" for v in views)])
+    """The command that rebuilds a job's views from Kafka (``conveyor views run --rebuild``)."""
+    return " ".join(["conveyor views run --rebuild", *(f"--views {v}" for v in views)])
 
 
 @dataclass(frozen=True)

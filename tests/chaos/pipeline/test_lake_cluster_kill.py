@@ -1,5 +1,5 @@
 """Exactly-once on a Spark standalone cluster (tests/sparkkit.py) under SIGKILL: while events keep
-arriving, `conveyor pipeline lake --once` runs in client mode against the cluster's master and is
+arriving, `conveyor lake run --once` runs in client mode against the cluster's master and is
 struck in its runs, either in its executor once the run has written a data file (the worker's
 child JVM, with its Python workers: the run goes on, Spark runs the lost tasks again on the
 executor the master starts in its place) or in its driver at a random moment (the process group of

@@ -48,7 +48,7 @@ pytestmark = pytest.mark.integration
 
 RACES = int(os.environ.get("CONVEYOR_LAKE_RACE_RUNS", "1"))
 
-#: What `conveyor lake status` and `conveyor pipeline audit` compute, in one Spark session.
+#: What `conveyor lake status` and `conveyor lake audit` compute, in one Spark session.
 _STATUS_AND_AUDIT = """
 import json, sys
 from dataclasses import asdict

@@ -39,7 +39,7 @@ def test_retention_deleting_unread_data_is_recorded_as_a_gap_and_the_cli_exits_3
         assert future.result().low_watermark == 25
 
     result = subprocess.run(
-        [sys.executable, "-m", "conveyor", "pipeline", "lake", "--once", "--platform", str(case.path)],
+        [sys.executable, "-m", "conveyor", "lake", "run", "--once", "--platform", str(case.path)],
         capture_output=True, text=True, timeout=600,
     )
     commits = {t: current_commit(lake_spark, t) for t in (data_table(case.topic), quarantine_table(case.topic))}

@@ -40,7 +40,7 @@ def test_the_realtime_job_on_a_standalone_cluster_counts_exactly_into_a_redis_cl
                        None if i % 4 == 3 else 10 + i) for i in range(60)]
     produce(platform, case.topic, [*events, *events[::3]])  # a third of them twice: claimed in the executor
 
-    _conveyor(case.path, tmp_path, "pipeline", "realtime", "--available-now")
+    _conveyor(case.path, tmp_path, "views", "run", "--available-now")
 
     expected_ctr, expected_interests = expected_counters(events, case.ctr, case.interests)
     assert counters_in_redis(platform, case.ctr) == expected_ctr

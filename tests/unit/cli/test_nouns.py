@@ -10,7 +10,10 @@ from conveyor.cli import app
 
 @pytest.mark.parametrize(("new", "old"), [(["ops", "lag"], ["lag"]), (["ops", "health"], ["health"]),
                                           (["ops", "dashboard"], ["dashboard"]),
-                                          (["gateway", "generate"], ["generate"])])
+                                          (["gateway", "generate"], ["generate"]),
+                                          (["lake", "run"], ["pipeline", "lake"]),
+                                          (["lake", "audit"], ["pipeline", "audit"]),
+                                          (["views", "run"], ["pipeline", "realtime"])])
 def test_the_noun_command_and_its_hidden_alias_both_answer(new: list[str], old: list[str]) -> None:
     runner = CliRunner()
     assert runner.invoke(app, [*new, "--help"]).exit_code == 0

@@ -28,7 +28,7 @@ TABLE_COMMANDS = [
     ["acl", "apply"],
     ["ops", "lag"], ["ops", "health"], ["replicate", "status"], ["lake", "status"], ["balance", "plan"],
     ["balance", "execute"], ["balance", "add-broker"], ["advise", "partitions"], ["views", "get"],
-    ["pipeline", "lake"], ["pipeline", "audit"], ["pipeline", "realtime"], ["gateway", "generate"],
+    ["lake", "run"], ["lake", "audit"], ["views", "run"], ["gateway", "generate"],
 ]
 
 
@@ -128,7 +128,7 @@ def test_render_table_shows_the_cells(capsys: pytest.CaptureFixture[str]) -> Non
 def test_a_real_time_run_reports_its_steady_state_only_once_it_caught_up(capsys):
     from collections import Counter
 
-    from conveyor.cli.pipeline_cmd import _print_realtime_summary
+    from conveyor.cli.views_cmd import _print_realtime_summary
     from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics
 
     metrics = RealtimeMetrics()

@@ -1,4 +1,4 @@
-"""The pipeline commands without servers: their help, and arguments refused before Spark starts."""
+"""The lake and views commands without servers: their help, and arguments refused before Spark starts."""
 
 from __future__ import annotations
 
@@ -14,31 +14,31 @@ def conveyor(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT)
 
 
-def test_pipeline_and_lake_commands_are_listed():
-    assert {"lake", "audit"} <= set(conveyor("pipeline", "--help").stdout.split())
-    assert "status" in conveyor("lake", "--help").stdout
+def test_the_lake_and_views_nouns_list_their_verbs():
+    assert {"run", "status", "audit"} <= set(conveyor("lake", "--help").stdout.split())
+    assert {"run", "get"} <= set(conveyor("views", "--help").stdout.split())
 
 
 def test_once_and_every_together_are_refused():
-    run = conveyor("pipeline", "lake", "--once", "--every", "30m")
+    run = conveyor("lake", "run", "--once", "--every", "30m")
     assert run.returncode == 2
     assert "give --once or --every, not both" in run.stderr
 
 
 def test_a_bad_interval_is_refused_with_one_line():
-    run = conveyor("pipeline", "lake", "--every", "soon")
+    run = conveyor("lake", "run", "--every", "soon")
     assert run.returncode == 2
     assert "must be a duration such as 30s, 15m, 7d" in run.stderr
     assert "Traceback" not in run.stderr
 
 
 def test_a_topic_the_platform_does_not_declare_is_refused_before_spark_starts():
-    run = conveyor("pipeline", "lake", "--topics", "nope")
+    run = conveyor("lake", "run", "--topics", "nope")
     assert run.returncode == 1
     assert "not declared in platform.yaml: nope" in run.stderr
 
 
 def test_a_realtime_start_that_is_neither_earliest_nor_latest_is_refused():
-    run = conveyor("pipeline", "realtime", "--from", "middle")
+    run = conveyor("views", "run", "--from", "middle")
     assert run.returncode == 2
     assert "--from" in run.stderr and "Traceback" not in run.stderr

@@ -81,7 +81,7 @@ def test_the_command_refuses_an_unknown_view_before_spark_starts():
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "conveyor", "pipeline", "realtime", "--views", "nope"],
+    run = subprocess.run([sys.executable, "-m", "conveyor", "views", "run", "--views", "nope"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert run.returncode == 1
     assert "no such view(s): nope (declared: banner_ctr, user_interests)" in run.stderr
