@@ -16,7 +16,7 @@ from conveyor.config.contracts import Compatibility, Contracts
 from conveyor.config.dispatch import Dispatch
 from conveyor.config.gateway import Gateway
 from conveyor.config.loading import load_platform, parse_platform
-from conveyor.config.ops import Ops, OpsPanel
+from conveyor.config.ops import Ops, OpsPanel, PanelQuery
 from conveyor.config.pipeline import Catalog, FieldMatch, Lake, Pipeline, Realtime, RealtimeView, Spark, ViewMetric
 from conveyor.config.platform import Platform
 from conveyor.config.problems import ConfigError, NotSetError, Problem
@@ -29,7 +29,7 @@ __all__ = [
     "Catalog", "DEFAULT_PLATFORM_FILE", "CleanupPolicy", "Cluster", "ClusterRole", "Compatibility", "ConfigError",
     "ContractFileError", "Contracts",
     "Delivery",
-    "Dispatch", "FieldMatch", "Gateway", "Lake", "MetricsPage", "NotSetError", "Ops", "OpsPanel", "Part", "Pipeline",
+    "Dispatch", "FieldMatch", "Gateway", "Lake", "MetricsPage", "NotSetError", "Ops", "OpsPanel", "PanelQuery", "Part", "Pipeline",
     "Platform", "Postgres", "Problem", "Purpose", "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode",
     "Route", "Runtime", "Security", "Service", "Spark", "Topic", "ViewMetric", "load_platform",
     "load_resolved_platform", "parse_duration_ms", "parse_platform", "parse_size_bytes", "read_contract",

@@ -20,35 +20,38 @@ _OFFSETS = OffsetManagerPolicy()
 _REWIND = RewindPolicy()
 
 
+class PanelQuery(Model):
+    """One PromQL expression of a panel, asked of Prometheus over the panel's range; each series of
+    its answer is one line of the panel."""
+
+    expr: str = Field(min_length=1)
+    #: The line's name, Prometheus's legend format: ``{{route}}`` is the series' route label; empty
+    #: names it by its labels.
+    legend: str = ""
+    #: Shown after each value (``s``, ``B/s``, ``/s``, ``ratio``); empty for plain numbers.
+    unit: str = ""
+    #: The values are the end of the last complete hour (unix seconds; the lake's
+    #: ``conveyor_lake_complete_until_timestamp_seconds``): drawn as a day's strip of hours,
+    #: complete or not, instead of a line.
+    strip: bool = False
+
+
 class OpsPanel(Model):
-    """A dashboard panel that components fill through their /metrics (interface in docs/ops.md)."""
+    """A dashboard panel: PromQL asked of Prometheus (interface in docs/ops.md, "Panels")."""
 
     title: str = Field(min_length=1)
-    #: Metric family names, or globs over them (``conveyor_replicate_*lag*``); each label set is a series.
-    metrics: list[str] = Field(min_length=1)
-    #: Keep only these labels: series that differ in the others are summed (gauges, counter rates,
-    #: histogram buckets before the p99), as Prometheus' ``sum by``; None keeps every label.
-    by: list[str] | None = None
+    queries: list[PanelQuery] = Field(min_length=1)
 
-
-def _default_panels() -> dict[str, OpsPanel]:
-    return {name: OpsPanel(title=title, metrics=metrics, by=by[0] if by else None) for name, title, metrics, *by in (
-        ("gateway", "Gateway: events accepted and request time",
-         ["conveyor_gateway_events_accepted", "conveyor_gateway_request_seconds"]),
-        ("replication", "Replication lag and latency per route",
-         ["conveyor_replicate_*lag*", "conveyor_replicate_*latency*"], ["route"]),
-        ("lake", "Lake completeness per hour, rows landed, gaps",
-         ["conveyor_lake_rows_landed", "conveyor_lake_gaps", "conveyor_lake_lost_records",
-          "conveyor_lake_*complete*", "conveyor_audit_*"]),
-        ("dispatch", "Dispatcher backlog", ["conveyor_dispatch_*backlog*"]),
-        ("realtime", "Real-time view latency", ["conveyor_realtime_*latency*"]),
-        ("hosts", "Broker hosts: network, disks, filesystems",
-         ["node_network_receive_bytes", "node_network_transmit_bytes", "node_disk_io_time_seconds",
-          "node_filesystem_avail_bytes"], ["device", "mountpoint"]),
-        ("throttle", "Throttled consumers and busy brokers",
-         ["conveyor_throttle_quota_bytes_per_second", "conveyor_throttle_broker_busy",
-          "conveyor_throttle_decisions_total"]),
-    )}
+    @model_validator(mode="before")
+    @classmethod
+    def _not_globs(cls, data: object) -> object:
+        # The panels were once filled from scraped pages by metric globs; say what replaces them
+        # rather than "not a known setting".
+        if isinstance(data, dict) and ("metrics" in data or "by" in data):
+            raise ValueError("`metrics` and `by` are gone: the panels ask Prometheus now; write "
+                             "`queries: [{expr: 'sum by (route) (conveyor_replicate_lag_records)', "
+                             "legend: '{{route}}'}]` (docs/ops.md, \"Panels\")")
+        return data
 
 
 #: The long-running parts whose absence the rules watch (conveyor.ops.rules.PRESENCE).
@@ -73,7 +76,7 @@ class Ops(Model):
     interval: Seconds = Field(default=5.0, gt=0)
     #: Samples per partition window (Burrow's intervals); the lag rules judge a whole window.
     window: int = Field(default=10, ge=2, le=100)
-    #: Points kept per consumer group and panel series for the dashboard's sparklines.
+    #: Points kept per consumer group, and asked per panel series, for the dashboard's sparklines.
     history: int = Field(default=120, ge=2, le=10_000)
     #: Optional lag thresholds that turn an otherwise OK partition into WARN.
     max_lag_records: int | None = Field(default=None, ge=0)
@@ -122,15 +125,23 @@ class Ops(Model):
     #: grouped, silenced and routed with Prometheus's, instead of to notify_url. With
     #: ``runtime.alertmanager`` set, the local one, whose route ends at notify_url.
     alertmanager_url: str | None = Field(default=None, pattern=r"^https?://")
-    #: Component name -> its /metrics URL, read for the panels and scraped by the local Prometheus:
-    #: ``http(s)://`` (a service, a node_exporter) or ``file:PATH`` (a batch job's last figures).
+    #: Component name -> its /metrics URL, scraped by the local Prometheus (which the panels ask):
+    #: ``http(s)://`` (a service, a node_exporter) or ``file:PATH`` (a batch job's last figures,
+    #: which the watcher serves for Prometheus to scrape).
     components: dict[Name, str] = Field(default_factory=dict)
     #: The parts this platform keeps running: each gets a critical alert when no instance of it
     #: reports to Prometheus for 5 minutes (ConveyorComponentAbsent*). Leave out a part that runs
     #: only now and then, or not at all. Default: every part.
     running: list[RunningPart] = Field(default_factory=lambda: list(get_args(RunningPart)))
     machines: Machines = Field(default_factory=Machines)
-    panels: dict[Name, OpsPanel] = Field(default_factory=_default_panels)
+    #: The Prometheus the dashboard's panels ask (its HTTP API); with none, the local one
+    #: ``runtime.prometheus`` starts.
+    prometheus_url: str | None = Field(default=None, pattern=r"^https?://")
+    #: How far back the panels' lines reach, in ``history`` points.
+    panel_range: Seconds = Field(default=3600.0, gt=0)
+    #: Name -> panel; None: the default panels (conveyor.ops.dashboard.DEFAULT_PANELS, listed in
+    #: docs/ops.md). Set, they replace the defaults.
+    panels: dict[Name, OpsPanel] | None = None
 
     @model_validator(mode="after")
     def _valid(self) -> Ops:

@@ -31,6 +31,31 @@ class Dashboard:
     panels: tuple[Panel, ...] = field(default_factory=tuple)
 
 
+# The panels the watcher's dashboard shows too (conveyor.ops.dashboard): one expression for both.
+GATEWAY_ACCEPTED = Panel("Events accepted per second", (
+    ("sum by (instance, cluster) (rate(conveyor_gateway_events_accepted_total[1m]))", "{{instance}} to {{cluster}}"),),
+    "ops")
+GATEWAY_P99 = Panel("Request time p99", (
+    ("histogram_quantile(0.99, sum by (instance, le) (rate(conveyor_gateway_request_seconds_bucket[1m])))",
+     "{{instance}}"),), "s")
+REPLICATION_WAITING = Panel("Records waiting per route", (
+    ("sum by (route) (conveyor_replicate_lag_records)", "{{route}}"),))
+REPLICATION_P99 = Panel("Copy latency p99", (
+    ("histogram_quantile(0.99, sum by (route, le) (rate(conveyor_replicate_latency_seconds_bucket[1m])))",
+     "{{route}}"),), "s")
+LAKE_LOST = Panel("Records lost to retention", (("sum by (topic) (conveyor_lake_lost_records_total)", "{{topic}}"),))
+DISPATCH_BACKLOG = Panel("Backlog per topic and group", (
+    ("sum by (topic, group) (conveyor_dispatch_backlog)", "{{topic}} / {{group}}"),))
+HOST_DISK_BUSY = Panel("Disk busy", (("rate(node_disk_io_time_seconds_total[1m])", "{{instance}} {{device}}"),),
+                       "percentunit", description="Near 1 for long: a RAID rebuild or a saturated disk (HostDiskBusy).")
+HOST_FILESYSTEM_USED = Panel("Filesystem used", (
+    ("1 - node_filesystem_avail_bytes / node_filesystem_size_bytes", "{{instance}} {{mountpoint}}"),), "percentunit")
+HOST_NETWORK_BYTES = Panel("Network bytes per second", (
+    ("rate(node_network_receive_bytes_total[1m])", "{{instance}} {{device}} in"),
+    ("rate(node_network_transmit_bytes_total[1m])", "{{instance}} {{device}} out")), "Bps",
+    description="Every interface, those that report no link speed too (the loopback, many virtual NICs).")
+
+
 DASHBOARDS = (
     Dashboard("conveyor-brokers", "Conveyor: brokers", (
         Panel("Brokers up", (("conveyor_ops_broker_up", "{{cluster}} {{node}}"),), "bool"),
@@ -52,20 +77,16 @@ DASHBOARDS = (
         Panel("Consumer group status (0 OK .. 5 ERR)", (("conveyor_ops_group_status", "{{cluster}} {{group}}"),)),
     )),
     Dashboard("conveyor-gateway", "Conveyor: gateway", (
-        Panel("Events accepted per second", (
-            ("sum by (instance, cluster) (rate(conveyor_gateway_events_accepted_total[1m]))",
-             "{{instance}} to {{cluster}}"),), "ops"),
+        GATEWAY_ACCEPTED,
         Panel("Requests refused per second, by reason", (
             ("sum by (reason) (rate(conveyor_gateway_requests_rejected_total[1m]))", "{{reason}}"),), "reqps",
             description="unavailable and overloaded are answered 503; the others are the clients' (4xx)."),
-        Panel("Request time p99", (("histogram_quantile(0.99, sum by (instance, le) "
-                                    "(rate(conveyor_gateway_request_seconds_bucket[1m])))", "{{instance}}"),), "s"),
+        GATEWAY_P99,
         Panel("Writing to the failover cluster", (("conveyor_gateway_failed_over", "{{instance}}"),), "bool"),
     )),
     Dashboard("conveyor-replication", "Conveyor: replication", (
-        Panel("Records waiting per route", (("sum by (route) (conveyor_replicate_lag_records)", "{{route}}"),)),
-        Panel("Copy latency p99", (("histogram_quantile(0.99, sum by (route, le) "
-                                    "(rate(conveyor_replicate_latency_seconds_bucket[1m])))", "{{route}}"),), "s"),
+        REPLICATION_WAITING,
+        REPLICATION_P99,
         Panel("Records copied per second", (("sum by (route) (rate(conveyor_replicate_records_total[1m]))",
                                              "{{route}}"),), "ops"),
         Panel("Offsets lost to source retention", (("sum by (route, topic) (conveyor_replicate_gap_records_total)",
@@ -80,7 +101,7 @@ DASHBOARDS = (
         Panel("Rows landed and quarantined per second", (
             ("sum by (topic) (rate(conveyor_lake_rows_landed_total[5m]))", "{{topic}} landed"),
             ("sum by (topic) (rate(conveyor_lake_rows_quarantined_total[5m]))", "{{topic}} quarantined")), "ops"),
-        Panel("Records lost to retention", (("sum by (topic) (conveyor_lake_lost_records_total)", "{{topic}}"),)),
+        LAKE_LOST,
         Panel("Run duration", (("conveyor_lake_run_duration_seconds", "last run"),), "s"),
     )),
     Dashboard("conveyor-realtime", "Conveyor: real-time views", (
@@ -98,8 +119,7 @@ DASHBOARDS = (
             ("conveyor_realtime_batch_records", "records")), "short"),
     )),
     Dashboard("conveyor-dispatch", "Conveyor: dispatcher", (
-        Panel("Backlog per topic and group", (("sum by (topic, group) (conveyor_dispatch_backlog)",
-                                               "{{topic}} / {{group}}"),)),
+        DISPATCH_BACKLOG,
         Panel("Acked and redelivered per second", (
             ("sum by (group) (rate(conveyor_dispatch_acked_total[1m]))", "{{group}} acked"),
             ("sum by (group) (rate(conveyor_dispatch_redelivered_total[1m]))", "{{group}} redelivered")), "ops"),
@@ -119,14 +139,13 @@ DASHBOARDS = (
             ("rate(node_network_transmit_bytes_total[1m]) / on (instance, device) node_network_speed_bytes",
              "{{instance}} {{device}} out")), "percentunit",
             description="A link near 1 is saturated: replication and consumers wait on it (HostNetworkSaturated)."),
-        Panel("Disk busy", (("rate(node_disk_io_time_seconds_total[1m])", "{{instance}} {{device}}"),),
-              "percentunit", description="Near 1 for long: a RAID rebuild or a saturated disk (HostDiskBusy)."),
+        HOST_NETWORK_BYTES,
+        HOST_DISK_BUSY,
         Panel("Disk time per I/O", ((
             "(rate(node_disk_read_time_seconds_total[1m]) + rate(node_disk_write_time_seconds_total[1m])) / "
             "(rate(node_disk_reads_completed_total[1m]) + rate(node_disk_writes_completed_total[1m]))",
             "{{instance}} {{device}}"),), "s", description="Rising alone: a disk going bad (HostDiskSlow)."),
-        Panel("Filesystem used", (("1 - node_filesystem_avail_bytes / node_filesystem_size_bytes",
-                                   "{{instance}} {{mountpoint}}"),), "percentunit"),
+        HOST_FILESYSTEM_USED,
         Panel("CPU steal", (('avg by (instance) (rate(node_cpu_seconds_total{mode="steal"}[1m]))', "{{instance}}"),),
               "percentunit"),
     )),

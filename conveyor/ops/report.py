@@ -16,7 +16,7 @@ from typing import Any
 from conveyor.ops.alerts import Alert
 from conveyor.ops.health import BrokerHealth, ClusterHealth
 from conveyor.ops.lag import PartitionStatus, Status
-from conveyor.ops.panels import PanelView
+from conveyor.ops.dashboard import PanelView
 from conveyor.ops.commit_log import CommitLog
 from conveyor.ops.tracker import GroupReport, RewindEvidence
 from conveyor.ops.watch import ClusterReport, OpsState
@@ -116,11 +116,9 @@ def cluster_json(c: ClusterReport, group: str | None = None, all_partitions: boo
 
 def panel_json(p: PanelView) -> dict[str, Any]:
     return {
-        "name": p.name, "title": p.title, "more": p.more,
-        "down": [{"component": c, "error": e} for c, e in p.down],
-        "written": [{"component": c, "at_ms": int(at * 1000)} for c, at in p.written],
-        "series": [{"component": s.component, "metric": s.metric, "labels": s.labels, "unit": s.unit,
-                    "value": _num(s.value), "history": [[at, _num(v)] for at, v in s.history],
+        "name": p.name, "title": p.title, "more": p.more, "errors": list(p.errors),
+        "series": [{"name": s.name, "unit": s.unit, "value": _num(s.value), "at_ms": s.at_ms,
+                    "history": [[at, _num(v)] for at, v in s.history],
                     "strip": [[hour, _num(v)] for hour, v in s.strip]} for s in p.series],
     }
 

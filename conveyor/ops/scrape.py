@@ -1,4 +1,5 @@
-"""Scraping Prometheus pages: each broker's JMX exporter, and the components that fill panels.
+"""Scraping Prometheus pages: each broker's JMX exporter (the watcher's health rules, the balancer, the
+throttle).
 
 Where the pages are: each cluster's ``metrics`` in platform.yaml (`conveyor up` gives those of
 the clusters it starts).
@@ -23,7 +24,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from conveyor.config import Platform
 from conveyor.ops.exporter_names import canonical_labels, canonical_name
 from conveyor.ops.health import BrokerReading, MetricSample, reading_from_samples
-from conveyor.ops.panels import Family
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric family of a page: its name (counters without ``_total``), type and samples."""
+
+    name: str
+    type: str
+    samples: tuple[MetricSample, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +70,8 @@ def fetch(client: httpx.Client, url: str) -> tuple[Family, ...]:
     return parse_page(response.text)
 
 
-#: A component's page may be a file: a batch job's last figures (node_exporter's textfile format).
+#: A component's page may be a file: a batch job's last figures (node_exporter's textfile format),
+#: which the watcher serves for Prometheus to scrape.
 FILE = "file:"
 
 
@@ -75,14 +85,6 @@ def component_url(platform: Platform, url: str) -> str:
     if not url.startswith(FILE):
         return url
     return FILE + str(platform.resolve(Path(url.removeprefix(FILE).removeprefix("//"))))
-
-
-def read_file_page(url: str) -> tuple[tuple[Family, ...], float]:
-    """The page in the file of a ``file:`` URL and when it was written (epoch seconds). Raises
-    OSError or ValueError."""
-    path = Path(url.removeprefix(FILE))
-    written = path.stat().st_mtime
-    return parse_page(path.read_text()), written
 
 
 def _read(client: httpx.Client, target: Target) -> BrokerReading:
@@ -109,17 +111,11 @@ class Scraper:
 
     def pages(self, urls: Sequence[str]) -> list[tuple[Family, ...] | str]:
         """Each page parsed, or the reason it could not be read."""
-        return [page for page, _ in self.pages_written(urls)]
-
-    def pages_written(self, urls: Sequence[str]) -> list[tuple[tuple[Family, ...] | str, float | None]]:
-        """Each page parsed (or the reason it could not be read), with when a file page was written."""
-        def one(url: str) -> tuple[tuple[Family, ...] | str, float | None]:
+        def one(url: str) -> tuple[Family, ...] | str:
             try:
-                if url.startswith(FILE):
-                    return read_file_page(url)
-                return fetch(self.client, url), None
-            except (httpx.HTTPError, OSError, ValueError) as exc:
-                return f"{type(exc).__name__}: {exc}", None
+                return fetch(self.client, url)
+            except (httpx.HTTPError, ValueError) as exc:
+                return f"{type(exc).__name__}: {exc}"
         return list(self.pool.map(one, urls))
 
     def close(self) -> None:

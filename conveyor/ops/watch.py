@@ -3,7 +3,7 @@
 Per cluster a :class:`ClusterWatch` holds the state the rules need across rounds: the lag windows
 (``OffsetTracker``), each node's previous reading (counter rates), its recent follower lag, and
 the leader of every partition (leader changes). :class:`Watcher` runs every cluster's round in
-parallel, reads the components' pages for the dashboard panels, and keeps the latest
+parallel, asks Prometheus for the dashboard's panels, and keeps the latest
 :class:`OpsState`, which the HTTP API, the metrics and the CLI all show.
 """
 
@@ -36,7 +36,8 @@ from conveyor.ops.health import (
 )
 from conveyor.ops.lag import LagPolicy
 from conveyor.ops.notify import AlertmanagerNotifier, Notifier, WebhookNotifier
-from conveyor.ops.panels import PanelTracker, PanelView
+from conveyor.ops.prometheus import PrometheusClient
+from conveyor.ops.dashboard import PanelView, panels_of, read_panels
 from conveyor.ops.rewind import OffsetFinding
 from conveyor.ops.sampler import SamplerProcess
 from conveyor.ops.scrape import Scraper, component_url, metrics_targets
@@ -304,20 +305,34 @@ def notifier(platform: Platform) -> Notifier | None:
     return None
 
 
+def prometheus_url(platform: Platform) -> str | None:
+    """The Prometheus the panels ask: ``ops.prometheus_url``, else the local one `conveyor up`
+    starts for ``runtime.prometheus``, else none."""
+    if platform.ops.prometheus_url is not None:
+        return platform.ops.prometheus_url
+    local = platform.runtime.prometheus
+    return f"http://127.0.0.1:{local.port}" if local is not None else None
+
+
 class Watcher:
-    """Every cluster of the platform and the components of its panels."""
+    """Every cluster of the platform, and the panels asked of Prometheus."""
 
     def __init__(self, platform: Platform, clusters: Sequence[str] | None = None) -> None:
         """``clusters``: only these (default: every cluster of the platform)."""
         platform = platform.acting_as(Part.ops)
         self.platform = platform
         self.interval = platform.ops.interval
-        self.scraper = Scraper(verify=trusted(platform))  # components may serve HTTPS (conveyor.tls)
+        self.scraper = Scraper(verify=trusted(platform))  # brokers may serve their pages over HTTPS (conveyor.tls)
         for name in clusters or ():
             platform.cluster(name)  # an unknown name fails here, naming the known ones
         names = list(clusters) if clusters else list(platform.clusters)
         self.clusters = [ClusterWatch(platform, name, self.scraper) for name in names]
-        self.panels = PanelTracker(platform.ops.panels, platform.ops.history)
+        self.panels = panels_of(platform.ops.panels)
+        url = prometheus_url(platform)
+        # A query that waits longer than a round would hold the next one back.
+        self.prometheus = PrometheusClient(url, trusted(platform), timeout=min(5.0, max(1.0, self.interval))) \
+            if url is not None else None
+        #: The components' pages; the watcher serves those of files for Prometheus to scrape.
         self.components = {name: component_url(platform, url) for name, url in platform.ops.components.items()}
         self.state: OpsState | None = None
         self.cycles = 0
@@ -328,11 +343,9 @@ class Watcher:
     def cycle(self) -> OpsState:
         reports = tuple(self._pool.map(lambda c: c.cycle(), self.clusters))
         at = now_ms()
-        if self.components:
-            read = self.scraper.pages_written(list(self.components.values()))
-            self.panels.push(at, {name: page for name, (page, _) in zip(self.components, read)},
-                             {name: written for name, (_, written) in zip(self.components, read) if written})
-        self.state = OpsState(self.platform.name, at, self.interval, reports, self.panels.views())
+        ops = self.platform.ops
+        panels = read_panels(self.prometheus, self.panels, at, ops.panel_range, ops.history)
+        self.state = OpsState(self.platform.name, at, self.interval, reports, panels)
         if self.notifier is not None:
             self.notifier.update((alert for report in reports for alert in report.alerts), at)
         self.cycles += 1
@@ -360,3 +373,5 @@ class Watcher:
         for cluster in self.clusters:
             cluster.close()
         self.scraper.close()
+        if self.prometheus is not None:
+            self.prometheus.close()

@@ -22,8 +22,7 @@ from conveyor.ops.health import (
     broker_health,
     reading_from_samples,
 )
-from conveyor.ops.panels import Family
-from conveyor.ops.scrape import parse_page
+from conveyor.ops.scrape import Family, parse_page
 
 T0 = 1_700_000_000_000
 _MGMT = "Attribute exposed for management"
