@@ -234,6 +234,18 @@ def test_a_component_page_is_a_server_or_a_file():
         parse_platform(data, root=ROOT)
 
 
+def test_a_panel_of_metric_globs_is_an_error_naming_its_queries():
+    """The panels once took metric globs (`metrics`, `by`); now PromQL: an old file is told what to write."""
+    data = _with("ops.panels", {"replication": {"title": "Replication", "metrics": ["conveyor_replicate_*"],
+                                                "by": ["route"]}})
+    with pytest.raises(ConfigError) as caught:
+        parse_platform(data, root=ROOT)
+    assert "ops.panels.replication" in str(caught.value) and "queries: [{expr:" in str(caught.value)
+    data = _with("ops.panels", {"replication": {"title": "Replication", "queries": [
+        {"expr": "sum by (route) (conveyor_replicate_lag_records)", "legend": "{{route}}"}]}})
+    assert parse_platform(data, root=ROOT).ops.panels["replication"].queries[0].legend == "{{route}}"
+
+
 def test_a_secret_from_a_missing_variable_is_one_error_naming_the_field_and_the_variable(monkeypatch):
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     data = _with("clusters.central", {"role": "read", "brokers": 3, "bootstrap": "k:9092",
