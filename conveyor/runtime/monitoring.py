@@ -174,7 +174,7 @@ def prometheus_config(platform: Platform, rules_file: Path, ca_file: Path | None
         jobs.append(_target(host, "node-exporter", {"instance": LOCAL_HOST}, None))
     for name, url in ops.components.items():
         if url == host:
-            continue  # listed for the watcher's hosts panel: scraped once, above
+            continue  # runtime.node_exporter's page listed as a component too: scraped once, above
         page = f"{watcher}/components/{name}/metrics" if served_by_watcher(url) else url
         # The component's name is its instance: the rules and their summaries name it.
         jobs.append(_target(page, f"component-{name}", {"instance": name}, ca_file))

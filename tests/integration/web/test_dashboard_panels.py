@@ -96,8 +96,7 @@ def test_every_panel_of_the_demo_has_data(provisioned, platform_data, platform_f
                 "gateway-dc1": f"{gateway}/metrics",
                 "replicate-dc1-central": f"http://127.0.0.1:{replicate_port}/metrics",
                 "dispatch": f"http://127.0.0.1:{node.metrics_port}/metrics",
-                "lake": f"file:{files / 'lake.prom'}", "realtime": f"file:{files / 'realtime.prom'}",
-                "host": f"http://127.0.0.1:{host}/metrics"}}
+                "lake": f"file:{files / 'lake.prom'}", "realtime": f"file:{files / 'realtime.prom'}"}}
             path = platform_file.parent / "ops-panels-platform.yaml"
             path.write_text(yaml.safe_dump(data, sort_keys=False))
             ops = load_platform(path)

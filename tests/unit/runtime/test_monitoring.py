@@ -29,6 +29,8 @@ def written(tmp_path: Path):
     data = yaml.safe_load((ROOT / "platform.yaml").read_text())
     data["runtime"]["home"] = str(tmp_path / "home")
     data["ops"]["notify_url"] = "https://hooks.example.com/services/T0/B0/secret-part"
+    # This machine's node_exporter listed as a component too, as a broker host elsewhere would be.
+    data["ops"]["components"]["host"] = f"http://127.0.0.1:{data['runtime']['node_exporter']['port']}/metrics"
     local = LocalPlatform(parse_platform(data, root=ROOT))
     local.security.ensure()
     found = monitors(local.clients)
@@ -60,7 +62,7 @@ def test_every_component_and_node_is_scraped(written):
     nodes = {job["static_configs"][0]["labels"]["node"] for name, job in jobs.items() if name.startswith("kafka-")}
     assert nodes == {page.node for cluster in platform.clusters.values() for page in cluster.metrics}
     assert len(nodes) > 3
-    # This machine's node_exporter, once: the demo lists its page too, for the watcher's hosts panel.
+    # This machine's node_exporter, once, though ops.components lists its page too.
     host = jobs["node-exporter"]
     assert (host["static_configs"][0]["targets"], host["static_configs"][0]["labels"]) == (
         [f"127.0.0.1:{platform.runtime.node_exporter.port}"], {"instance": "localhost"})
