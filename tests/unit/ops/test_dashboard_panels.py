@@ -4,8 +4,13 @@ the metrics the platform exports (no servers)."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import httpx
 import pytest
+import yaml
 
 from conveyor.config import OpsPanel, PanelQuery
 from conveyor.ops import grafana
@@ -15,6 +20,7 @@ from conveyor.ops.prometheus import PrometheusClient, QueryError, Series, parse_
 from tests.metricskit import NODE_EXPORTER_LABELS, exported_label_names
 from tests.unit.ops.test_grafana import _METRIC, _labels_used
 
+needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with `make setup`")
 #: 2026-05-01T14:00Z and 12:00Z.
 TWO_PM, NOON = 1777644000, 1777636800
 STEPS = Steps.over(TWO_PM * 1000, 60, 3)  # 13:59:00, 13:59:30, 14:00:00
@@ -219,3 +225,41 @@ def test_every_default_query_names_exported_metrics_and_their_labels():
                 if "histogram_quantile" in query.expr:
                     used -= {"le"}
                 assert used <= exported[metric], (name, metric, used - exported[metric])
+
+
+def _promtool(tmp_path: Path, tests: dict) -> None:
+    path = tmp_path / "panels_test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    tested = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+@needs_promtool
+def test_promtool_accepts_every_default_query(tmp_path: Path) -> None:
+    rules = tmp_path / "panels.yml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": [
+        {"record": f"panel:{name}:{i}", "expr": query.expr}
+        for name, panel in DEFAULT_PANELS.items() for i, query in enumerate(panel.queries)]}]}))
+    checked = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@needs_promtool
+def test_the_real_time_latency_is_over_5m_while_the_job_runs_and_over_its_run_after(tmp_path: Path) -> None:
+    """Ten minutes of fast events (under 1 s), ten of slow ones (30-90 s), then a finished run's
+    file, its buckets unchanged: during the slow minutes, the last 5m's p99; after, the run's."""
+    p50, p99 = (query.expr for query in DEFAULT_PANELS["realtime"].queries)
+
+    def bucket(le: str, values: str) -> dict[str, str]:
+        return {"series": f'conveyor_realtime_latency_seconds_bucket{{instance="realtime",le="{le}"}}', "values": values}
+
+    fast, every = "0+10x10 100+0x30", "0+10x20 200+0x20"
+    _promtool(tmp_path, {"evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [bucket("1", fast), bucket("30", fast), bucket("90", every), bucket("+Inf", every)],
+        "promql_expr_test": [
+            {"expr": p99, "eval_time": "15m", "exp_samples": [{"labels": "{}", "value": 89.4}]},  # 30 + 60 * 0.99
+            # Half the run under 1 s, half in (30, 90]: the run's p99 is 30 + 60 * 0.98, its p50 1 s.
+            {"expr": p99, "eval_time": "40m", "exp_samples": [{"labels": "{}", "value": 88.8}]},
+            {"expr": p50, "eval_time": "40m", "exp_samples": [{"labels": "{}", "value": 1}]},
+        ]}]})
