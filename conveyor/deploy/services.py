@@ -59,7 +59,16 @@ class Service:
     once: tuple[str, ...] = ()
 
 
-def services(platform: Platform, platform_path: str, host: str, lake_every: str = "10m") -> list[Service]:
+def every_text(seconds: float) -> str:
+    """pipeline.lake.every as `lake run --every` takes it, in the largest whole unit: 2h, 10m, 90s."""
+    whole = round(seconds)
+    for size, unit in ((3600, "h"), (60, "m")):
+        if whole % size == 0:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
+def services(platform: Platform, platform_path: str, host: str) -> list[Service]:
     """Every long-running service of ``platform``, reading the platform file at ``platform_path``
     and listening on ``host``. The dispatcher advertises what its environment says, which each
     deployment sets to the address its clients reach that node at (``ADVERTISE``)."""
@@ -82,6 +91,8 @@ def services(platform: Platform, platform_path: str, host: str, lake_every: str 
                          {"grpc": dispatch.port, "metrics": dispatch.metrics_port}, Probe(dispatch.metrics_port),
                          stateful=True))
     lake = METRICS_PORTS["lake"]
+    # One schedule: the watcher judges the lake's positions against the same pipeline.lake.every.
+    lake_every = every_text(platform.pipeline.lake.every)
     found.append(Service("conveyor-lake", "lake", ("lake", "run", *common, "--every", lake_every,
                                                    "--metrics-host", host, "--metrics-port", str(lake)),
                          {"metrics": lake}, Probe(lake), every=lake_every, once=("lake", "run", *common, "--once")))
