@@ -11,7 +11,7 @@ import typer
 import yaml
 
 from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, err_console
-from conveyor.config import Platform, load_platform
+from conveyor.config import Platform, duration_text, load_platform
 
 app = typer.Typer(help="Write systemd units or Kubernetes manifests for the platform's services (docs/deploy.md).",
                   no_args_is_help=True)
@@ -64,11 +64,11 @@ def kubernetes(
     the lake on pipeline.lake.every, the views job, Services, and probes on /healthz and /readyz. Secrets come from the
     Secret conveyor-secrets, which you create. Check them with `kubernetes-validate`."""
     from conveyor.deploy.kubernetes import CONFIG_DIR, cron, manifests, platform_files
-    from conveyor.deploy.services import every_text, services
+    from conveyor.deploy.services import services
 
     model = _loaded(platform)
     try:
-        cron(every_text(model.pipeline.lake.every))
+        cron(duration_text(model.pipeline.lake.every))
     except ValueError as err:
         err_console.print(f"[bold red]pipeline.lake.every:[/] {err}")
         raise typer.Exit(2) from None

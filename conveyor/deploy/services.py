@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from conveyor.config import Platform
+from conveyor.config import Platform, duration_text
 
 #: /metrics and /healthz of the services whose port platform.yaml does not set (the demo's).
 METRICS_PORTS = {"replicator": 18181, "registrar": 18182, "views": 18191, "lake": 18192}
@@ -59,15 +59,6 @@ class Service:
     once: tuple[str, ...] = ()
 
 
-def every_text(seconds: float) -> str:
-    """pipeline.lake.every as `lake run --every` takes it, in the largest whole unit: 2h, 10m, 90s."""
-    whole = round(seconds)
-    for size, unit in ((3600, "h"), (60, "m")):
-        if whole % size == 0:
-            return f"{whole // size}{unit}"
-    return f"{whole}s"
-
-
 def services(platform: Platform, platform_path: str, host: str) -> list[Service]:
     """Every long-running service of ``platform``, reading the platform file at ``platform_path``
     and listening on ``host``. The dispatcher advertises what its environment says, which each
@@ -92,7 +83,7 @@ def services(platform: Platform, platform_path: str, host: str) -> list[Service]
                          stateful=True))
     lake = METRICS_PORTS["lake"]
     # One schedule: the watcher judges the lake's positions against the same pipeline.lake.every.
-    lake_every = every_text(platform.pipeline.lake.every)
+    lake_every = duration_text(platform.pipeline.lake.every)
     found.append(Service("conveyor-lake", "lake", ("lake", "run", *common, "--every", lake_every,
                                                    "--metrics-host", host, "--metrics-port", str(lake)),
                          {"metrics": lake}, Probe(lake), every=lake_every, once=("lake", "run", *common, "--once")))

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conveyor.config import load_platform
+from conveyor.config import duration_text, load_platform
 from conveyor.deploy.kubernetes import cron
-from conveyor.deploy.services import every_text, services
+from conveyor.deploy.services import services
 
 ROOT = Path(__file__).resolve().parents[3]
 PLATFORM = ROOT / "platform.yaml"
@@ -122,7 +122,7 @@ def test_a_period_cron_cannot_say_is_refused_with_what_it_can(every: str):
 
 @pytest.mark.parametrize(("seconds", "text"), [(600.0, "10m"), (7200.0, "2h"), (90.0, "90s"), (3600.0, "1h")])
 def test_the_lake_schedule_is_written_in_its_largest_whole_unit(seconds: float, text: str):
-    assert every_text(seconds) == text
+    assert duration_text(seconds) == text
 
 
 def test_a_lake_schedule_no_cronjob_can_keep_is_refused_naming_the_setting(tmp_path: Path):
