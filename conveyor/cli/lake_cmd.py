@@ -20,10 +20,9 @@ import typer
 from rich.filesize import decimal
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsHostOption, MetricsPortOption,
-                                 OutputFormat,
-                                 OutputOption, PlatformOption, Section, console, endpoint, err_console, field_of,
-                                 platform_from, render, say)
+from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsFileOption, MetricsHostOption,
+                                 MetricsPortOption, OutputFormat, OutputOption, PlatformOption, Section, console,
+                                 endpoint, err_console, field_of, platform_from, render, say, start_local)
 from conveyor.config import duration_text, parse_duration_ms
 from conveyor.pipeline.completeness import floor_hour, is_complete
 from conveyor.pipeline.spark import start_spark
@@ -146,25 +145,17 @@ def run(
 
 @app.command()
 def start(platform: PlatformOption = DEFAULT_PLATFORM, metrics_port: MetricsPortOption = None,
-          metrics_file: Annotated[Path | None, typer.Option(
-              "--metrics-file", help="Its metrics file (node_exporter textfile format), as `run` takes it.")] = None,
-          ) -> None:
+          metrics_file: MetricsFileOption = None) -> None:
     """Start `lake run --every` on pipeline.lake.every as a background service of the local platform
     (stopped by `conveyor down`): the lake on its schedule, as a deployment's timer runs it."""
     from conveyor.bus.registry import with_granted
     from conveyor.pipeline.tables import lake_topics
-    from conveyor.runtime.services import service_log_file, start_service
 
     model = with_granted(platform_from(platform))
     lake_topics(model)  # a platform without lake topics is refused here, not in the service's log
-    args = ["lake", "run", "--every", duration_text(model.pipeline.lake.every), "--platform", str(platform.resolve())]
-    if metrics_port is not None:
-        args += ["--metrics-port", str(metrics_port)]
-    if metrics_file is not None:
-        args += ["--metrics-file", str(metrics_file.resolve())]
-    pid, started = start_service(model, "lake", args)
-    console.print(f"lake {'started' if started else 'already running'} (pid {pid}), a run every "
-                  f"{duration_text(model.pipeline.lake.every)}; its log: {service_log_file(model, 'lake')}")
+    every = duration_text(model.pipeline.lake.every)
+    start_local(model, "lake", ["lake", "run", "--every", every, "--platform", str(platform.resolve())],
+                metrics_port, metrics_file, f", a run every {every}")
 
 
 def _print_run_failed(err: Exception) -> None:

@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsHostOption, MetricsPortOption,
-                                 OutputFormat,
-                                 OutputOption, PlatformOption, Section, console, endpoint, err_console, platform_from,
-                                 render, say)
+from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsFileOption, MetricsHostOption,
+                                 MetricsPortOption, OutputFormat, OutputOption, PlatformOption, Section, endpoint,
+                                 err_console, platform_from, render, say, start_local)
 from conveyor.config import parse_duration_ms
 from conveyor.pipeline.spark import start_spark
 from conveyor.service import serve
@@ -148,24 +147,14 @@ def run(
 
 @app.command()
 def start(platform: PlatformOption = DEFAULT_PLATFORM, metrics_port: MetricsPortOption = None,
-          metrics_file: Annotated[Path | None, typer.Option(
-              "--metrics-file", help="Its metrics file (node_exporter textfile format), as `run` takes it.")] = None,
-          ) -> None:
+          metrics_file: MetricsFileOption = None) -> None:
     """Start `views run` over every view as a background service of the local platform (stopped by
     `conveyor down`); it resumes from its checkpoint."""
     from conveyor.pipeline.realtime.plan import job_views
-    from conveyor.runtime.services import service_log_file, start_service
 
     model = platform_from(platform)
     job_views(model, None)  # a platform without views is refused here, not in the service's log
-    args = ["views", "run", "--platform", str(platform.resolve())]
-    if metrics_port is not None:
-        args += ["--metrics-port", str(metrics_port)]
-    if metrics_file is not None:
-        args += ["--metrics-file", str(metrics_file.resolve())]
-    pid, started = start_service(model, "views", args)
-    console.print(f"views {'started' if started else 'already running'} (pid {pid}); its log: "
-                  f"{service_log_file(model, 'views')}")
+    start_local(model, "views", ["views", "run", "--platform", str(platform.resolve())], metrics_port, metrics_file)
 
 
 def _moment(text: str) -> datetime:
