@@ -8,6 +8,7 @@ Exit statuses: 0 done; 1 an error (nothing half-done is visible); 2 a bad platfo
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -39,6 +40,8 @@ app = typer.Typer(help="The data lake (Apache Iceberg): land topics in it exactl
 
 EXIT_AUDIT_FAILED = 4
 
+log = logging.getLogger("conveyor.lake")
+
 TopicsOption = Annotated[
     list[str] | None,
     typer.Option("--topics", "-t", envvar="CONVEYOR_TOPICS",
@@ -68,6 +71,11 @@ def _progress(spark: SparkSession, output: OutputFormat) -> Iterator[Callable[[s
 
         with SparkTasks(spark, spark_tasks):
             yield step
+
+
+@contextmanager
+def _logged_steps() -> Iterator[Callable[[str, str], None]]:
+    yield lambda topic, what: log.info("%s: %s", topic, what)
 
 
 def _ranges(run: TopicRun) -> str:
@@ -135,7 +143,9 @@ def run(
     model = with_granted(platform_from(platform))  # requested topics the lake lands too
     lake_topics(model, topics)  # refuse unknown topics before Spark starts
     spark = start_spark(model, "conveyor-lake", err_console.status)
-    job = LakeJob(spark, LakeConfig(model, topics, metrics_file), partial(_progress, spark, output),
+    # A service has no terminal to draw on: its steps go to its log, where a slow run shows its time.
+    progress = partial(_progress, spark, output) if interval is None else _logged_steps
+    job = LakeJob(spark, LakeConfig(model, topics, metrics_file), progress,
                   partial(print_summary, output=output))
     if interval is None:
         raise typer.Exit(job.once())
