@@ -37,7 +37,8 @@ system-deps:
 # a gateway per data centre, a topic asked for through the bus and granted by the registrar (on
 # every cluster and in both routes, copied at least once beside the exact topics), and realistic ad traffic through both
 # gateways. Every component serves its metrics where platform.yaml's ops.components says, so the
-# dashboard's panels fill.
+# dashboard's panels fill. It leaves running what platform.yaml's ops.running names: the lake on
+# its schedule (`lake start`) and the views (`views start`) stay up as services with the gateways.
 demo: setup
 	$(BIN)/conveyor up
 	$(BIN)/conveyor topics apply
@@ -59,6 +60,8 @@ demo: setup
 	$(BIN)/conveyor lake run --once --metrics-file .conveyor/metrics/lake.prom
 	$(BIN)/conveyor lake audit
 	$(BIN)/conveyor gateway generate --rate 2000 --duration 210 --token demo-adserver-token >/dev/null & $(BIN)/conveyor views run --from latest --for 180s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; status=$$?; wait; exit $$status
+	$(BIN)/conveyor lake start --metrics-file .conveyor/metrics/lake.prom
+	$(BIN)/conveyor views start --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom
 	$(BIN)/conveyor status
 	$(BIN)/conveyor ops dashboard
 	$(BIN)/conveyor ops alerts || true   # exits 1 while a critical alert is active

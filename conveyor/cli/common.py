@@ -80,6 +80,22 @@ MetricsPortOption = Annotated[int | None, typer.Option(
 MetricsHostOption = Annotated[str, typer.Option(
     "--metrics-host", help="Address /metrics and /healthz listen on (0.0.0.0 for a Prometheus elsewhere).")]
 DEFAULT_METRICS_HOST = "127.0.0.1"
+#: `start`'s copy of a batch job's --metrics-file, handed to the service it starts.
+MetricsFileOption = Annotated[Path | None, typer.Option(
+    "--metrics-file", help="Its metrics file (node_exporter textfile format), as `run` takes it.")]
+
+
+def start_local(platform: Platform, name: str, args: list[str], metrics_port: int | None = None,
+                metrics_file: Path | None = None, note: str = "") -> None:
+    """Start ``conveyor <args>`` (with the metrics options given) as service ``name`` of the local
+    platform, stopped by `conveyor down`, and say so."""
+    from conveyor.runtime.services import service_log_file, start_service
+
+    args = [*args, *(["--metrics-port", str(metrics_port)] if metrics_port is not None else []),
+            *(["--metrics-file", str(metrics_file.resolve())] if metrics_file is not None else [])]
+    pid, started = start_service(platform, name, args)
+    console.print(f"{name} {'started' if started else 'already running'} (pid {pid}){note}; its log: "
+                  f"{service_log_file(platform, name)}")
 
 
 def endpoint(host: str, port: int | None) -> Endpoint:

@@ -11,15 +11,10 @@ import typer
 import yaml
 
 from conveyor.cli.common import DEFAULT_PLATFORM, PlatformOption, console, err_console
-from conveyor.config import Platform, load_platform
+from conveyor.config import Platform, duration_text, load_platform
 
 app = typer.Typer(help="Write systemd units or Kubernetes manifests for the platform's services (docs/deploy.md).",
                   no_args_is_help=True)
-
-EveryOption = Annotated[str, typer.Option(
-    "--lake-every", help="How often the lake runs: --every of its unit, the CronJob's schedule (minutes that "
-                         "divide an hour, or hours that divide a day).")]
-
 
 def _loaded(path: Path) -> Platform:
     """platform.yaml as written: a deployed service reads nothing `conveyor up` writes."""
@@ -40,17 +35,16 @@ def systemd(
     platform_path: Annotated[str, typer.Option(
         "--platform-path", help="Where platform.yaml lies on the hosts.")] = "/etc/conveyor/platform.yaml",
     host: Annotated[str, typer.Option("--host", help="Address every service listens on.")] = "0.0.0.0",
-    lake_every: EveryOption = "10m",
 ) -> None:
-    """One unit per service (gateway per data centre, replicator, registrar, dispatcher, lake, views,
-    watcher): restarted on failure, secrets from /etc/conveyor/<unit>.env (the ${VAR} of
+    """One unit per service (gateway per data centre, replicator, registrar, dispatcher, lake every
+    pipeline.lake.every, views, watcher): restarted on failure, secrets from /etc/conveyor/<unit>.env (the ${VAR} of
     platform.yaml; mode 0600), a state directory of its own. Check them with `systemd-analyze verify`."""
     from conveyor.deploy.services import services
     from conveyor.deploy.systemd import units
 
     if shutil.which(program) is None and not Path(program).is_file():
         err_console.print(f"[yellow]{program} is not on this machine: install conveyor there on the hosts[/]")
-    found = services(_loaded(platform), platform_path, host, lake_every)
+    found = services(_loaded(platform), platform_path, host)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in units(found, program).items():
         (out / name).write_text(text)
@@ -64,22 +58,22 @@ def kubernetes(
     = Path("conveyor.k8s.yaml"),
     image: Annotated[str, typer.Option("--image", help="A container image with conveyor installed.")]
     = "conveyor:0.1.0",
-    lake_every: EveryOption = "10m",
 ) -> None:
     """Manifests: the ConfigMap of platform.yaml and its contract files, a Deployment per gateway
     pool, the replicator's workers and the watcher, a StatefulSet for the dispatcher, a CronJob for
-    the lake, the views job, Services, and probes on /healthz and /readyz. Secrets come from the
+    the lake on pipeline.lake.every, the views job, Services, and probes on /healthz and /readyz. Secrets come from the
     Secret conveyor-secrets, which you create. Check them with `kubernetes-validate`."""
     from conveyor.deploy.kubernetes import CONFIG_DIR, cron, manifests, platform_files
     from conveyor.deploy.services import services
 
-    try:
-        cron(lake_every)
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--lake-every") from None
     model = _loaded(platform)
+    try:
+        cron(duration_text(model.pipeline.lake.every))
+    except ValueError as err:
+        err_console.print(f"[bold red]pipeline.lake.every:[/] {err}")
+        raise typer.Exit(2) from None
     contracts = sorted({spec.contract for spec in model.topics.values() if spec.contract is not None})
-    found = services(model, f"{CONFIG_DIR}/platform.yaml", "0.0.0.0", lake_every)
+    found = services(model, f"{CONFIG_DIR}/platform.yaml", "0.0.0.0")
     documents = manifests(found, image, platform_files(platform, contracts))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump_all(documents, sort_keys=False, width=120))

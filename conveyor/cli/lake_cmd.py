@@ -8,6 +8,7 @@ Exit statuses: 0 done; 1 an error (nothing half-done is visible); 2 a bad platfo
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -20,10 +21,10 @@ import typer
 from rich.filesize import decimal
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsHostOption, OutputFormat,
-                                 OutputOption, PlatformOption, Section, console, endpoint, err_console, field_of,
-                                 platform_from, render, say)
-from conveyor.config import parse_duration_ms
+from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsFileOption, MetricsHostOption,
+                                 MetricsPortOption, OutputFormat, OutputOption, PlatformOption, Section, console,
+                                 endpoint, err_console, field_of, platform_from, render, say, start_local)
+from conveyor.config import duration_text, parse_duration_ms
 from conveyor.pipeline.completeness import floor_hour, is_complete
 from conveyor.pipeline.spark import start_spark
 from conveyor.service import serve
@@ -38,6 +39,8 @@ app = typer.Typer(help="The data lake (Apache Iceberg): land topics in it exactl
                   "it against what the gateways accepted.", no_args_is_help=True)
 
 EXIT_AUDIT_FAILED = 4
+
+log = logging.getLogger("conveyor.lake")
 
 TopicsOption = Annotated[
     list[str] | None,
@@ -68,6 +71,11 @@ def _progress(spark: SparkSession, output: OutputFormat) -> Iterator[Callable[[s
 
         with SparkTasks(spark, spark_tasks):
             yield step
+
+
+@contextmanager
+def _logged_steps() -> Iterator[Callable[[str, str], None]]:
+    yield lambda topic, what: log.info("%s: %s", topic, what)
 
 
 def _ranges(run: TopicRun) -> str:
@@ -135,12 +143,29 @@ def run(
     model = with_granted(platform_from(platform))  # requested topics the lake lands too
     lake_topics(model, topics)  # refuse unknown topics before Spark starts
     spark = start_spark(model, "conveyor-lake", err_console.status)
-    job = LakeJob(spark, LakeConfig(model, topics, metrics_file), partial(_progress, spark, output),
+    # A service has no terminal to draw on: its steps go to its log, where a slow run shows its time.
+    progress = partial(_progress, spark, output) if interval is None else _logged_steps
+    job = LakeJob(spark, LakeConfig(model, topics, metrics_file), progress,
                   partial(print_summary, output=output))
     if interval is None:
         raise typer.Exit(job.once())
     scheduler = LakeScheduler(job, Schedule(interval), _print_run_failed)
     raise typer.Exit(serve(scheduler, endpoint(metrics_host, metrics_port)))
+
+
+@app.command()
+def start(platform: PlatformOption = DEFAULT_PLATFORM, metrics_port: MetricsPortOption = None,
+          metrics_file: MetricsFileOption = None) -> None:
+    """Start `lake run --every` on pipeline.lake.every as a background service of the local platform
+    (stopped by `conveyor down`): the lake on its schedule, as a deployment's timer runs it."""
+    from conveyor.bus.registry import with_granted
+    from conveyor.pipeline.tables import lake_topics
+
+    model = with_granted(platform_from(platform))
+    lake_topics(model)  # a platform without lake topics is refused here, not in the service's log
+    every = duration_text(model.pipeline.lake.every)
+    start_local(model, "lake", ["lake", "run", "--every", every, "--platform", str(platform.resolve())],
+                metrics_port, metrics_file, f", a run every {every}")
 
 
 def _print_run_failed(err: Exception) -> None:

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsHostOption, OutputFormat,
-                                 OutputOption, PlatformOption, Section, endpoint, err_console, platform_from, render, say)
+from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column, MetricsFileOption, MetricsHostOption,
+                                 MetricsPortOption, OutputFormat, OutputOption, PlatformOption, Section, endpoint,
+                                 err_console, platform_from, render, say, start_local)
 from conveyor.config import parse_duration_ms
 from conveyor.pipeline.spark import start_spark
 from conveyor.service import serve
@@ -143,6 +144,18 @@ def run(
                               partial(_print_realtime_summary, output=output))
     say(output, f"real-time views {', '.join(chosen)}: streaming from {model.pipeline.source}")
     raise typer.Exit(serve(service, endpoint(metrics_host, metrics_port)))
+
+@app.command()
+def start(platform: PlatformOption = DEFAULT_PLATFORM, metrics_port: MetricsPortOption = None,
+          metrics_file: MetricsFileOption = None) -> None:
+    """Start `views run` over every view as a background service of the local platform (stopped by
+    `conveyor down`); it resumes from its checkpoint."""
+    from conveyor.pipeline.realtime.plan import job_views
+
+    model = platform_from(platform)
+    job_views(model, None)  # a platform without views is refused here, not in the service's log
+    start_local(model, "views", ["views", "run", "--platform", str(platform.resolve())], metrics_port, metrics_file)
+
 
 def _moment(text: str) -> datetime:
     for parse in (datetime.fromisoformat, lambda t: datetime.strptime(t, "%Y%m%dT%H%M%SZ")):

@@ -23,7 +23,7 @@ from conveyor.config.problems import ConfigError, NotSetError, Problem
 from conveyor.config.resolved import load_resolved_platform
 from conveyor.config.runtime import Postgres, Redis, Runtime
 from conveyor.config.topics import CleanupPolicy, Delivery, ReplicationMode, Route, Service, Topic
-from conveyor.config.units import DEFAULT_PLATFORM_FILE, parse_duration_ms, parse_size_bytes
+from conveyor.config.units import DEFAULT_PLATFORM_FILE, duration_text, parse_duration_ms, parse_size_bytes
 
 __all__ = [
     "Catalog", "DEFAULT_PLATFORM_FILE", "CleanupPolicy", "Cluster", "ClusterRole", "Compatibility", "ConfigError",
@@ -32,5 +32,5 @@ __all__ = [
     "Dispatch", "FieldMatch", "Gateway", "Lake", "MetricsPage", "NotSetError", "Ops", "OpsPanel", "PanelQuery", "Part", "Pipeline",
     "Platform", "Postgres", "Problem", "Purpose", "Realtime", "RealtimeView", "Redis", "ReplicationDefaults", "ReplicationMode",
     "Route", "Runtime", "Security", "Service", "Spark", "Topic", "ViewMetric", "load_platform",
-    "load_resolved_platform", "parse_duration_ms", "parse_platform", "parse_size_bytes", "read_contract",
+    "load_resolved_platform", "duration_text", "parse_duration_ms", "parse_platform", "parse_size_bytes", "read_contract",
 ]

@@ -72,6 +72,10 @@ class Lake(Model):
     topics: list[str] | None = None
     #: How late an event may arrive after its hour; an hour is complete only after this.
     allowed_lateness: Seconds = Field(default=600.0, ge=0)
+    #: How often the lake runs (a `lake run --every` process, a systemd timer, a CronJob): the
+    #: schedule `conveyor deploy` writes and the one the watcher judges the lake's positions
+    #: against (stopped only after two missed runs).
+    every: Seconds = Field(default=600.0, gt=0)
     #: Drop an event_id already landed within this window (producer retries); 0 turns it off.
     dedup_window: Seconds = Field(default=3600.0, ge=0)
     #: Topics whose rows keep every record's bytes (``raw_value``); the other topics' rows keep

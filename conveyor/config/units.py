@@ -63,6 +63,15 @@ def parse_duration_ms(value: Any) -> int:
     return _DURATION.parse(value)
 
 
+def duration_text(seconds: float) -> str:
+    """Whole seconds as the duration syntax, in the largest whole unit up to hours: 2h, 10m, 90s."""
+    whole = round(seconds)
+    for size, unit in ((3600, "h"), (60, "m")):
+        if whole and whole % size == 0:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
 def parse_size_bytes(value: Any) -> int:
     """``"1GiB"`` -> 1073741824. Integers are taken as bytes; -1 means "no limit" (Kafka's)."""
     return _SIZE.parse(value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from conveyor.config import Platform
+from conveyor.config import Platform, duration_text
 
 #: /metrics and /healthz of the services whose port platform.yaml does not set (the demo's).
 METRICS_PORTS = {"replicator": 18181, "registrar": 18182, "views": 18191, "lake": 18192}
@@ -59,7 +59,7 @@ class Service:
     once: tuple[str, ...] = ()
 
 
-def services(platform: Platform, platform_path: str, host: str, lake_every: str = "10m") -> list[Service]:
+def services(platform: Platform, platform_path: str, host: str) -> list[Service]:
     """Every long-running service of ``platform``, reading the platform file at ``platform_path``
     and listening on ``host``. The dispatcher advertises what its environment says, which each
     deployment sets to the address its clients reach that node at (``ADVERTISE``)."""
@@ -82,6 +82,8 @@ def services(platform: Platform, platform_path: str, host: str, lake_every: str 
                          {"grpc": dispatch.port, "metrics": dispatch.metrics_port}, Probe(dispatch.metrics_port),
                          stateful=True))
     lake = METRICS_PORTS["lake"]
+    # One schedule: the watcher judges the lake's positions against the same pipeline.lake.every.
+    lake_every = duration_text(platform.pipeline.lake.every)
     found.append(Service("conveyor-lake", "lake", ("lake", "run", *common, "--every", lake_every,
                                                    "--metrics-host", host, "--metrics-port", str(lake)),
                          {"metrics": lake}, Probe(lake), every=lake_every, once=("lake", "run", *common, "--once")))

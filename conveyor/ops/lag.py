@@ -68,6 +68,8 @@ class Reason(str, Enum):
     LAG_OVER_SECONDS = "lag over seconds threshold"
     OFFSET_NOT_MOVING = "offset not moving"
     COMMITS_STOPPED = "commits stopped"
+    RUNS_MISSED = "scheduled runs missed"
+    BETWEEN_RUNS = "between scheduled runs"
     OFFSET_WENT_BACK = "offset went back"
     NO_SAMPLES = "no samples"
     STALE_SAMPLES = "stale samples"
@@ -111,11 +113,15 @@ class LagPolicy:
     max_lag_seconds: float | None = None
     #: ERR when the latest sample is older than this at evaluation time: the sampler is blind.
     max_sample_age_ms: int | None = None
+    #: A reader that runs on this schedule (the lake's runs) rather than all the time: between runs
+    #: its offset stands still while the lag grows, by design. It is STOP only when its offset has
+    #: stood still for two runs' worth (it missed two runs), and the trend rules do not apply.
+    schedule_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.min_samples < 2:
             raise ValueError(f"min_samples must be at least 2 (got {self.min_samples})")
-        for name in ("max_lag_records", "max_lag_seconds", "max_sample_age_ms"):
+        for name in ("max_lag_records", "max_lag_seconds", "max_sample_age_ms", "schedule_ms"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative (got {value})")
@@ -135,7 +141,7 @@ class Columns(NamedTuple):
 class PartitionWindow:
     """The last ``size`` samples of one partition for one group, oldest first."""
 
-    __slots__ = ("topic", "partition", "size", "_buf")
+    __slots__ = ("topic", "partition", "size", "_buf", "held_since_ms")
 
     def __init__(self, topic: str, partition: int, size: int = WINDOW_SIZE) -> None:
         if size < 1:
@@ -144,6 +150,9 @@ class PartitionWindow:
         self.partition = partition
         self.size = size
         self._buf = array("q")
+        #: When the current committed offset was first seen, kept when that sample leaves the
+        #: window: how long a scheduled reader has not moved can span many windows.
+        self.held_since_ms: int | None = None
 
     @classmethod
     def of(cls, topic: str, partition: int, samples: Iterable[Sample], size: int = WINDOW_SIZE) -> PartitionWindow:
@@ -166,6 +175,10 @@ class PartitionWindow:
             if value is not None and value < 0:
                 raise ValueError(f"{self.topic}[{self.partition}]: {name} must not be negative (got {value}); "
                                  "pass None for a missing value")
+        if committed is None:
+            self.held_since_ms = None
+        elif self.held_since_ms is None or not buf or buf[-_FIELDS + _COMMITTED] != committed:
+            self.held_since_ms = at_ms
         if len(buf) == self.size * _FIELDS:
             del buf[:_FIELDS]
         buf.extend((at_ms, NO_OFFSET if committed is None else committed, end,
@@ -235,6 +248,9 @@ _TEXT = {
                               "look in its logs for a record it cannot process",
     Reason.COMMITS_STOPPED: "{behind}; no new committed offset for {ago}, longer than the window spans: the "
                             "consumer stopped or lost the partition; check the group's members and assignment",
+    Reason.RUNS_MISSED: "{behind}; the offset has not moved for {ago}, two runs of its schedule: the scheduled "
+                        "reader missed its runs; check its timer, CronJob or `--every` process and its last run's log",
+    Reason.BETWEEN_RUNS: "{behind}, read on a schedule: the next run takes it",
     Reason.OFFSET_WENT_BACK: "the committed offset went backwards {ago} ago (now {c:,}): records are read "
                              "again; the rewind findings give the amount and the cause",
     Reason.NO_SAMPLES: "no samples: the sampler has no data for this partition",
@@ -386,6 +402,11 @@ def evaluate_partition(window: PartitionWindow, policy: LagPolicy = DEFAULT_POLI
     if offsets_rewind(committed):
         return result(Status.REWIND, Reason.OFFSET_WENT_BACK, first_backward(at, committed))
     enough = len(committed) >= policy.min_samples
+    if policy.schedule_ms is not None and lag > 0:
+        held = window.held_since_ms if window.held_since_ms is not None else at[0]
+        if now - held > 2 * policy.schedule_ms:
+            return result(Status.STOP, Reason.RUNS_MISSED, held)
+        return result(Status.OK, Reason.BETWEEN_RUNS)
     if lag > 0 and enough:
         run = current_run(committed)
         first_commit, last_commit = commit_span(at, commit_ms, run)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from conveyor.config.policies import RewindPolicy
 from conveyor.ops.lag import NO_OFFSET, DEFAULT_POLICY, GroupStatus, LagPolicy, PartitionWindow, evaluate_group
@@ -205,7 +205,9 @@ class OffsetTracker:
             group.history.append((snapshot.at_ms, total))
 
     def evaluate(self, now_ms: int | None = None, policy: LagPolicy = DEFAULT_POLICY,
-                 rewind_policy: RewindPolicy = DEFAULT_REWIND_POLICY) -> tuple[GroupReport, ...]:
+                 rewind_policy: RewindPolicy = DEFAULT_REWIND_POLICY,
+                 schedules: Mapping[str, int] | None = None) -> tuple[GroupReport, ...]:
+        """``schedules``: group name prefix -> the schedule (ms) the groups so named are read on."""
         reports = []
         for name in sorted(self.groups):
             group = self.groups[name]
@@ -213,7 +215,9 @@ class OffsetTracker:
                 continue  # never committed anything: nothing to judge yet
             windows = [group.windows[tp] for tp in sorted(group.windows)]
             findings = scan_group(name, windows, rewind_policy)
-            reports.append(GroupReport(self.cluster, name, group.state, evaluate_group(name, windows, policy, now_ms),
+            schedule = next((ms for prefix, ms in (schedules or {}).items() if name.startswith(prefix)), None)
+            judged = policy if schedule is None else replace(policy, schedule_ms=schedule)
+            reports.append(GroupReport(self.cluster, name, group.state, evaluate_group(name, windows, judged, now_ms),
                                        findings, tuple(group.history), group.error,
                                        rewind_evidence(self.cluster, name, windows, findings.offsets), group.kept_in))
         return tuple(reports)

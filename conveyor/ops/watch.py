@@ -44,6 +44,7 @@ from conveyor.ops.scrape import Scraper, component_url, metrics_targets
 from conveyor.ops.offset_manager import assess_offset_manager
 from conveyor.ops.rewind_history import Seen, missed
 from conveyor.ops.rewind_store import RewindStore
+from conveyor.positions import group_name
 from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, RewindEvidence, excluded
 from conveyor.ops.traffic import TopicRates, TrafficPolicy, assess_traffic, topic_rates
 from conveyor.replicate.plan import Gap
@@ -115,6 +116,8 @@ class ClusterWatch:
         # Windows not refreshed for three rounds (and a slow round's slack) are stale: ERR.
         self.lag_policy = LagPolicy(max_lag_records=ops.max_lag_records, max_lag_seconds=ops.max_lag_seconds,
                                     max_sample_age_ms=int((3 * ops.interval + 10) * 1000))
+        #: The lake reads on a schedule: between its runs its positions stand still by design.
+        self.schedules = {group_name("lake", ""): int(platform.pipeline.lake.every * 1000)}
         self.rewind_policy = RewindPolicy(amplification_threshold=ops.amplification)
         self.health_policy = HealthPolicy(p99_warn_ms=ops.request_p99_warn * 1000,
                                           p99_alarm_ms=ops.request_p99_alarm * 1000, skew_warn=ops.skew_warn,
@@ -163,7 +166,7 @@ class ClusterWatch:
             leaders = snapshot.leaders()
             self._changes.append((at, leader_moves(self._leaders, leaders) if self._leaders is not None else 0))
             self._leaders = leaders
-        groups = self.tracker.evaluate(at, self.lag_policy, self.rewind_policy)
+        groups = self.tracker.evaluate(at, self.lag_policy, self.rewind_policy, self.schedules)
         self._count_findings(groups)
         if snapshot is not None and self._saved is not None:
             self._save(snapshot)

@@ -47,5 +47,9 @@ def service_daemons(platform: Platform) -> list[Daemon]:
             for folder in sorted(root.iterdir()) if (folder / "args.json").is_file()]
 
 
+def service_log_file(platform: Platform, name: str) -> Path:
+    return _folder(platform, name) / "console.log"
+
+
 def service_log_tail(platform: Platform, name: str) -> str:
-    return processes.log_tail(Daemon(name, _folder(platform, name) / "pid", _folder(platform, name) / "console.log", ""))
+    return processes.log_tail(Daemon(name, _folder(platform, name) / "pid", service_log_file(platform, name), ""))

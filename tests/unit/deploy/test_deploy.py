@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conveyor.config import load_platform
+from conveyor.config import duration_text, load_platform
 from conveyor.deploy.kubernetes import cron
 from conveyor.deploy.services import services
 
@@ -118,3 +118,24 @@ def test_a_run_every_minutes_or_hours_is_a_cron_schedule(every: str, schedule: s
 def test_a_period_cron_cannot_say_is_refused_with_what_it_can(every: str):
     with pytest.raises(ValueError, match="minutes|hours"):
         cron(every)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(600.0, "10m"), (7200.0, "2h"), (90.0, "90s"), (3600.0, "1h")])
+def test_the_lake_schedule_is_written_in_its_largest_whole_unit(seconds: float, text: str):
+    assert duration_text(seconds) == text
+
+
+def test_a_lake_schedule_no_cronjob_can_keep_is_refused_naming_the_setting(tmp_path: Path):
+    data = yaml.safe_load(PLATFORM.read_text())
+    data.setdefault("pipeline", {}).setdefault("lake", {})["every"] = "7m"
+    for name, spec in data["topics"].items():  # the file moves: keep its contracts found
+        if spec.get("contract"):
+            spec["contract"] = str(ROOT / spec["contract"])
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    run = _conveyor("deploy", "kubernetes", "--out", str(tmp_path / "k.yaml"), "--platform", str(path))
+    assert run.returncode == 2 and "pipeline.lake.every:" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert not (tmp_path / "k.yaml").exists()
+    lake = next(s for s in services(load_platform(path), "/etc/conveyor/platform.yaml", "0.0.0.0")
+                if s.part == "lake")
+    assert lake.args[lake.args.index("--every") + 1] == "7m"  # a unit's --every takes any period

@@ -280,6 +280,20 @@ CASES = {
         policy=LagPolicy(max_lag_seconds=200)),
     "threshold-on-single-sample": Case(
         [(10, 100, 5000)], Status.WARN, Reason.LAG_OVER_RECORDS, policy=LagPolicy(max_lag_records=100)),
+    # A reader on a schedule (the lake): its offset stands still between runs.
+    "scheduled-between-runs": Case(
+        [(0, 1000, 1500), (30, 1000, 1800), (60, 1000, 2100), (90, 1000, 2400)], Status.OK, Reason.BETWEEN_RUNS,
+        policy=LagPolicy(schedule_ms=60_000), says="read on a schedule"),
+    "scheduled-runs-missed": Case(
+        [(0, 1000, 1500), (30, 2000, 2100), (60, 2000, 2400), (90, 2000, 2700)], Status.STOP, Reason.RUNS_MISSED,
+        policy=LagPolicy(schedule_ms=40_000), now=115, says="has not moved for 85.0 s"),
+    "scheduled-held-longer-than-the-window": Case(
+        [(0, 500, 600), (30, 1000, 1500), (60, 1000, 1800), (90, 1000, 2100), (120, 1000, 2400), (150, 1000, 2700)],
+        Status.STOP, Reason.RUNS_MISSED, policy=LagPolicy(schedule_ms=50_000), size=3,
+        says="has not moved for 120.0 s"),
+    "scheduled-caught-up": Case(
+        [(0, 1000, 1000), (100, 1000, 1000), (200, 1000, 1000)], Status.OK, Reason.CAUGHT_UP,
+        policy=LagPolicy(schedule_ms=10_000)),
     "threshold-does-not-hide-stall": Case(
         burrow([1000] * 5, [100] * 5, STEPS, commit_times=True), Status.STALL, Reason.OFFSET_NOT_MOVING, now=600,
         policy=LagPolicy(max_lag_records=10)),

@@ -91,3 +91,17 @@ def test_windows_evaluate_with_burrow_rules_and_rewinds_become_findings():
     assert report.status.status is Status.REWIND
     (finding,) = report.findings.offsets
     assert (finding.from_offset, finding.to_offset, finding.records) == (300, 150, 150)
+
+
+def test_groups_named_for_a_scheduled_reader_are_judged_against_its_schedule_the_others_as_streams():
+    tracker = OffsetTracker("central", window=5)
+    for i in range(6):  # every 5 s: the offsets stand still, the ends grow
+        ends = {("t", 0): 100 + 10 * i}
+        tracker.push(snap(i, [GroupOffsets("conveyor.lake.t", "EMPTY", {("t", 0): 50}),
+                              GroupOffsets("mailer", "STABLE", {("t", 0): 50})], ends))
+    reports = {r.group: r.status for r in tracker.evaluate(T0 + 40_000, schedules={"conveyor.lake.": 600_000})}
+    assert (reports["conveyor.lake.t"].status, reports["conveyor.lake.t"].partitions[0].reason) == (
+        Status.OK, Reason.BETWEEN_RUNS)
+    assert reports["mailer"].status is Status.STOP
+    missed = {r.group: r.status for r in tracker.evaluate(T0 + 40_000, schedules={"conveyor.lake.": 15_000})}
+    assert missed["conveyor.lake.t"].partitions[0].reason is Reason.RUNS_MISSED
