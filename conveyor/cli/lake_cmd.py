@@ -26,7 +26,6 @@ from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column,
                                  endpoint, err_console, field_of, platform_from, render, say, start_local)
 from conveyor.config import duration_text, parse_duration_ms
 from conveyor.pipeline.completeness import floor_hour, is_complete
-from conveyor.pipeline.spark import start_spark
 from conveyor.service import serve
 
 if TYPE_CHECKING:
@@ -142,6 +141,7 @@ def run(
         raise typer.BadParameter(str(err), param_hint="--every") from None
     model = with_granted(platform_from(platform))  # requested topics the lake lands too
     lake_topics(model, topics)  # refuse unknown topics before Spark starts
+    from conveyor.pipeline.spark import start_spark
     spark = start_spark(model, "conveyor-lake", err_console.status)
     # A service has no terminal to draw on: its steps go to its log, where a slow run shows its time.
     progress = partial(_progress, spark, output) if interval is None else _logged_steps
@@ -207,6 +207,7 @@ def audit(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = No
 
     model = with_granted(platform_from(platform))  # requested topics the lake lands too
     lake_topics(model, topics)
+    from conveyor.pipeline.spark import start_spark
     spark = start_spark(model, "conveyor-audit", err_console.status)
     with err_console.status("counting produced and landed events per hour"):
         hours = audit_lake(spark, model, topics)
@@ -252,6 +253,7 @@ def status(platform: PlatformOption = DEFAULT_PLATFORM, topics: TopicsOption = N
 
     model = with_granted(platform_from(platform))  # requested topics the lake lands too
     lake_topics(model, topics)
+    from conveyor.pipeline.spark import start_spark
     spark = start_spark(model, "conveyor-lake-status", err_console.status)
     with err_console.status("reading the lake's tables"):
         statuses = lake_status(spark, model, topics)

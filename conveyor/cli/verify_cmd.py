@@ -14,7 +14,6 @@ import typer
 
 from conveyor.cli.common import (DEFAULT_PLATFORM, OutputFormat, OutputOption, PlatformOption, Section, console,
                                  err_console, platform_from, render, say)
-from conveyor.pipeline.spark import start_spark
 from conveyor.config import Platform
 from conveyor.errors import ConveyorError
 from conveyor.verify.checks import (TITLES, Invariant, Result, Skipped, Unchecked, Verdict, at_least, exit_status,
@@ -154,6 +153,7 @@ def verify(
         (Invariant.audit, lambda spark, lake: _audit(spark, model, results))]
     if chosen & {invariant for invariant, _ in spark_checks}:
         lake = lake_topics(model)  # refuse a platform without lake topics before Spark starts
+        from conveyor.pipeline.spark import start_spark
         spark = start_spark(model, "conveyor-verify", err_console.status)
         for invariant, check in spark_checks:
             if invariant in chosen:

@@ -16,7 +16,6 @@ from conveyor.cli.common import (DEFAULT_METRICS_HOST, DEFAULT_PLATFORM, Column,
                                  MetricsPortOption, OutputFormat, OutputOption, PlatformOption, Section, endpoint,
                                  err_console, platform_from, render, say, start_local)
 from conveyor.config import parse_duration_ms
-from conveyor.pipeline.spark import start_spark
 from conveyor.service import serve
 
 if TYPE_CHECKING:
@@ -135,6 +134,7 @@ def run(
     if available_now and model.pipeline.realtime.mode == "real-time":
         raise typer.BadParameter("real-time mode runs until stopped (or for --for)", param_hint="--available-now")
     chosen = job_views(model, views)  # refuse unknown views before Spark starts
+    from conveyor.pipeline.spark import start_spark
     spark = start_spark(model, "conveyor-realtime", err_console.status)
     if rebuild_views:
         rebuild(spark, model, chosen)

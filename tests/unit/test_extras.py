@@ -17,7 +17,7 @@ ONLY_IN = {
     "gateway": {"fastapi", "uvicorn"},
     "ops": {"fastapi", "uvicorn"},
     "dispatch": {"grpc_health", "grpc_reflection"},
-    "pipeline": {"pyspark", "pyarrow", "pandas"},
+    "pipeline": {"pyspark", "pyarrow", "pandas", "packaging"},
 }
 #: What each install must import; "core" is the CLI and the parts every host runs.
 ENTRY = {
@@ -40,7 +40,8 @@ for module in MODULES:
     __import__(module)
 if "conveyor.cli" in MODULES:
     import conveyor.cli
-    for argv in (["--help"], ["topics", "--help"], ["replicate", "worker", "--help"], ["gateway", "--help"]):
+    for argv in (["--help"], ["topics", "--help"], ["replicate", "worker", "--help"], ["gateway", "--help"],
+                 ["lake", "--help"], ["views", "--help"]):
         try:
             conveyor.cli.app(argv, standalone_mode=False)
         except SystemExit as exit:
@@ -60,7 +61,7 @@ def test_the_extras_declare_those_libraries() -> None:
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     distributions = {"fastapi": "fastapi", "uvicorn": "uvicorn", "grpc_health": "grpcio-health-checking",
                      "grpc_reflection": "grpcio-reflection", "pyspark": "pyspark",
-                     "pyarrow": "pyspark[sql]", "pandas": "pyspark[sql]"}
+                     "pyarrow": "pyspark[sql]", "pandas": "pyspark[sql]", "packaging": "packaging"}
     for extra, modules in ONLY_IN.items():
         for module in modules:
             assert any(spec.startswith(distributions[module]) for spec in declared[extra]), (extra, module)
