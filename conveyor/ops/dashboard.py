@@ -186,20 +186,19 @@ def read_panels(client: PrometheusClient | None, panels: Mapping[str, OpsPanel],
         return tuple(panel_view(name, panel, [NO_PROMETHEUS] * len(panel.queries), steps)
                      for name, panel in panels.items())
     down: str | None = None
-    views = []
-    for name, panel in panels.items():
-        answers: list[tuple[Series, ...] | str] = []
-        for query in panel.queries:
-            if down is not None:
-                answers.append(down)
-                continue
-            try:
-                answers.append(client.query_range(query.expr, steps.start_ms / 1000, steps.end_ms / 1000,
-                                                  steps.step_ms / 1000))
-            except QueryError as err:
-                failed = f"Prometheus query failed: {err}"
-                if err.unreachable:
-                    down = failed
-                answers.append(failed if err.unreachable else f"{failed} (in {query.expr})")
-        views.append(panel_view(name, panel, answers, steps))
-    return tuple(views)
+
+    def ask(query: PanelQuery) -> tuple[Series, ...] | str:
+        nonlocal down
+        if down is not None:
+            return down
+        try:
+            return client.query_range(query.expr, steps.start_ms / 1000, steps.end_ms / 1000, steps.step_ms / 1000)
+        except QueryError as err:
+            failed = f"Prometheus query failed: {err}"
+            if err.unreachable:
+                down = failed
+                return failed
+            return f"{failed} (in {query.expr})"
+
+    return tuple(panel_view(name, panel, [ask(query) for query in panel.queries], steps)
+                 for name, panel in panels.items())
