@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 
 import orjson
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from conveyor import kafka
 from conveyor.config import Platform
@@ -32,7 +32,7 @@ def produce_notifications(platform: Platform, cluster: str, count: int) -> None:
 def unread(watermarks: Mapping[int, tuple[int, int]], committed: Mapping[int, int]) -> dict[int, int]:
     """Records each partition holds past the group's commit, for the partitions that hold any:
     ``watermarks`` are (log start, end) per partition, ``committed`` the group's offsets (a
-    partition without one has all it holds unread, as the watcher counts it)."""
+    partition without one has all it holds unread)."""
     left = {}
     for partition, (start, end) in watermarks.items():
         offset = committed.get(partition, -1)
@@ -51,6 +51,8 @@ def unread_records(platform: Platform, cluster: str, topic: str, group: str, tim
         partitions = [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
         committed = {tp.partition: tp.offset for tp in reader.committed(partitions, timeout=timeout)}
         watermarks = {tp.partition: reader.get_watermark_offsets(tp, timeout=timeout) for tp in partitions}
+    except KafkaException as exc:
+        raise DispatchError(f"cannot read the commits of {group} on {topic} ({cluster}): {exc}") from None
     finally:
         reader.close()
     return unread(watermarks, committed)

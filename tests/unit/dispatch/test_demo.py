@@ -13,13 +13,16 @@ from typing import Any
 
 import grpc
 import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from typer.testing import CliRunner
 
 import conveyor.dispatch.demo as demo
 import conveyor.dispatch.server as server
 import conveyor.tls as tls
 import conveyor_sdk.subscriber as subscriber
+from conveyor import kafka
 from conveyor.cli import dispatch_cmd
+from conveyor.cli.common import platform_from
 from conveyor.dispatch.demo import unread
 from conveyor.dispatch.errors import DispatchError
 
@@ -30,6 +33,40 @@ def test_unread_counts_what_each_partition_holds_past_the_commit() -> None:
     watermarks = {0: (0, 100), 1: (0, 50), 2: (40, 70), 3: (0, 0)}
     assert unread(watermarks, {0: 100, 1: 45, 2: -1}) == {1: 5, 2: 30}
     assert unread(watermarks, {0: 100, 1: 50, 2: 70}) == {}
+
+
+class Reader:
+    """A consumer handle of the group as Kafka answers it: ``commits`` and (start, end) per partition."""
+
+    def __init__(self, commits: dict[int, int], watermarks: dict[int, tuple[int, int]],
+                 fails: bool = False) -> None:
+        self.commits, self.watermarks, self.fails, self.closed = commits, watermarks, fails, False
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        if self.fails:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return SimpleNamespace(topics={topic: SimpleNamespace(partitions=dict.fromkeys(self.watermarks))})
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.commits.get(tp.partition, -1001)) for tp in partitions]
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        return self.watermarks[tp.partition]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_unread_records_asks_kafka_for_the_commits_and_ends_and_says_when_it_cannot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    platform = platform_from(PLATFORM)
+    reader = Reader({0: 10, 1: 7}, {0: (0, 10), 1: (0, 9), 2: (0, 4)})
+    monkeypatch.setattr(kafka, "consumer", lambda *_: reader)
+    assert demo.unread_records(platform, "central", "notifications", "mailer") == {1: 2, 2: 4} and reader.closed
+    reader = Reader({}, {0: (0, 1)}, fails=True)
+    with pytest.raises(DispatchError, match="cannot read the commits of mailer on notifications"):
+        demo.unread_records(platform, "central", "notifications", "mailer")
+    assert reader.closed
 
 
 class Mailbox:
