@@ -130,9 +130,9 @@ def run_demo(monkeypatch: pytest.MonkeyPatch):
 
 def test_a_mailer_slower_than_the_patience_still_reads_to_the_end(run_demo) -> None:
     started = time.monotonic()
-    result = run_demo(Mailbox(4, every=0.6), {}, "--seconds", "1.5")
+    result = run_demo(Mailbox(8, every=0.4), {}, "--seconds", "2.5")
     assert result.exit_code == 0, result.output
-    assert "mailer handled 4 notifications" in result.output and time.monotonic() - started > 1.5
+    assert "mailer handled 8 notifications" in result.output and time.monotonic() - started > 2.5
     assert "mailer committed every partition of notifications to its end (lag 0)" in result.output
 
 
