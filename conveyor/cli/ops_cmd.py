@@ -25,7 +25,7 @@ app = typer.Typer(help="Operations: the watch service behind lag, health, alerts
                   no_args_is_help=True)
 
 STATUS_STYLE = {"OK": "green", "WARN": "yellow", "STALL": "dark_orange", "STOP": "red", "REWIND": "magenta",
-                "ERR": "bold red", "WARNING": "yellow", "CRITICAL": "bold red"}
+                "ERR": "bold red", "WARNING": "yellow", "DEGRADED": "yellow", "CRITICAL": "bold red"}
 CRITICAL_STATUSES = ("STOP", "REWIND", "ERR")
 
 UrlOption = Annotated[str | None, typer.Option(
@@ -110,6 +110,11 @@ _ALERT_COLUMNS = (Column("severity", cell=lambda a: _styled(a["severity"])), Col
                   Column("what is wrong", "message", overflow="fold"), Column("look at", "look_at", overflow="fold"))
 
 
+def _about_groups(alert: dict[str, Any]) -> bool:
+    """An alert about a consumer group (lag, offsets moved or lost, read amplification)."""
+    return "group" in alert["labels"]
+
+
 def _alerts(output: OutputFormat, alerts: list[dict[str, Any]], title: str) -> Section | None:
     """The alerts as a section, or (no alerts, as a table) a line that says so."""
     if alerts or output is OutputFormat.json:
@@ -157,8 +162,7 @@ def lag(
     if group and output is OutputFormat.table:  # in the JSON document, each group holds its partitions
         sections += [Section("partitions", f"{g['cluster']} / {g['group']}: partitions", _PARTITION_COLUMNS,
                              g["partitions"]) for g in groups]
-    lag_alerts = [a for a in state["alerts"] if a["rule"].startswith(("lag_", "offset_", "read_"))]
-    alerts = _alerts(output, lag_alerts, "lag and offset alerts")
+    alerts = _alerts(output, [a for a in state["alerts"] if _about_groups(a)], "lag and offset alerts in Alertmanager")
     render(output, *sections, *([alerts] if alerts else []))
     raise typer.Exit(1 if any(g["status"] in CRITICAL_STATUSES for g in groups) else 0)
 
@@ -183,22 +187,24 @@ def health(
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Broker health from each broker's JMX exporter: replication, controller, elections, request
-    times, load per broker and its skew, with alerts. Exits 1 on a critical alert."""
+    times, load per broker and its skew, with the cluster alerts Alertmanager holds. Exits 1 when a
+    cluster is CRITICAL: a node not answering, partitions offline or below min ISR, no active
+    controller, or an unclean election."""
     state = _state(platform, url, samples, interval, None, cluster, token)
-    health_alerts = [a for a in state["alerts"] if not a["rule"].startswith(("lag_", "offset_", "read_"))]
-    code = 1 if any(a["severity"] == "CRITICAL" for a in health_alerts) else 0
+    health_alerts = [a for a in state["alerts"] if not _about_groups(a)]
+    code = 1 if any(c["health"]["status"] == "CRITICAL" for c in state["clusters"]) else 0
     if output is OutputFormat.json:
         clusters = [{"cluster": c["name"], **c["health"]} for c in state["clusters"]]
         render(output, clusters=clusters, alerts=health_alerts)
         raise typer.Exit(code)
     for c in state["clusters"]:
         h = c["health"]
-        console.print(f"[bold]{c['name']}[/] {_styled(h['severity'])}  under-replicated {h['under_replicated']}  "
+        console.print(f"[bold]{c['name']}[/] {_styled(h['status'])}  under-replicated {h['under_replicated']}  "
                       f"under min ISR {h['under_min_isr']}  offline {_num(h['offline_partitions'])}  "
                       f"leader changes {h['leader_changes']} in {_num(h['leader_change_span_s'])} s  skew "
                       + ", ".join(f"{k} {v:.2f}" for k, v in h["skew"].items() if v is not None))
         render(output, Section("brokers", "", _BROKER_COLUMNS, h["brokers"]))
-    alerts = _alerts(output, health_alerts, "health alerts")
+    alerts = _alerts(output, health_alerts, "cluster alerts in Alertmanager")
     if alerts:
         render(output, alerts)
     raise typer.Exit(code)

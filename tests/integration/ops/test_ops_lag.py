@@ -21,7 +21,6 @@ from conveyor import kafka
 from conveyor.cli import app
 from conveyor.config import Part, Platform
 from conveyor.ops.commit_log import java_hash, read_commits
-from conveyor.ops.health import Severity
 from conveyor.ops.lag import Status
 from conveyor.ops.rewind import FindingKind
 from conveyor.ops.tracker import GroupReport
@@ -74,10 +73,6 @@ def group_in(report: ClusterReport, group: str) -> GroupReport:
     return next(g for g in report.groups if g.group == group)
 
 
-def rules_for(report: ClusterReport, group: str) -> dict[str, Severity]:
-    return {a.rule: a.severity for a in report.alerts if a.subject == group}
-
-
 def test_a_slow_consumer_goes_warn(ops_platform, watch, one_partition):
     topic, group, producer, consumer = one_partition
     statuses = []
@@ -90,9 +85,7 @@ def test_a_slow_consumer_goes_warn(ops_platform, watch, one_partition):
             break
     assert statuses[-1] is Status.WARN, statuses
     assert Status.STOP not in statuses and Status.ERR not in statuses
-    assert rules_for(report, group) == {"lag_warn": Severity.WARNING}
-    alert = next(a for a in report.alerts if a.subject == group)
-    assert "not shrinking across the window" in alert.message
+    assert "not shrinking across the window" in group_in(report, group).status.message
 
     # `conveyor lag` sampling by itself shows the group and every partition.
     result = CliRunner().invoke(app, ["lag", "--group", group, "--cluster", "central", "--samples", "1",
@@ -119,7 +112,6 @@ def test_a_stopped_consumer_goes_stop(watch, one_partition):
     stopped = group_in(report, group)
     assert stopped.state == "EMPTY"
     assert stopped.status.problems[0].since_ms == last_commit_round.at_ms  # when the last commit was seen
-    assert rules_for(report, group) == {"lag_stop": Severity.CRITICAL}
 
 
 def test_resetting_offsets_backwards_raises_rewind(ops_platform, watch, topic_factory):
@@ -145,11 +137,6 @@ def test_resetting_offsets_backwards_raises_rewind(ops_platform, watch, topic_fa
     assert rewound.status.status is Status.REWIND
     found = {(f.partition, f.kind, f.from_offset, f.to_offset, f.records) for f in rewound.findings.offsets}
     assert found == {(0, FindingKind.REWIND, 80, 20, 60), (1, FindingKind.RESET_EARLIEST, 80, 0, 80)}
-    rules = rules_for(report, group)
-    # The finding alerts carry the amounts, so no second alert for the REWIND status; moving offsets on
-    # a topic nobody writes to also reads as re-reading (read amplification).
-    assert set(rules) - {"read_amplification"} == {"offset_rewind", "offset_reset_earliest"}
-    assert rules["offset_rewind"] is rules["offset_reset_earliest"] is Severity.WARNING
     assert watch.findings_total[(group, "rewind")] == 1
 
     watch.cycle()  # still in the window: reported again, counted once
