@@ -18,8 +18,9 @@ from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputO
 from conveyor.config import Platform
 from conveyor.errors import ConveyorError
 from conveyor.ops.errors import WatchRefusedError, WatchUnreachableError
+from conveyor.service import serve as serve_service
 from conveyor.service import wait_healthy
-from conveyor.tls import base_url, server_tls, trusted, uvicorn_tls
+from conveyor.tls import base_url, trusted
 
 app = typer.Typer(help="Operations: the watch service behind lag, health, alerts and the dashboard.",
                   no_args_is_help=True)
@@ -228,13 +229,10 @@ def watch(
 ) -> None:
     """Run the watch service in the foreground: every ops.interval seconds it samples every
     cluster's consumer groups and scrapes every broker, and serves the dashboard (/), its JSON API
-    (/api/state), /metrics and /healthz."""
-    from conveyor.ops.watch import Watcher
-    from conveyor.web.app import dashboard_server
+    (/api/state), /metrics and /healthz. SIGTERM ends the round under way and exits."""
+    from conveyor.web.service import watch_service
 
-    model = platform_from(platform)
-    dashboard_server(Watcher(model), host, port or model.ops.port,
-                     **uvicorn_tls(server_tls(model, model.ops.tls))).run()
+    raise typer.Exit(serve_service(watch_service(platform_from(platform), host, port)))
 
 
 def dashboard(platform: PlatformOption = DEFAULT_PLATFORM, port: PortOption = None) -> None:

@@ -18,6 +18,7 @@ from collections import Counter, deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from confluent_kafka import KafkaException
 
@@ -299,6 +300,15 @@ class Watcher:
         self.state = OpsState(self.platform.name, at, self.interval, reports, panels, alerts, alerts_error)
         self.cycles += 1
         return self.state
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Healthy while its latest round is recent: three missed rounds (and a slow round's slack)
+        mean the watcher is stuck."""
+        if self.state is None:
+            return False, {"status": "starting", "rounds": self.cycles}
+        age = (now_ms() - self.state.at_ms) / 1000
+        healthy = age < 3 * self.interval + 30
+        return healthy, {"status": "ok" if healthy else "stale", "rounds": self.cycles, "age_seconds": round(age, 1)}
 
     def _alerts(self) -> tuple[tuple[ManagedAlert, ...], str | None]:
         if self.alertmanager is None:
