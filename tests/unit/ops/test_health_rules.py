@@ -1,5 +1,5 @@
 """A cluster's state from its nodes' scrapes, from tables of cases (no servers). The alerts over
-these values are Prometheus rules, tested in test_rules_fire.py."""
+these values are Prometheus rules, tested in test_rules.py and test_watcher_rules.py."""
 
 from __future__ import annotations
 
