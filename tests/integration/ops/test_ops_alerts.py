@@ -62,6 +62,16 @@ class Stack:
         found = httpx.get(f"{self.prometheus}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
         return {a["labels"]["alertname"] for a in found if all(a["labels"].get(k) == v for k, v in labels.items())}
 
+    def await_watched(self, group: str, topic: str, partitions: int) -> None:
+        """Until Prometheus holds the watcher's status of every partition of ``topic`` for ``group``:
+        a move made after that is one the watcher saw the group before."""
+        query = f'conveyor_ops_partition_status{{group="{group}",topic="{topic}"}}'
+
+        def seen() -> bool:
+            answer = httpx.get(f"{self.prometheus}/api/v1/query", params={"query": query}, timeout=10).json()
+            return len(answer["data"]["result"]) == partitions
+        eventually(seen, 60, f"the watcher's status of {group} on {topic} in Prometheus", interval=0.5)
+
     def notified(self, name: str, **labels: str) -> bool:
         return any(a["labels"]["alertname"] == name and all(a["labels"].get(k) == v for k, v in labels.items())
                    for body in self.hook.bodies for a in body["alerts"])
@@ -141,6 +151,7 @@ def test_offsets_moved_back_skipped_or_outside_the_log_reach_alertmanager(stack:
     for offset in (50, 80):
         commit(platform, rewound, {(topic, 0): offset, (topic, 1): offset})
         time.sleep(1.5)  # a round of the watcher sees each
+    stack.await_watched(rewound, topic, 2)
     # What `kafka-consumer-groups --reset-offsets` does: partition 0 back to 20, partition 1 to the start.
     reset = [ConsumerGroupTopicPartitions(rewound, [TopicPartition(topic, 0, 20), TopicPartition(topic, 1, 0)])]
     admin.alter_consumer_group_offsets(reset)[rewound].result()
@@ -149,27 +160,20 @@ def test_offsets_moved_back_skipped_or_outside_the_log_reach_alertmanager(stack:
     # auto.offset.reset=latest does on its next fetch, skipping everything between.
     skipping_topic = topic_factory("central", partitions=1)
     produce(producer, skipping_topic, 3000)
-    skipper = fresh_group("skipper")
+    skipper, beyond = fresh_group("skipper"), fresh_group("beyond")
     commit(platform, skipper, {(skipping_topic, 0): 10})
-    (deleted,) = admin.delete_records([TopicPartition(skipping_topic, 0, 100)]).values()
+    commit(platform, beyond, {(skipping_topic, 0): 5000})  # the log ends at 3,000
+    (deleted,) = admin.delete_records([TopicPartition(skipping_topic, 0, 100)]).values()  # retention, on purpose
     deleted.result()
-    time.sleep(2)  # a round of the watcher sees it behind the log start
+    # Once a round of the watcher saw the skipper behind the log start, it jumps to the end.
+    stack.await_alert("ConsumerBehindLogStart", 60, group=skipper, cluster="central")
     commit(platform, skipper, {(skipping_topic, 0): 3000})
-
-    deleted_topic = topic_factory("central", partitions=1)
-    produce(producer, deleted_topic, 100)
-    behind, beyond = fresh_group("behind"), fresh_group("beyond")
-    commit(platform, behind, {(deleted_topic, 0): 10})
-    commit(platform, beyond, {(deleted_topic, 0): 500})  # the log ends at 100
-    (deleted,) = admin.delete_records([TopicPartition(deleted_topic, 0, 50)]).values()  # retention, on purpose
-    deleted.result()
 
     moved = stack.await_alert("ConsumerOffsetsRewound", 60, group=rewound, cluster="central")
     assert moved.severity == "warning" and moved.labels["kind"] == "rewind"
     stack.await_alert("ConsumerOffsetsResetEarliest", 30, group=rewound)
     skipped = stack.await_alert("ConsumerOffsetsResetLatest", 60, group=skipper)
     assert skipped.severity == "critical" and "skipped" in skipped.summary
-    stack.await_alert("ConsumerBehindLogStart", 60, group=behind)
     outside = stack.await_alert("ConsumerGroupError", 60, group=beyond)
     assert "outside the log" in outside.summary
     # The moves' alerts say what happened; the group's REWIND status raises nothing more.
@@ -186,6 +190,7 @@ def test_offsets_the_offset_manager_lost_reach_alertmanager(stack: Stack, topic_
     for offset in (10, 20):
         commit(platform, group, {(kept, 0): offset, (lost, 0): offset, (lost, 1): offset})
         time.sleep(1.5)
+    stack.await_watched(group, lost, 2)
     # The group stays listed through its offsets on `kept`; those on `lost` are gone.
     KafkaTools(platform, "central").run(CONSUMER_GROUPS, ["--delete-offsets", "--group", group, "--topic", lost])
     found = stack.await_alert("ConsumerGroupOffsetsLost", 60, group=group, cluster="central")
