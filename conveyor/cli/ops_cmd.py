@@ -116,11 +116,15 @@ def _about_groups(alert: dict[str, Any]) -> bool:
     return "group" in alert["labels"]
 
 
-def _alerts(output: OutputFormat, alerts: list[dict[str, Any]], title: str) -> Section | None:
-    """The alerts as a section, or (no alerts, as a table) a line that says so."""
+def _alerts(output: OutputFormat, alerts: list[dict[str, Any]], title: str, error: str | None) -> Section | None:
+    """The alerts as a section, or (no alerts, as a table) a line that says there are none, or why
+    they could not be read."""
     if alerts or output is OutputFormat.json:
         return Section("alerts", title, _ALERT_COLUMNS, alerts, show_lines=True)
-    console.print(f"[green]{title}: none[/]")
+    if error is not None:
+        console.print(f"[yellow]{title}: not read: {error}[/]")
+    else:
+        console.print(f"[green]{title}: none[/]")
     return None
 
 
@@ -163,7 +167,8 @@ def lag(
     if group and output is OutputFormat.table:  # in the JSON document, each group holds its partitions
         sections += [Section("partitions", f"{g['cluster']} / {g['group']}: partitions", _PARTITION_COLUMNS,
                              g["partitions"]) for g in groups]
-    alerts = _alerts(output, [a for a in state["alerts"] if _about_groups(a)], "lag and offset alerts in Alertmanager")
+    alerts = _alerts(output, [a for a in state["alerts"] if _about_groups(a)], "lag and offset alerts in Alertmanager",
+                     state.get("alerts_error"))
     render(output, *sections, *([alerts] if alerts else []))
     raise typer.Exit(1 if any(g["status"] in CRITICAL_STATUSES for g in groups) else 0)
 
@@ -205,7 +210,7 @@ def health(
                       f"leader changes {h['leader_changes']} in {_num(h['leader_change_span_s'])} s  skew "
                       + ", ".join(f"{k} {v:.2f}" for k, v in h["skew"].items() if v is not None))
         render(output, Section("brokers", "", _BROKER_COLUMNS, h["brokers"]))
-    alerts = _alerts(output, health_alerts, "cluster alerts in Alertmanager")
+    alerts = _alerts(output, health_alerts, "cluster alerts in Alertmanager", state.get("alerts_error"))
     if alerts:
         render(output, alerts)
     raise typer.Exit(code)

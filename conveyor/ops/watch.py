@@ -51,6 +51,11 @@ COMMIT_LOG_LEAD_MS = 60_000
 HELD_MS = 15 * 60 * 1000
 
 
+#: Why no alerts are shown when no Alertmanager is named: every alert lives there.
+NO_ALERTMANAGER = ("no Alertmanager: set ops.alertmanager_url, or runtime.alertmanager for the one `conveyor up` "
+                   "starts")
+
+
 class Held:
     """Keys seen, each kept until ``ms`` after it was last seen."""
 
@@ -101,7 +106,7 @@ class OpsState:
     panels: tuple[PanelView, ...]
     #: What Alertmanager holds now and is not silenced, most severe first.
     alerts: tuple[ManagedAlert, ...] = ()
-    #: Why the alerts could not be read; None when they were (or no Alertmanager is named).
+    #: Why the alerts could not be read (no Alertmanager named, or it did not answer); None when they were.
     alerts_error: str | None = None
 
 
@@ -312,7 +317,7 @@ class Watcher:
 
     def _alerts(self) -> tuple[tuple[ManagedAlert, ...], str | None]:
         if self.alertmanager is None:
-            return (), None
+            return (), NO_ALERTMANAGER
         try:
             return tuple(a for a in self.alertmanager.alerts() if a.state == "active"), None
         except OpsError as err:
