@@ -100,8 +100,10 @@ def broker_rules(ops: Ops) -> list[AlertRule]:
         AlertRule("KafkaIsrShrinking", "rate(conveyor_ops_broker_isr_shrinks_total[5m]) > 0", "warning",
                   "in-sync replica sets shrank on {{ $labels.node }} in the last 5 minutes", "0s",
                   "the followers' network, disk and GC pauses, a broker going down, replica.lag.time.max.ms"),
-        AlertRule("KafkaLeaderChanges", "conveyor_ops_cluster_leader_changes > 0", "warning",
-                  "{{ $value }} partition leader change(s) on {{ $labels.cluster }} in the watcher's window", "0s",
+        # Held 5 minutes: the watcher's window of leader changes moves on within a minute.
+        AlertRule("KafkaLeaderChanges", "max_over_time(conveyor_ops_cluster_leader_changes[5m]) > 0", "warning",
+                  "partition leaders moved on {{ $labels.cluster }} in the last 5 minutes (up to {{ $value }} in "
+                  "one window of the watcher)", "0s",
                   "brokers restarting or fenced (session timeouts), leaders flapping between brokers; with acks=1 "
                   "every change loses what the followers had not copied"),
         AlertRule("KafkaFollowerLagging",

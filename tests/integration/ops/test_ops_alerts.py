@@ -10,7 +10,15 @@ routes it to ops.notify_url. Each condition is made on the cluster as it happens
   beyond the log's end;
 - a group's offsets deleted by `kafka-consumer-groups --delete-offsets` while it keeps others:
   the offset fetch answers none (the offset manager lost them), and no second alert for its ERR;
-- a compacted topic whose cleaner is held back, filled with dirty records, then let go.
+- a compacted topic whose cleaner is held back, filled with dirty records, then let go;
+- a central broker that hangs (SIGSTOP: alive, its connections open, answering nothing, as in a
+  long GC pause or a stuck disk), then answers again (SIGCONT): KafkaBrokerDown once it has held
+  (ops.broker_down_hold), posted to ops.notify_url and silenced by `conveyor ops silence` (and no
+  other alert with it), KafkaLeaderChanges for the leaders that moved away, and
+  KafkaUnderReplicatedPartitions pending (it holds 5 minutes); answering, the broker rejoins every
+  ISR and its alert resolves. (The controller takes a fenced broker out of the ISRs itself, so the
+  leaders' ISR shrink count does not move.) A hang rather than a kill: a restarted broker
+  recovers its logs first, which on a loaded machine took minutes the alerts do not need.
 
 The rules themselves are tested on series in tests/unit/ops/test_watcher_rules.py; here each one
 that reaches Alertmanager proves the watcher exports what it judged under the names the rules read.
@@ -18,6 +26,9 @@ that reaches Alertmanager proves the watcher exports what it judged under the na
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,20 +44,27 @@ from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.kafka_tools import KafkaTools
 from conveyor.ops.alertmanager import AlertmanagerClient, ManagedAlert
+from conveyor.ops.scrape import Scraper
+from conveyor.ops.watch import ClusterReport, ClusterWatch
+from conveyor.runtime import processes
+from conveyor.runtime.local import LocalPlatform
 from tests.conftest import eventually
 from tests.opskit import PROMETHEUS, WebhookReceiver, monitored
+from tests.systemkit import conveyor
 
 pytestmark = pytest.mark.integration
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 
 
 class Stack:
-    def __init__(self, platform: Platform, alertmanager: AlertmanagerClient, prometheus: str,
+    def __init__(self, path: Path, platform: Platform, alertmanager: AlertmanagerClient, prometheus: str,
                  hook: WebhookReceiver) -> None:
-        self.platform, self.alertmanager, self.prometheus, self.hook = platform, alertmanager, prometheus, hook
+        self.path, self.platform, self.alertmanager = path, platform, alertmanager
+        self.prometheus, self.hook = prometheus, hook
 
-    def active(self, name: str, **labels: str) -> ManagedAlert | None:
-        return next((a for a in self.alertmanager.alerts() if a.name == name and a.state == "active"
+    def active(self, name: str, state: str = "active", **labels: str) -> ManagedAlert | None:
+        """The alert ``name`` with these labels in Alertmanager, when it is in ``state``."""
+        return next((a for a in self.alertmanager.alerts() if a.name == name and a.state == state
                      and all(a.labels.get(k) == v for k, v in labels.items())), None)
 
     def await_alert(self, name: str, timeout: float = 60, during: Callable[[], None] = lambda: None,
@@ -80,15 +98,16 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(platform_data: dict[str, Any], platform_file: Path, local_platform,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Windows of 3 one-second rounds, and a dirty ratio above 90 % held 3 s is a stalled compaction."""
+    """Windows of 3 one-second rounds, a dirty ratio above 90 % held 3 s is a stalled compaction,
+    and KafkaBrokerDown pages after 5 s of silence (the platform's default: a minute)."""
     hook = WebhookReceiver()
     try:
         with monitored(platform_data, platform_file, tmp_path_factory.mktemp("alerts"), notify_url=hook.url,
-                       window=3, offsets_dirty_warn=90, offsets_dirty_hold="3s") as (_, variant):
+                       window=3, offsets_dirty_warn=90, offsets_dirty_hold="3s", broker_down_hold="5s") as (path, variant):
             client = AlertmanagerClient(variant.ops.alertmanager_url)
             try:
                 prometheus = f"http://127.0.0.1:{platform_data['runtime']['base_port'] + PROMETHEUS}"
-                yield Stack(variant, client, prometheus, hook)
+                yield Stack(path, variant, client, prometheus, hook)
             finally:
                 client.close()
     finally:
@@ -225,3 +244,61 @@ def test_held_back_compaction_raises_the_stall_alert_and_letting_it_go_clears_it
     assert producer.flush(30) == 0
     eventually(lambda: "OffsetsCompactionStalled" not in stack.prometheus_alerts(), 120,
                "the stall alert to clear after compaction", interval=1.0)
+
+
+def rounds_until(watch: ClusterWatch, done, timeout: float) -> tuple[ClusterReport, float]:
+    """Watcher rounds, about a second apart, until ``done(report)``; the report and seconds taken."""
+    started = time.monotonic()
+    while True:
+        report = watch.cycle()
+        elapsed = time.monotonic() - started
+        if done(report) or elapsed > timeout:
+            return report, elapsed
+        time.sleep(1.0)
+
+
+@pytest.mark.chaos
+def test_a_hung_central_broker_pages_through_alertmanager_and_clears_when_it_answers_again(
+        stack: Stack, local: LocalPlatform, topic_factory) -> None:
+    hung = 2
+    node = f"central-broker-{hung}"
+    topic_factory("central", partitions=6)  # RF 3 on 3 brokers: every partition has a replica on each
+    scraper = Scraper()
+    watch = ClusterWatch(stack.platform, "central", scraper)
+    try:
+        before, _ = rounds_until(watch, lambda r: r.health.under_replicated == 0, 60)
+        assert before.health.under_replicated == 0, "central was not healthy before the hang"
+        pid = processes.running_pid(local.node_daemon(local.layout("central").broker(hung)))
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            report, elapsed = rounds_until(watch, lambda r: r.health.under_replicated > 0, 30)
+            seen = [(b.node, b.reading.up, b.reading.under_replicated) for b in report.health.brokers]
+            assert report.health.under_replicated > 0, f"no under-replicated partitions {elapsed:.0f} s after the " \
+                                                       f"hang: {seen}, round {report.seconds:.1f} s"
+            down = next(b for b in report.health.brokers if b.node == node)
+            assert not down.reading.up and report.health.status == "CRITICAL"
+
+            stack.await_alert("KafkaBrokerDown", 150, node=node)
+            stack.await_alert("KafkaLeaderChanges", 60, cluster="central")
+            eventually(lambda: "KafkaUnderReplicatedPartitions" in stack.prometheus_alerts(cluster="central"), 30,
+                       "KafkaUnderReplicatedPartitions pending in Prometheus", interval=1)
+            eventually(lambda: stack.notified("KafkaBrokerDown", node=node), 30,
+                       "KafkaBrokerDown at the notify_url receiver", interval=0.5)
+            silenced = subprocess.run(conveyor("ops", "silence", "KafkaBrokerDown", "-m", f"node={node}",
+                                               "--hours", "1", "--platform", str(stack.path)),
+                                      capture_output=True, text=True, timeout=60)
+            assert silenced.returncode == 0, silenced.stdout + silenced.stderr
+            muted = eventually(lambda: stack.active("KafkaBrokerDown", "suppressed", node=node), 30,
+                               "KafkaBrokerDown suppressed by the silence")
+            assert muted.silenced_by and muted.silenced_by[0] in silenced.stdout
+            assert stack.active("KafkaLeaderChanges", cluster="central"), "the silence reached past its matchers"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        healed, _ = rounds_until(watch, lambda r: r.health.under_replicated == 0 and r.health.status == "OK", 120)
+        assert healed.health.under_replicated == 0, "the broker answering again did not rejoin every ISR"
+        eventually(lambda: not any(stack.active("KafkaBrokerDown", state, node=node)
+                                   for state in ("active", "suppressed")), 60, "KafkaBrokerDown to resolve", interval=1)
+    finally:
+        watch.close()
+        scraper.close()
