@@ -2,8 +2,8 @@
 resuming within about 6 s (the field's figure went from 91 s to about 6 s). Under steady acks=all
 produce load, a broker that leads partitions is SIGKILLed; then:
 
-- ``alarm``: until the ops watcher's round reports the broker down (its ``broker_down`` alert),
-  rounds as often as ``ops.interval`` allows (1 s here);
+- ``alarm``: until the ops watcher's round reports the broker down (``conveyor_ops_broker_up`` 0,
+  which the KafkaBrokerDown rule reads), rounds as often as ``ops.interval`` allows (1 s here);
 - ``leaders_moved``: until every partition it led has another leader in the cluster's metadata;
 - ``writes_resumed``: until, on every partition it led, a record sent after the kill is acknowledged
   by all in-sync replicas (what a producer feels);
@@ -134,7 +134,7 @@ def _one_run(local: LocalPlatform, platform: Platform, load: Load, watch: Cluste
     def watch_rounds(start: float) -> None:
         while not alarm_seen.is_set() and time.monotonic() - start < TIMEOUT:
             report = watch.cycle()
-            if any(a.rule == "broker_down" and a.subject.endswith(f"-{victim}") for a in report.alerts):
+            if any(not b.reading.up and b.node.endswith(f"-{victim}") for b in report.health.brokers):
                 result.alarm = time.monotonic() - start
                 alarm_seen.set()
             else:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -380,3 +381,29 @@ def guarded_config(app: Any, host: str, port: int, **options: Any) -> uvicorn.Co
     """uvicorn's settings of a guarded edge with the plain httptools protocol (the dashboard's)."""
     return uvicorn.Config(app, host=host, port=port, http=GuardedHttp, log_level="warning", access_log=False,
                           **options)
+
+
+class ServedEdge:
+    """An edge's app behind its guard as a service (conveyor.service's lifecycle): :meth:`run`
+    serves until :meth:`stop`, and the app answers its own /metrics and /healthz on its port."""
+
+    def __init__(self, server: GuardedServer, registry: CollectorRegistry,
+                 health: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
+        self.server = server
+        self.registry = registry
+        self._health = health
+
+    def run(self) -> int:
+        try:
+            self.server.run()
+        except SystemExit as exit_:  # a lifespan that failed to start, or a port already taken
+            return int(exit_.code or 0)
+        return 0
+
+    def stop(self) -> None:
+        # uvicorn's own signal handling does the same while it serves; this is for callers that
+        # stop it otherwise (conveyor.service.serve's handlers, a test).
+        self.server.should_exit = True
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        return self._health()

@@ -3,10 +3,11 @@ on SIGTERM or SIGINT, and one logging setup for all of them.
 
 Modelled on Burrow's module protocol (configure, start, stop): a service is built configured,
 :meth:`Service.run` is its start and blocks, :meth:`Service.stop` asks it to return after it has
-finished what it acknowledged (transactions committed, acks written, groups left). The replicator's
-workers, the dispatcher, the lake's scheduler, the real-time views and the throttle all run
-through :func:`serve`; the gateway and the ops watcher are ASGI apps whose server (uvicorn) handles
-the signals, and they serve the same two paths themselves.
+finished what it acknowledged (transactions committed, acks written, groups left). Every one runs
+through :func:`serve`: the replicator's workers, the dispatcher, the lake's scheduler, the
+real-time views, the throttle, and the gateway and the watch service, whose apps uvicorn serves
+behind the edges' guard (conveyor.edge_guard.ServedEdge) and which answer /metrics and /healthz
+themselves.
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ def platform_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         data["ops"]["components"] = {name: url.replace("https://", "http://")
                                      for name, url in data["ops"]["components"].items()}
         # Prometheus, Alertmanager and node_exporter on fixed ports would clash between workers, and
-        # scrape for nothing: tests/chaos/ops/test_ops_broker_down.py starts its own.
+        # scrape for nothing: tests/integration/ops/test_ops_alerts.py starts its own.
         for monitor in ("prometheus", "alertmanager", "node_exporter"):
             data["runtime"].pop(monitor, None)
     return data

@@ -1,5 +1,5 @@
-"""``conveyor ops alerts`` and ``ops silence``: the alerts Alertmanager holds, Prometheus's and the
-watcher's, and silences for them. Registered under the ``ops`` group."""
+"""``conveyor ops alerts`` and ``ops silence``: the alerts Alertmanager holds (every alert of the
+platform is a Prometheus rule), and silences for them. Registered under the ``ops`` group."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def _client(model: Platform, url: str | None) -> AlertmanagerClient:
 
 def alerts(platform: PlatformOption = DEFAULT_PLATFORM, alertmanager: AlertmanagerOption = None,
            output: OutputOption = OutputFormat.table) -> None:
-    """The alerts Alertmanager holds now: Prometheus's rules (conveyor ops rules) and the watcher's,
-    active or silenced. Exits 1 when a critical alert is active."""
+    """The alerts Alertmanager holds now, from Prometheus's rules (conveyor ops rules), active or
+    silenced. Exits 1 when a critical alert is active."""
     client = _client(platform_from(platform), alertmanager)
     try:
         found = client.alerts()

@@ -10,10 +10,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section, console,
                                  err_console, platform_from, render, say)
-from conveyor.config import ClusterRole, ConfigError, Platform, Problem
 from conveyor.errors import ConveyorError
+from conveyor.service import serve as serve_service
 from conveyor.service import wait_healthy
-from conveyor.tls import base_url, server_tls, trusted, uvicorn_tls
+from conveyor.tls import base_url, trusted
 
 app = typer.Typer(rich_markup_mode="markdown", help="The data bus gateway: services publish events over HTTP.", no_args_is_help=True)
 
@@ -23,27 +23,16 @@ PortOption = Annotated[int | None, typer.Option(envvar="CONVEYOR_GATEWAY_PORT",
                                                      "centre's position among writable clusters).")]
 
 
-def _writable(platform: Platform, dc: str) -> None:
-    if platform.cluster(dc).role != ClusterRole.writable:
-        raise ConfigError([Problem(f"clusters.{dc}.role", "the gateway writes only to a writable cluster")])
-
-
 @app.command()
 def serve(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortOption = None,
           host: Annotated[str, typer.Option(envvar="CONVEYOR_GATEWAY_HOST", help="Address to listen on.")]
           = "127.0.0.1") -> None:
-    """Serve POST /v1/topics/{topic}/events, /healthz and /metrics in the foreground. Answers only
-    after Kafka acknowledged every event; fails over to the cluster's `failover` list. SIGTERM
-    drains and publishes the last audit counts before exiting."""
-    from conveyor.gateway.app import Gateway, create_app
-    from conveyor.gateway.server import gateway_server
+    """Serve POST /v1/topics/{topic}/events, /healthz, /readyz and /metrics in the foreground.
+    Answers only after Kafka acknowledged every event; fails over to the cluster's `failover`
+    list. SIGTERM stops taking requests and answers those under way (up to 30 s) before exiting."""
+    from conveyor.gateway.service import gateway_service
 
-    model = platform_from(platform)
-    _writable(model, dc)
-    served = server_tls(model, model.gateway.tls)
-    gateway = Gateway(model, dc)
-    gateway_server(create_app(gateway), model.gateway, gateway.metrics.registry, host, port or model.gateway_port(dc),
-                   timeout_graceful_shutdown=30, **uvicorn_tls(served)).run()
+    raise typer.Exit(serve_service(gateway_service(platform_from(platform), dc, host, port)))
 
 
 @app.command()
@@ -52,8 +41,10 @@ def start(dc: DcOption, platform: PlatformOption = DEFAULT_PLATFORM, port: PortO
     `conveyor down`) and wait until it answers /healthz."""
     from conveyor.runtime.services import service_log_tail, start_service
 
+    from conveyor.gateway.service import check_writable
+
     model = platform_from(platform)
-    _writable(model, dc)
+    check_writable(model, dc)
     port = port or model.gateway_port(dc)
     name = f"gateway-{dc}"
     pid, started = start_service(model, name, ["gateway", "serve", "--dc", dc, "--port", str(port),

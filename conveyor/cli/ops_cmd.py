@@ -18,14 +18,15 @@ from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputO
 from conveyor.config import Platform
 from conveyor.errors import ConveyorError
 from conveyor.ops.errors import WatchRefusedError, WatchUnreachableError
+from conveyor.service import serve as serve_service
 from conveyor.service import wait_healthy
-from conveyor.tls import base_url, server_tls, trusted, uvicorn_tls
+from conveyor.tls import base_url, trusted
 
 app = typer.Typer(help="Operations: the watch service behind lag, health, alerts and the dashboard.",
                   no_args_is_help=True)
 
 STATUS_STYLE = {"OK": "green", "WARN": "yellow", "STALL": "dark_orange", "STOP": "red", "REWIND": "magenta",
-                "ERR": "bold red", "WARNING": "yellow", "CRITICAL": "bold red"}
+                "ERR": "bold red", "WARNING": "yellow", "DEGRADED": "yellow", "CRITICAL": "bold red"}
 CRITICAL_STATUSES = ("STOP", "REWIND", "ERR")
 
 UrlOption = Annotated[str | None, typer.Option(
@@ -110,11 +111,20 @@ _ALERT_COLUMNS = (Column("severity", cell=lambda a: _styled(a["severity"])), Col
                   Column("what is wrong", "message", overflow="fold"), Column("look at", "look_at", overflow="fold"))
 
 
-def _alerts(output: OutputFormat, alerts: list[dict[str, Any]], title: str) -> Section | None:
-    """The alerts as a section, or (no alerts, as a table) a line that says so."""
+def _about_groups(alert: dict[str, Any]) -> bool:
+    """An alert about a consumer group (lag, offsets moved or lost, read amplification)."""
+    return "group" in alert["labels"]
+
+
+def _alerts(output: OutputFormat, alerts: list[dict[str, Any]], title: str, error: str | None) -> Section | None:
+    """The alerts as a section, or (no alerts, as a table) a line that says there are none, or why
+    they could not be read."""
     if alerts or output is OutputFormat.json:
         return Section("alerts", title, _ALERT_COLUMNS, alerts, show_lines=True)
-    console.print(f"[green]{title}: none[/]")
+    if error is not None:
+        console.print(f"[yellow]{title}: not read: {error}[/]")
+    else:
+        console.print(f"[green]{title}: none[/]")
     return None
 
 
@@ -157,8 +167,8 @@ def lag(
     if group and output is OutputFormat.table:  # in the JSON document, each group holds its partitions
         sections += [Section("partitions", f"{g['cluster']} / {g['group']}: partitions", _PARTITION_COLUMNS,
                              g["partitions"]) for g in groups]
-    lag_alerts = [a for a in state["alerts"] if a["rule"].startswith(("lag_", "offset_", "read_"))]
-    alerts = _alerts(output, lag_alerts, "lag and offset alerts")
+    alerts = _alerts(output, [a for a in state["alerts"] if _about_groups(a)], "lag and offset alerts in Alertmanager",
+                     state.get("alerts_error"))
     render(output, *sections, *([alerts] if alerts else []))
     raise typer.Exit(1 if any(g["status"] in CRITICAL_STATUSES for g in groups) else 0)
 
@@ -183,22 +193,24 @@ def health(
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Broker health from each broker's JMX exporter: replication, controller, elections, request
-    times, load per broker and its skew, with alerts. Exits 1 on a critical alert."""
+    times, load per broker and its skew, with the cluster alerts Alertmanager holds. Exits 1 when a
+    cluster is CRITICAL: a node not answering, partitions offline or below min ISR, no active
+    controller, or an unclean election."""
     state = _state(platform, url, samples, interval, None, cluster, token)
-    health_alerts = [a for a in state["alerts"] if not a["rule"].startswith(("lag_", "offset_", "read_"))]
-    code = 1 if any(a["severity"] == "CRITICAL" for a in health_alerts) else 0
+    health_alerts = [a for a in state["alerts"] if not _about_groups(a)]
+    code = 1 if any(c["health"]["status"] == "CRITICAL" for c in state["clusters"]) else 0
     if output is OutputFormat.json:
         clusters = [{"cluster": c["name"], **c["health"]} for c in state["clusters"]]
         render(output, clusters=clusters, alerts=health_alerts)
         raise typer.Exit(code)
     for c in state["clusters"]:
         h = c["health"]
-        console.print(f"[bold]{c['name']}[/] {_styled(h['severity'])}  under-replicated {h['under_replicated']}  "
+        console.print(f"[bold]{c['name']}[/] {_styled(h['status'])}  under-replicated {h['under_replicated']}  "
                       f"under min ISR {h['under_min_isr']}  offline {_num(h['offline_partitions'])}  "
                       f"leader changes {h['leader_changes']} in {_num(h['leader_change_span_s'])} s  skew "
                       + ", ".join(f"{k} {v:.2f}" for k, v in h["skew"].items() if v is not None))
         render(output, Section("brokers", "", _BROKER_COLUMNS, h["brokers"]))
-    alerts = _alerts(output, health_alerts, "health alerts")
+    alerts = _alerts(output, health_alerts, "cluster alerts in Alertmanager", state.get("alerts_error"))
     if alerts:
         render(output, alerts)
     raise typer.Exit(code)
@@ -222,13 +234,10 @@ def watch(
 ) -> None:
     """Run the watch service in the foreground: every ops.interval seconds it samples every
     cluster's consumer groups and scrapes every broker, and serves the dashboard (/), its JSON API
-    (/api/state), /metrics and /healthz."""
-    from conveyor.ops.watch import Watcher
-    from conveyor.web.app import dashboard_server
+    (/api/state), /metrics and /healthz. SIGTERM ends the round under way and exits."""
+    from conveyor.web.service import watch_service
 
-    model = platform_from(platform)
-    dashboard_server(Watcher(model), host, port or model.ops.port,
-                     **uvicorn_tls(server_tls(model, model.ops.tls))).run()
+    raise typer.Exit(serve_service(watch_service(platform_from(platform), host, port)))
 
 
 def dashboard(platform: PlatformOption = DEFAULT_PLATFORM, port: PortOption = None) -> None:

@@ -9,14 +9,12 @@ from pydantic import Field, model_validator
 
 from conveyor.config.edge import DashboardConnections
 from conveyor.config.machines import Machines
-from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
+from conveyor.config.policies import RewindPolicy
 from conveyor.config.tls import Tls
 from conveyor.config.tokens import TokenHash
 from conveyor.config.units import Model, Name, Secret, Seconds, SizeBytes
 
-#: The judging rules' own defaults: the settings below only expose them.
-_HEALTH = HealthPolicy()
-_OFFSETS = OffsetManagerPolicy()
+#: The offset judging's own defaults: ``amplification`` below only exposes it.
 _REWIND = RewindPolicy()
 
 
@@ -85,15 +83,15 @@ class Ops(Model):
     exclude_groups: list[str] = Field(default_factory=list)
     #: Request time p99 (Produce, FetchConsumer, Metadata): warning above, alarm above (10 s by
     #: default).
-    request_p99_warn: Seconds = Field(default=_HEALTH.p99_warn_ms / 1000, gt=0)
-    request_p99_alarm: Seconds = Field(default=_HEALTH.p99_alarm_ms / 1000, gt=0)
+    request_p99_warn: Seconds = Field(default=1.0, gt=0)
+    request_p99_alarm: Seconds = Field(default=10.0, gt=0)
     #: How long a broker must not answer before the rules file's KafkaBrokerDown pages (Prometheus's
-    #: ``for``); the watcher's own broker_down alert fires at once.
+    #: ``for``).
     broker_down_hold: Seconds = Field(default=60.0, ge=0)
     #: Load skew across brokers (max over mean) above this is a warning.
-    skew_warn: float = Field(default=_HEALTH.skew_warn, gt=1)
+    skew_warn: float = Field(default=1.5, gt=1)
     #: Byte rates below this per broker (mean) are too small for skew to matter.
-    skew_min_bytes: SizeBytes = int(_HEALTH.skew_min_bytes)
+    skew_min_bytes: SizeBytes = 1_048_576
     #: Read rate over write rate that counts as read amplification (the incident of
     #: docs/architecture.md, section 4, was 4x).
     amplification: float = Field(default=_REWIND.amplification_threshold, gt=1)
@@ -109,21 +107,20 @@ class Ops(Model):
     realtime_p99_warn: Seconds = Field(default=60.0, gt=0)
     realtime_reject_ratio: float = Field(default=0.01, gt=0, le=1)
     #: The offset manager: the log cleaner's max dirty ratio above this percent for longer than
-    #: offsets_dirty_hold is a stalled compaction; the cleaner not run for cleaner_idle_alarm is a
-    #: dead cleaner; a __consumer_offsets partition load above coordinator_load_warn is slow.
-    offsets_dirty_warn: float = Field(default=_OFFSETS.dirty_percent_warn, gt=0, le=100)
+    #: offsets_dirty_hold is a stalled compaction (the cleaner compacts a log once it passes
+    #: min.cleanable.dirty.ratio, 50 % for __consumer_offsets); the cleaner not run for
+    #: cleaner_idle_alarm is a dead cleaner (it looks for work every log.cleaner.backoff.ms, 15 s);
+    #: a __consumer_offsets partition load above coordinator_load_warn is slow.
+    offsets_dirty_warn: float = Field(default=80.0, gt=0, le=100)
     offsets_dirty_hold: Seconds = Field(default=300.0, gt=0)
-    cleaner_idle_alarm: Seconds = Field(default=_OFFSETS.cleaner_idle_alarm_ms / 1000, gt=0)
-    coordinator_load_warn: Seconds = Field(default=_OFFSETS.coordinator_load_warn_ms / 1000, gt=0)
-    #: A webhook that receives the watcher's alerts in Alertmanager's shape on every change of state
-    #: (Alertmanager's own webhook receivers, a chat hook); none by default.
+    cleaner_idle_alarm: Seconds = Field(default=900.0, gt=0)
+    coordinator_load_warn: Seconds = Field(default=10.0, gt=0)
+    #: Where the local Alertmanager (``runtime.alertmanager``) sends every alert, firing and
+    #: resolved, in its webhook shape (a chat hook, an incident tool); none by default.
     #: May be ``${ENV_VAR}`` or ``file:PATH`` (a hook's URL often holds its secret); masked when shown.
     notify_url: Secret | None = None
-    #: Posts tried per change before it is dropped (with back-off doubling from 0.5 s).
-    notify_attempts: int = Field(default=5, ge=1, le=20)
-    #: An Alertmanager's base URL: the watcher posts its alerts to its /api/v2/alerts, where they are
-    #: grouped, silenced and routed with Prometheus's, instead of to notify_url. With
-    #: ``runtime.alertmanager`` set, the local one, whose route ends at notify_url.
+    #: The Alertmanager whose alerts the dashboard, ``ops alerts`` and ``ops silence`` show and
+    #: change; with ``runtime.alertmanager`` set, the local one.
     alertmanager_url: str | None = Field(default=None, pattern=r"^https?://")
     #: Component name -> its /metrics URL, scraped by the local Prometheus (which the panels ask):
     #: ``http(s)://`` (a service, a node_exporter) or ``file:PATH`` (a batch job's last figures,
@@ -142,6 +139,15 @@ class Ops(Model):
     #: Name -> panel; None: the default panels (conveyor.ops.dashboard.DEFAULT_PANELS, listed in
     #: docs/ops.md). Set, they replace the defaults.
     panels: dict[Name, OpsPanel] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_own_posts(cls, data: object) -> object:
+        # The watcher once posted its own alerts, retrying each post this many times.
+        if isinstance(data, dict) and "notify_attempts" in data:
+            raise ValueError("`notify_attempts` is gone: every alert goes through Prometheus and Alertmanager, "
+                             "which retries its receivers; remove the setting")
+        return data
 
     @model_validator(mode="after")
     def _valid(self) -> Ops:

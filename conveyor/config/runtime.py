@@ -43,7 +43,7 @@ class NodeExporter(Model):
 
 class Alertmanager(Model):
     """A local Alertmanager (Debian's ``prometheus-alertmanager``) that takes Prometheus's alerts
-    and the watcher's, and routes them to ``ops.notify_url``, on 127.0.0.1."""
+    and routes them to ``ops.notify_url``, on 127.0.0.1."""
 
     port: int = Field(default=18063, ge=1024, le=65535)
     #: How long a new group of alerts waits for more before its first notification.

@@ -1,5 +1,5 @@
-"""Reading and silencing alerts in Alertmanager through its API v2 (``conveyor ops alerts`` and
-``ops silence``): Prometheus's rules and the watcher's alerts side by side, as the team's
+"""Reading and silencing alerts in Alertmanager through its API v2 (``conveyor ops alerts``,
+``ops silence``, and the alerts the dashboard shows): Prometheus's rules as the team's
 Alertmanager holds them."""
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ class ManagedAlert:
     state: str
     summary: str
     labels: dict[str, str]
+    #: What to look at (the rule's ``look_at`` annotation); empty when it has none.
+    look_at: str
     starts_at: str
     silenced_by: tuple[str, ...]
 
@@ -33,6 +35,7 @@ def parse_alerts(body: list[dict[str, Any]]) -> list[ManagedAlert]:
     alerts = [ManagedAlert(name=a["labels"].get("alertname", ""), severity=a["labels"].get("severity", ""),
                            state=a.get("status", {}).get("state", ""),
                            summary=a.get("annotations", {}).get("summary", ""), labels=dict(a["labels"]),
+                           look_at=a.get("annotations", {}).get("look_at", ""),
                            starts_at=a.get("startsAt", ""),
                            silenced_by=tuple(a.get("status", {}).get("silencedBy") or ()))
               for a in body]

@@ -3,9 +3,8 @@
 What operators must watch (docs/architecture.md, section 6): load per broker, leader re-elections,
 out-of-sync partitions and the maximum replication lag (worry when it stays above zero), and the
 response time of simple requests with an alarm above 10 s. :func:`reading_from_samples` picks those
-values out of one scrape; :func:`assess_cluster` runs the rules over every node of a cluster and
-returns typed findings. Each rule is a small named function over plain numbers, tested from a
-table like the lag rules (``conveyor.ops.lag``). Messages are written in ``conveyor.ops.alerts``.
+values out of one scrape; :func:`assess_cluster` sums them up per cluster. The watcher exports
+them (conveyor.ops.metrics), and the alerts over them are Prometheus rules (conveyor.ops.rules).
 
 Sources, and why: per-broker values come from the brokers themselves (each partition's leader
 reports it under-replicated, so a cluster's count is the sum over brokers); offline partitions,
@@ -18,39 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum, IntEnum
-
-from conveyor.config.policies import HealthPolicy
 
 #: Requests whose p99 is watched: what producers, consumers and every client's bootstrap wait on.
 WATCHED_REQUESTS = ("Produce", "FetchConsumer", "Metadata")
 #: Per-broker loads compared across brokers for skew.
 LOADS = ("bytes_in", "bytes_out", "leaders", "replicas")
-
-
-class Severity(IntEnum):
-    OK = 0
-    WARNING = 1
-    CRITICAL = 2
-
-
-class Rule(str, Enum):
-    BROKER_DOWN = "broker_down"
-    UNDER_REPLICATED = "under_replicated"
-    UNDER_MIN_ISR = "under_min_isr"
-    OFFLINE = "offline_partitions"
-    NO_CONTROLLER = "no_active_controller"
-    ISR_SHRINKING = "isr_shrinking"
-    UNCLEAN_ELECTION = "unclean_leader_election"
-    LEADER_CHANGES = "leader_changes"
-    REQUEST_SLOW = "request_slow"
-    FOLLOWER_LAG = "follower_lag"
-    SKEW = "load_skew"
-    # The offset manager (conveyor.ops.offset_manager) and broker-side amplification (conveyor.ops.traffic).
-    COMPACTION_STALLED = "offsets_compaction_stalled"
-    CLEANER_IDLE = "log_cleaner_idle"
-    COORDINATOR_LOAD_SLOW = "coordinator_load_slow"
-    TOPIC_AMPLIFICATION = "topic_read_amplification"
 
 
 # The exporter's sample names (conveyor/runtime/jmx-exporter.yaml) -> our field names. Pages printed
@@ -206,59 +177,6 @@ def broker_health(now: BrokerReading, before: BrokerReading | None) -> BrokerHea
                         rate(now.isr_expands, before.isr_expands, seconds))
 
 
-# --- Rules: each over plain numbers ---
-
-def _when_positive(value: float, severity: Severity) -> Severity:
-    return severity if value > 0 else Severity.OK
-
-
-def broker_down(up: bool) -> Severity:
-    return Severity.OK if up else Severity.CRITICAL
-
-
-def under_replicated(count: float) -> Severity:
-    """Fewer in-sync replicas than replicas: one more failure from trouble."""
-    return _when_positive(count, Severity.WARNING)
-
-
-def under_min_isr(count: float) -> Severity:
-    """Below min.insync.replicas: acks=all writes to these partitions fail."""
-    return _when_positive(count, Severity.CRITICAL)
-
-
-def offline_partitions(count: float) -> Severity:
-    return _when_positive(count, Severity.CRITICAL)
-
-
-def no_active_controller(active: Sequence[float]) -> Severity:
-    """CRITICAL when controller nodes answered and none of them is active."""
-    return Severity.CRITICAL if active and sum(active) < 1 else Severity.OK
-
-
-def isr_shrinking(shrinks_per_s: float) -> Severity:
-    return _when_positive(shrinks_per_s, Severity.WARNING)
-
-
-def unclean_elections(total: float) -> Severity:
-    """Any unclean election since the controller started lost acknowledged records."""
-    return _when_positive(total, Severity.CRITICAL)
-
-
-def leader_changes(count: int) -> Severity:
-    return _when_positive(count, Severity.WARNING)
-
-
-def request_time(p99_ms: float, warn_ms: float, alarm_ms: float) -> Severity:
-    if p99_ms > alarm_ms:
-        return Severity.CRITICAL
-    return Severity.WARNING if p99_ms > warn_ms else Severity.OK
-
-
-def follower_lag_stays(lags: Sequence[float], min_samples: int) -> Severity:
-    """Worry when follower lag stays above zero: never zero across the recent samples."""
-    return Severity.WARNING if len(lags) >= min_samples and min(lags) > 0 else Severity.OK
-
-
 def skew(values: Sequence[float]) -> float | None:
     """Max over mean; None without values or load."""
     if not values:
@@ -267,35 +185,16 @@ def skew(values: Sequence[float]) -> float | None:
     return max(values) / mean if mean > 0 else None
 
 
-def skewed(values: Sequence[float], warn: float, min_mean: float) -> Severity:
-    ratio = skew(values)
-    if ratio is None or len(values) < 2 or sum(values) / len(values) < min_mean:
-        return Severity.OK
-    return Severity.WARNING if ratio > warn else Severity.OK
-
-
-# --- Assessment ---
-
-@dataclass(frozen=True, slots=True)
-class HealthFinding:
-    rule: Rule
-    severity: Severity
-    cluster: str
-    #: The node, or the cluster for cluster-wide rules.
-    subject: str
-    value: float
-    #: The threshold crossed, when the rule has one.
-    limit: float | None = None
-    #: The request (REQUEST_SLOW), the load (SKEW), the scrape error (BROKER_DOWN).
-    detail: str = ""
-
+# --- A cluster's state ---
 
 @dataclass(frozen=True, slots=True)
 class ClusterHealth:
+    """What a cluster's nodes said in one round, summed up. The alerts over these values are
+    Prometheus rules (conveyor.ops.rules) over the watcher's metrics (conveyor.ops.metrics)."""
+
     cluster: str
     at_ms: int
     brokers: tuple[BrokerHealth, ...]
-    findings: tuple[HealthFinding, ...]
     under_replicated: int
     under_min_isr: int
     offline_partitions: int | None
@@ -304,10 +203,20 @@ class ClusterHealth:
     leader_change_span_s: float
     #: Max over mean per load (bytes_in, bytes_out, leaders, replicas) across brokers that answered.
     skew: Mapping[str, float | None]
+    #: Active controllers among the nodes that report it; None when none does.
+    active_controllers: int | None = None
+    #: Unclean leader elections since the active controller started.
+    unclean_elections: int = 0
 
     @property
-    def severity(self) -> Severity:
-        return max((f.severity for f in self.findings), default=Severity.OK)
+    def status(self) -> str:
+        """CRITICAL when writes fail or may be lost: a node not answering, partitions offline or
+        below min ISR, no active controller, an unclean election; DEGRADED with partitions
+        under-replicated; OK otherwise. The one-word answer of ``conveyor ops health``."""
+        if (any(not b.reading.up for b in self.brokers) or (self.offline_partitions or 0) > 0
+                or self.under_min_isr > 0 or self.active_controllers == 0 or self.unclean_elections > 0):
+            return "CRITICAL"
+        return "DEGRADED" if self.under_replicated > 0 else "OK"
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,63 +228,26 @@ class MetadataCounts:
     offline: int = 0
 
 
-def assess_cluster(cluster: str, at_ms: int, brokers: Sequence[BrokerHealth],
-                   follower_lags: Mapping[str, Sequence[float]] | None = None, changes: int = 0,
-                   change_span_s: float = 0.0, metadata: MetadataCounts | None = None,
-                   policy: HealthPolicy = HealthPolicy(), extra: Sequence[HealthFinding] = ()) -> ClusterHealth:
-    """Run every rule over a cluster's nodes. ``follower_lags`` holds each node's recent max
-    follower lag samples, oldest first; ``changes`` the leader changes seen in metadata; ``extra``
-    the findings of rules over windows of readings (offset manager, per-topic traffic)."""
-    found: list[HealthFinding] = list(extra)
-
-    def check(severity: Severity, rule: Rule, subject: str, value: float, limit: float | None = None,
-              detail: str = "") -> None:
-        if severity is not Severity.OK:
-            found.append(HealthFinding(rule, severity, cluster, subject, value, limit, detail))
-
+def assess_cluster(cluster: str, at_ms: int, brokers: Sequence[BrokerHealth], changes: int = 0,
+                   change_span_s: float = 0.0, metadata: MetadataCounts | None = None) -> ClusterHealth:
+    """A cluster's sums over its nodes. ``changes``: the leader changes seen in metadata."""
     up = [b for b in brokers if b.reading.up]
-    for b in brokers:
-        r = b.reading
-        check(broker_down(r.up), Rule.BROKER_DOWN, r.node, 0.0, detail=r.error or "")
-        if not r.up:
-            continue
-        check(isr_shrinking(b.isr_shrinks_per_s or 0.0), Rule.ISR_SHRINKING, r.node, b.isr_shrinks_per_s or 0.0)
-        for request in WATCHED_REQUESTS:
-            p99 = r.p99_ms.get(request)
-            if p99 is not None:
-                check(request_time(p99, policy.p99_warn_ms, policy.p99_alarm_ms), Rule.REQUEST_SLOW, r.node, p99,
-                      policy.p99_alarm_ms if p99 > policy.p99_alarm_ms else policy.p99_warn_ms, request)
-        lags = (follower_lags or {}).get(r.node, ())
-        if lags:
-            check(follower_lag_stays(lags, policy.min_samples), Rule.FOLLOWER_LAG, r.node, lags[-1], 0.0,
-                  str(len(lags)))
-
     measured = [b for b in up if b.reading.under_replicated is not None]
     meta = metadata or MetadataCounts()
     urp = int(sum(b.reading.under_replicated or 0 for b in measured)) if measured else meta.under_replicated
     under_isr = int(sum(b.reading.under_min_isr or 0 for b in up))
+    # Offline partitions and unclean elections come from the active controller alone.
     offline_values = [b.reading.offline_partitions for b in up if b.reading.offline_partitions is not None]
     offline = int(max(offline_values)) if offline_values else (meta.offline if metadata else None)
-    check(under_replicated(urp), Rule.UNDER_REPLICATED, cluster, urp)
-    check(under_min_isr(under_isr), Rule.UNDER_MIN_ISR, cluster, under_isr)
-    check(offline_partitions(offline or 0), Rule.OFFLINE, cluster, offline or 0)
     active = [b.reading.active_controller for b in up if b.reading.active_controller is not None]
-    check(no_active_controller(active), Rule.NO_CONTROLLER, cluster, sum(active))
     unclean = max((b.reading.unclean_elections or 0 for b in up), default=0.0)
-    check(unclean_elections(unclean), Rule.UNCLEAN_ELECTION, cluster, unclean)
-    check(leader_changes(changes), Rule.LEADER_CHANGES, cluster, changes, detail=f"{change_span_s:.0f}")
-
     loaded = [b for b in up if b.reading.is_broker]
     ratios: dict[str, float | None] = {}
     for load in LOADS:
         values = [v for v in (b.load(load) for b in loaded) if v is not None]
         ratios[load] = skew(values) if len(values) >= 2 else None
-        minimum = policy.skew_min_bytes if load.startswith("bytes") else policy.skew_min_count
-        check(skewed(values, policy.skew_warn, minimum), Rule.SKEW, cluster, ratios[load] or 0.0, policy.skew_warn,
-              load)
-    found.sort(key=lambda f: (-f.severity, f.rule.value, f.subject))
-    return ClusterHealth(cluster, at_ms, tuple(brokers), tuple(found), urp, under_isr, offline, changes,
-                         change_span_s, ratios)
+    return ClusterHealth(cluster, at_ms, tuple(brokers), urp, under_isr, offline, changes, change_span_s, ratios,
+                         int(sum(active)) if active else None, int(unclean))
 
 
 def leader_moves(before: Mapping[tuple[str, int], int], now: Mapping[tuple[str, int], int]) -> int:

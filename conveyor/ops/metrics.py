@@ -1,5 +1,9 @@
 """The watcher's Prometheus metrics (names in docs/ops.md), built from its latest state on scrape.
 
+They are how its judgments reach an alert: the rules of conveyor.ops.rules read them (a group's
+status, its offsets moved back or lost, a cluster it could not sample), and Alertmanager routes
+what fires.
+
 A collector rather than long-lived Gauges: a group, partition or node that disappears leaves the
 page with its state instead of lingering with a stale value.
 """
@@ -13,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from conveyor.ops.health import LOADS, Severity
+from conveyor.ops.health import LOADS
 from conveyor.ops.watch import OpsState, Watcher
 
 
@@ -57,6 +61,10 @@ def state_families() -> dict[str, Family]:
                               ["cluster", "group", "topic", "partition"]),
         "part_behind": _gauge("partition_seconds_behind", "Seconds behind per partition",
                               ["cluster", "group", "topic", "partition"]),
+        "lost": _gauge("group_lost_commit_partitions", "Partitions whose committed offset an offset fetch stopped "
+                       "answering (the offset manager lost it) in the last 15 minutes", ["cluster", "group"]),
+        "moves": _gauge("offset_moves", "Moves of the group's committed offsets seen in the last 15 minutes, by "
+                        "kind: rewind, reset_earliest, reset_latest, behind_log_start", ["cluster", "group", "kind"]),
         "amplification": _gauge("read_amplification_ratio", "Read rate over write rate, when above the threshold",
                                 ["cluster", "group", "topic"]),
         "up": _gauge("broker_up", "1 when the node's metrics endpoint answered", node),
@@ -74,6 +82,8 @@ def state_families() -> dict[str, Family]:
         "cleaner_idle": _gauge("broker_cleaner_idle_seconds", "Seconds since the log cleaner last ran", node),
         "load": _gauge("broker_coordinator_load_seconds", "Longest __consumer_offsets partition load by the group "
                        "coordinator in the last 30 s", node),
+        "unclean": _counter("broker_unclean_leader_elections", "Unclean leader elections since the node's "
+                            "controller started (the active controller reports them)", node),
         "commits": _counter("broker_offset_commits", "Offset commits handled by the group coordinator since the "
                             "broker started", node),
         "groups": _gauge("broker_groups", "Groups the broker's coordinator holds", node),
@@ -84,12 +94,13 @@ def state_families() -> dict[str, Family]:
         "c_urp": _gauge("cluster_under_replicated_partitions", "Under-replicated partitions", ["cluster"]),
         "c_min_isr": _gauge("cluster_under_min_isr_partitions", "Partitions below min ISR", ["cluster"]),
         "c_offline": _gauge("cluster_offline_partitions", "Partitions without a leader", ["cluster"]),
+        "c_sampled": _gauge("cluster_sampled", "1 when the cluster's offsets were read in the latest round",
+                            ["cluster"]),
+        "c_controllers": _gauge("cluster_active_controllers", "Active controllers among the nodes that report it",
+                                ["cluster"]),
         "c_changes": _gauge("cluster_leader_changes", "Leader changes over the recent window", ["cluster"]),
         "c_skew": _gauge("cluster_load_skew_ratio", "Max over mean per broker", ["cluster", "load"]),
         "c_seconds": _gauge("round_seconds", "Duration of the cluster's latest round", ["cluster"]),
-        "alerts": _gauge("alerts", "Active alerts by severity", ["cluster", "severity"]),
-        "alert": _gauge("alert", "1 per active alert",
-                        ["cluster", "rule", "subject", "severity"]),
     }
 
 
@@ -139,6 +150,7 @@ class OpsCollector(Collector):
                         g["part_lag"].add_metric(labels, p.lag)
                     if p.seconds_behind is not None:
                         g["part_behind"].add_metric(labels, p.seconds_behind)
+                g["lost"].add_metric([name, report.group], c.lost.get(report.group, 0))
                 for a in report.findings.amplification:
                     g["amplification"].add_metric([name, report.group, a.topic], a.ratio)
             for b in c.health.brokers:
@@ -150,6 +162,7 @@ class OpsCollector(Collector):
                                    ("shrinks", r.isr_shrinks), ("expands", r.isr_expands),
                                    ("follower", r.max_follower_lag), ("dirty", dirty),
                                    ("commits", r.offset_commits), ("groups", r.groups),
+                                   ("unclean", r.unclean_elections),
                                    ("cleaner_idle", None if r.cleaner_idle_ms is None else r.cleaner_idle_ms / 1000),
                                    ("load", None if r.coordinator_load_ms is None else r.coordinator_load_ms / 1000)):
                     if value is not None:
@@ -164,16 +177,17 @@ class OpsCollector(Collector):
             g["c_min_isr"].add_metric([name], h.under_min_isr)
             if h.offline_partitions is not None:
                 g["c_offline"].add_metric([name], h.offline_partitions)
+            for (group, kind), n in sorted(c.moves.items()):
+                g["moves"].add_metric([name, group, kind], n)
+            g["c_sampled"].add_metric([name], 0 if c.error is not None else 1)
+            if h.active_controllers is not None:
+                g["c_controllers"].add_metric([name], h.active_controllers)
             g["c_changes"].add_metric([name], h.leader_changes)
             for load in LOADS:
                 skew = h.skew.get(load)
                 if skew is not None:
                     g["c_skew"].add_metric([name, load], skew)
             g["c_seconds"].add_metric([name], c.seconds)
-            for severity in (Severity.WARNING, Severity.CRITICAL):
-                g["alerts"].add_metric([name, severity.name.lower()], sum(1 for a in c.alerts if a.severity is severity))
-            for alert in c.alerts:
-                g["alert"].add_metric([name, alert.rule, alert.subject, alert.severity.name.lower()], 1)
         yield from g.values()
 
 

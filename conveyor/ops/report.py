@@ -13,7 +13,7 @@ from dataclasses import asdict
 from collections.abc import Mapping
 from typing import Any
 
-from conveyor.ops.alerts import Alert
+from conveyor.ops.alertmanager import ManagedAlert
 from conveyor.ops.health import BrokerHealth, ClusterHealth
 from conveyor.ops.lag import PartitionStatus, Status
 from conveyor.ops.dashboard import PanelView
@@ -29,9 +29,17 @@ def _num(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) or math.isinf(value) else round(value, 3)
 
 
-def alert_json(alert: Alert) -> dict[str, Any]:
-    return {"severity": alert.severity.name, "rule": alert.rule, "cluster": alert.cluster, "subject": alert.subject,
-            "message": alert.message, "look_at": alert.look_at, "since_ms": alert.since_ms}
+#: The labels that say what an alert is about, most specific first.
+SUBJECT_LABELS = ("group", "node", "route", "topic", "mountpoint", "device", "instance")
+
+
+def alert_json(alert: ManagedAlert) -> dict[str, Any]:
+    """An alert from Alertmanager; ``subject``: what it is about, from its labels."""
+    labels = alert.labels
+    subject = next((labels[k] for k in SUBJECT_LABELS if labels.get(k)), labels.get("cluster", ""))
+    return {"severity": alert.severity.upper(), "rule": alert.name, "cluster": labels.get("cluster", ""),
+            "subject": subject, "message": alert.summary, "look_at": alert.look_at, "since": alert.starts_at,
+            "labels": dict(labels)}
 
 
 def partition_json(p: PartitionStatus) -> dict[str, Any]:
@@ -96,8 +104,9 @@ def broker_json(b: BrokerHealth) -> dict[str, Any]:
 
 def health_json(h: ClusterHealth) -> dict[str, Any]:
     return {
-        "severity": h.severity.name, "under_replicated": h.under_replicated, "under_min_isr": h.under_min_isr,
-        "offline_partitions": h.offline_partitions, "leader_changes": h.leader_changes,
+        "status": h.status, "under_replicated": h.under_replicated, "under_min_isr": h.under_min_isr,
+        "offline_partitions": h.offline_partitions, "active_controllers": h.active_controllers,
+        "unclean_elections": h.unclean_elections, "leader_changes": h.leader_changes,
         "leader_change_span_s": _num(h.leader_change_span_s), "skew": {k: _num(v) for k, v in h.skew.items()},
         "brokers": [broker_json(b) for b in h.brokers],
     }
@@ -129,7 +138,9 @@ def state_json(state: OpsState, group: str | None = None, cluster: str | None = 
     return {
         "platform": state.platform, "at_ms": state.at_ms, "interval": state.interval,
         "alerts": [alert_json(a) for a in state.alerts
-                   if (cluster is None or a.cluster == cluster) and (group is None or a.subject == group)],
+                   if (cluster is None or a.labels.get("cluster") == cluster)
+                   and (group is None or a.labels.get("group") == group)],
+        "alerts_error": state.alerts_error,
         "clusters": [cluster_json(c, group, all_partitions) for c in clusters],
         "panels": [panel_json(p) for p in state.panels],
     }

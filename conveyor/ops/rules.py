@@ -1,11 +1,10 @@
 """Prometheus alerting rules over the metrics Conveyor exports, from the platform's ops settings.
 Pure: settings in, the rules file's document out (``conveyor ops rules`` writes it).
 
-Operators keep their alerts in Prometheus and route them with Alertmanager; the watcher's own
-alerts (docs/ops.md) stay for the rules that need its windows of samples (Burrow's lag rules,
-rewinds from the offset history), which reach Alertmanager's receivers through the notifier.
-Each rule here names the metric it reads in its expression, with the same thresholds as the
-watcher's, so the two never disagree on what is too slow.
+Every alert of the platform is a rule here, and Alertmanager routes what fires. What PromQL cannot
+judge by itself (Burrow's lag rules over a window of samples, offsets moved back, a commit lost)
+the watcher judges and exports as a metric (conveyor.ops.metrics) that a rule reads. Each rule
+names what is wrong and what to look at (its ``look_at`` annotation).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ class AlertRule:
     summary: str
     #: How long the expression must hold before the alert fires (Prometheus's ``for``).
     hold: str = "0s"
-    #: What to look at, as the watcher's alerts say it.
+    #: What to look at first.
     look_at: str = ""
 
     def document(self) -> dict[str, object]:
@@ -44,9 +43,27 @@ def duration(seconds: float) -> str:
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
+#: Leaders or replicas per broker (mean) below which their skew says nothing.
+SKEW_MIN_COUNT = 3
+
+
+def skew_expr(ops: Ops) -> str:
+    """Load skew above ``ops.skew_warn`` where the load is large enough to matter: bytes per broker
+    (mean) of at least ``ops.skew_min_bytes`` per second, or SKEW_MIN_COUNT leaders or replicas."""
+    loads = {"bytes_in": ("rate(conveyor_ops_broker_in_bytes_total[5m])", ops.skew_min_bytes),
+             "bytes_out": ("rate(conveyor_ops_broker_out_bytes_total[5m])", ops.skew_min_bytes),
+             "leaders": ("conveyor_ops_broker_leaders", SKEW_MIN_COUNT),
+             "replicas": ("conveyor_ops_broker_replicas", SKEW_MIN_COUNT)}
+    return " or ".join(f'(conveyor_ops_cluster_load_skew_ratio{{load="{load}"}} > {ops.skew_warn:g} '
+                       f"and on (cluster) avg by (cluster) ({series}) >= {minimum:g})"
+                       for load, (series, minimum) in loads.items())
+
+
 def broker_rules(ops: Ops) -> list[AlertRule]:
     # The brokers' own p99 (Kafka's reservoir per broker): a quantile per node, compared as it is.
     p99 = 'conveyor_ops_broker_request_time_seconds{quantile="0.99"}'
+    # Follower lag worries when it stays above zero: across the watcher's whole window of samples.
+    window = duration(ops.window * ops.interval)
     return [
         AlertRule("KafkaBrokerDown", "conveyor_ops_broker_up == 0", "critical",
                   "{{ $labels.node }} on {{ $labels.cluster }} does not answer its metrics endpoint",
@@ -67,27 +84,96 @@ def broker_rules(ops: Ops) -> list[AlertRule]:
         AlertRule("KafkaRequestVerySlow", f"{p99} > {ops.request_p99_alarm:g}",
                   "critical", "{{ $labels.request }} requests on {{ $labels.node }} take {{ $value }} s at p99",
                   "1m", "the broker's request queue, disk, network and GC pauses"),
-        AlertRule("KafkaLoadSkew", f"conveyor_ops_cluster_load_skew_ratio > {ops.skew_warn:g}", "warning",
+        AlertRule("KafkaLoadSkew", skew_expr(ops), "warning",
                   "{{ $labels.load }} per broker on {{ $labels.cluster }} is uneven (max over mean {{ $value }})",
-                  "30m", "conveyor ops balance plan --cluster {{ $labels.cluster }}"),
+                  "30m", "conveyor balance plan --cluster {{ $labels.cluster }}: load on few brokers makes them "
+                  "the bottleneck of every client"),
+        AlertRule("KafkaNoActiveController", "conveyor_ops_cluster_active_controllers == 0", "critical",
+                  "no active controller on {{ $labels.cluster }}: no leader election or topic change can happen",
+                  "0s", "the controller quorum (kafka_server_raft_* metrics) and the controllers' logs"),
+        AlertRule("KafkaUncleanLeaderElection",
+                  "max by (cluster) (conveyor_ops_broker_unclean_leader_elections_total) > 0", "critical",
+                  "{{ $value }} unclean leader election(s) on {{ $labels.cluster }} since its controller started: "
+                  "acknowledged records were lost", "0s",
+                  "which partitions (the controller's log); compare what producers sent with what landed "
+                  "(conveyor verify); unclean.leader.election.enable"),
+        AlertRule("KafkaIsrShrinking", "rate(conveyor_ops_broker_isr_shrinks_total[5m]) > 0", "warning",
+                  "in-sync replica sets shrank on {{ $labels.node }} in the last 5 minutes", "0s",
+                  "the followers' network, disk and GC pauses, a broker going down, replica.lag.time.max.ms"),
+        # Held 5 minutes: the watcher's window of leader changes moves on within a minute.
+        AlertRule("KafkaLeaderChanges", "max_over_time(conveyor_ops_cluster_leader_changes[5m]) > 0", "warning",
+                  "partition leaders moved on {{ $labels.cluster }} in the last 5 minutes (up to {{ $value }} in "
+                  "one window of the watcher)", "0s",
+                  "brokers restarting or fenced (session timeouts), leaders flapping between brokers; with acks=1 "
+                  "every change loses what the followers had not copied"),
+        AlertRule("KafkaFollowerLagging",
+                  f"min_over_time(conveyor_ops_broker_max_follower_lag_records[{window}]) > 0", "warning",
+                  f"followers of {{{{ $labels.node }}}} stayed behind for {window} (at least {{{{ $value }}}} "
+                  "records)", "0s",
+                  "the leader's and followers' network and disk, replica fetcher threads, replication throttles "
+                  "left set"),
     ]
+
+
+#: Moves of a committed offset (conveyor_ops_offset_moves's kind): alert, severity, what it means,
+#: what to look at. Moving back re-delivers records; moving forward past records skips them.
+OFFSET_MOVES = {
+    "rewind": ("ConsumerOffsetsRewound", "warning", "moved its committed offset back: records are delivered again",
+               "consumers of the group for duplicates; offset resets and restores in its history "
+               "(conveyor ops lag --group {{ $labels.group }})"),
+    "reset_earliest": ("ConsumerOffsetsResetEarliest", "warning",
+                       "reset its committed offset to the log start: it reads everything again",
+                       "the consumers' logs for 'offset out of range' and why the commit was lost"),
+    "reset_latest": ("ConsumerOffsetsResetLatest", "critical",
+                     "reset its committed offset to the end: the records between were skipped",
+                     "the skipped offsets (conveyor ops lag --group {{ $labels.group }}): re-process them while "
+                     "retention keeps them"),
+    "behind_log_start": ("ConsumerBehindLogStart", "critical",
+                         "committed an offset retention has deleted past: records were lost before it read them",
+                         "the topic's retention against the group's throughput"),
+}
+
+
+def offset_move_rules() -> list[AlertRule]:
+    return [AlertRule(name, f'conveyor_ops_offset_moves{{kind="{kind}"}} > 0', severity,
+                      f"group {{{{ $labels.group }}}} on {{{{ $labels.cluster }}}} {meaning} "
+                      "({{ $value }} move(s) in the last 15 minutes)", "0s", look_at)
+            for kind, (name, severity, meaning, look_at) in OFFSET_MOVES.items()]
 
 
 def lag_rules(ops: Ops) -> list[AlertRule]:
     status = "conveyor_ops_group_status"
+    lost = "conveyor_ops_group_lost_commit_partitions"
     rules = [
+        AlertRule("ConsumerGroupLagging", f"{status} == {int(Status.WARN)}", "warning",
+                  "group {{ $labels.group }} on {{ $labels.cluster }} falls behind: its lag is not shrinking",
+                  "0s", "the group's throughput against the produce rate: add consumers up to the partition count, "
+                  "or put the dispatcher in front of a slow consumer"),
         AlertRule("ConsumerGroupStalled", f"{status} == {int(Status.STALL)}", "warning",
                   "group {{ $labels.group }} on {{ $labels.cluster }} commits the same offset while records wait",
                   "0s", "the consumer's logs for a record it cannot process"),
         AlertRule("ConsumerGroupStopped", f"{status} == {int(Status.STOP)}", "critical",
                   "group {{ $labels.group }} on {{ $labels.cluster }} stopped committing while records wait",
                   "0s", "the group's members: crashed, hung, or partitions left unassigned"),
-        AlertRule("ConsumerGroupRewound", f"{status} == {int(Status.REWIND)}", "critical",
+        # The offset-move rules below say the amount and the kind; this one only where none does.
+        AlertRule("ConsumerGroupRewound", f"{status} == {int(Status.REWIND)} unless on (cluster, group) "
+                  "conveyor_ops_offset_moves > 0", "critical",
                   "group {{ $labels.group }} on {{ $labels.cluster }} moved its committed offset back", "0s",
                   "who reset or restored the group's offsets; its consumers for duplicates"),
-        AlertRule("ConsumerGroupError", f"{status} == {int(Status.ERR)}", "critical",
-                  "group {{ $labels.group }} on {{ $labels.cluster }}: a commit was lost or lies outside the log",
-                  "0s", "the partitions of conveyor ops lag --group {{ $labels.group }}"),
+        AlertRule("ConsumerGroupError", f"{status} == {int(Status.ERR)} unless on (cluster, group) {lost} > 0",
+                  "critical", "group {{ $labels.group }} on {{ $labels.cluster }}: its committed offset lies outside "
+                  "the log, or its offsets could not be read", "0s",
+                  "the partitions of conveyor ops lag --group {{ $labels.group }}; the group's auto.offset.reset "
+                  "decides whether the coming reset re-reads or skips"),
+        AlertRule("ConsumerGroupOffsetsLost", f"{lost} > 0", "critical",
+                  "an offset fetch for group {{ $labels.group }} on {{ $labels.cluster }} answered no offset on "
+                  "{{ $value }} partition(s) it had committed", "0s",
+                  "the offset manager: OffsetsCompactionStalled and GroupCoordinatorLoadSlow, the group's "
+                  "offsets.retention.minutes, and who deleted its offsets"),
+        *offset_move_rules(),
+        AlertRule("ClusterNotSampled", "conveyor_ops_cluster_sampled == 0", "critical",
+                  "the watcher cannot read the offsets of {{ $labels.cluster }}: consumer lag on it is not judged",
+                  "0s", "the cluster's bootstrap servers and the watcher's client settings"),
         AlertRule("ReadAmplification", "conveyor_ops_read_amplification_ratio > 0", "warning",
                   "group {{ $labels.group }} reads {{ $labels.topic }} {{ $value }}x faster than it is written",
                   "10m", "offsets lost or reset by the group: it reads the same records again"),
@@ -236,9 +322,9 @@ def lake_rules(ops: Ops, relaxed: Sequence[str] = ()) -> list[AlertRule]:
 
 
 def offset_manager_rules(ops: Ops) -> list[AlertRule]:
-    """The offset manager's health (docs/ops.md): the same thresholds as the watcher's rules in
-    conveyor.ops.offset_manager; the lost commit (offset_fetch_empty) needs the groups' windows and
-    goes out through the notifier."""
+    """The offset manager's health (docs/ops.md): the log cleaner that compacts __consumer_offsets
+    and the group coordinator that loads it. The third sign, a lost commit, is
+    ConsumerGroupOffsetsLost (lag_rules)."""
     return [
         # ops.offsets_dirty_warn is a percentage, as Kafka's max-dirty-percent; the series is a ratio.
         AlertRule("OffsetsCompactionStalled",

@@ -1,61 +1,75 @@
-"""The watcher: every interval, sample and scrape every cluster, evaluate, and raise alerts.
+"""The watcher: every interval, sample and scrape every cluster and judge its consumer groups.
 
-Per cluster a :class:`ClusterWatch` holds the state the rules need across rounds: the lag windows
-(``OffsetTracker``), each node's previous reading (counter rates), its recent follower lag, and
-the leader of every partition (leader changes). :class:`Watcher` runs every cluster's round in
-parallel, asks Prometheus for the dashboard's panels, and keeps the latest
-:class:`OpsState`, which the HTTP API, the metrics and the CLI all show.
+Per cluster a :class:`ClusterWatch` holds the state the judging needs across rounds: the lag
+windows (``OffsetTracker``), each node's previous reading (counter rates) and the leader of every
+partition (leader changes). :class:`Watcher` runs every cluster's round in parallel, asks
+Prometheus for the dashboard's panels and Alertmanager for the alerts, and keeps the latest
+:class:`OpsState`, which the HTTP API, the metrics and the CLI all show. The watcher raises no
+alert itself: it exports what it judged (conveyor.ops.metrics), and Prometheus's rules
+(conveyor.ops.rules) turn that into alerts, which Alertmanager routes.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from confluent_kafka import KafkaException
 
 from conveyor.config import Part, Platform
-from conveyor.config.policies import HealthPolicy, OffsetManagerPolicy, RewindPolicy
+from conveyor.config.policies import RewindPolicy
 from conveyor.kafka import OFFSETS_TOPIC
-from conveyor.ops.alerts import Alert, group_alerts, health_alert, replication_gap_alert, sampling_alert, sort_alerts
+from conveyor.ops.alertmanager import AlertmanagerClient, ManagedAlert
 from conveyor.ops.commit_log import read_commits, read_groups_commits
 from conveyor.ops.errors import OpsError, SampleError
-from conveyor.ops.health import (
-    BrokerReading,
-    ClusterHealth,
-    MetadataCounts,
-    assess_cluster,
-    broker_health,
-    leader_moves,
-)
-from conveyor.ops.lag import LagPolicy
-from conveyor.ops.notify import AlertmanagerNotifier, Notifier, WebhookNotifier
+from conveyor.ops.health import BrokerReading, ClusterHealth, MetadataCounts, assess_cluster, broker_health, leader_moves
+from conveyor.ops.lag import LagPolicy, Reason
 from conveyor.ops.prometheus import PrometheusClient
 from conveyor.ops.dashboard import PanelView, panels_of, read_panels
 from conveyor.ops.rewind import OffsetFinding
 from conveyor.ops.sampler import SamplerProcess
 from conveyor.ops.scrape import Scraper, component_url, metrics_targets
-from conveyor.ops.offset_manager import assess_offset_manager
 from conveyor.ops.rewind_history import Seen, missed
 from conveyor.ops.rewind_store import RewindStore
 from conveyor.positions import group_name
 from conveyor.ops.tracker import GroupReport, OffsetSnapshot, OffsetTracker, RewindEvidence, excluded
-from conveyor.ops.traffic import TopicRates, TrafficPolicy, assess_traffic, topic_rates
-from conveyor.replicate.plan import Gap
-from conveyor.replicate.status import route_gaps
-from conveyor.tls import base_url, trusted
+from conveyor.tls import trusted
 
 log = logging.getLogger(__name__)
 #: Rewind evidence kept per cluster for the state and the dashboard, newest last.
 _REWINDS_KEPT = 50
 #: How far before the sample preceding a move the commit log is read from.
 COMMIT_LOG_LEAD_MS = 60_000
+#: How long an offset move or a lost commit stays in the metrics after it was last seen. The window
+#: that shows one moves on within a minute; the rule reading it must fire and someone must look.
+HELD_MS = 15 * 60 * 1000
+
+
+#: Why no alerts are shown when no Alertmanager is named: every alert lives there.
+NO_ALERTMANAGER = ("no Alertmanager: set ops.alertmanager_url, or runtime.alertmanager for the one `conveyor up` "
+                   "starts")
+
+
+class Held:
+    """Keys seen, each kept until ``ms`` after it was last seen."""
+
+    def __init__(self, ms: int = HELD_MS) -> None:
+        self.ms = ms
+        self._seen: dict[Hashable, int] = {}
+
+    def see(self, keys: Iterable[Hashable], at_ms: int) -> None:
+        for key in keys:
+            self._seen[key] = at_ms
+
+    def current(self, at_ms: int) -> list[Hashable]:
+        self._seen = {key: seen for key, seen in self._seen.items() if at_ms - seen <= self.ms}
+        return list(self._seen)
 
 
 def now_ms() -> int:
@@ -68,7 +82,6 @@ class ClusterReport:
     at_ms: int
     groups: tuple[GroupReport, ...]
     health: ClusterHealth
-    alerts: tuple[Alert, ...]
     #: Wall time of the round (sampling, scraping, evaluation).
     seconds: float
     #: Admin API calls of the round by call; empty when sampling failed.
@@ -78,8 +91,10 @@ class ClusterReport:
     error: str | None = None
     #: The committed offsets around the latest moves back (kept after they leave the windows).
     rewinds: tuple[RewindEvidence, ...] = ()
-    #: Per topic, bytes in and out per second over the brokers in this round.
-    traffic: TopicRates = field(default_factory=dict)
+    #: Per (group, kind), the moves of committed offsets seen in the last HELD_MS.
+    moves: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    #: Per group, the partitions whose committed offset was lost in the last HELD_MS.
+    lost: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +104,10 @@ class OpsState:
     interval: float
     clusters: tuple[ClusterReport, ...]
     panels: tuple[PanelView, ...]
-
-    @property
-    def alerts(self) -> tuple[Alert, ...]:
-        return sort_alerts(a for c in self.clusters for a in c.alerts)
+    #: What Alertmanager holds now and is not silenced, most severe first.
+    alerts: tuple[ManagedAlert, ...] = ()
+    #: Why the alerts could not be read (no Alertmanager named, or it did not answer); None when they were.
+    alerts_error: str | None = None
 
 
 def _metadata_counts(snapshot: OffsetSnapshot) -> MetadataCounts:
@@ -119,21 +134,12 @@ class ClusterWatch:
         #: The lake reads on a schedule: between its runs its positions stand still by design.
         self.schedules = {group_name("lake", ""): int(platform.pipeline.lake.every * 1000)}
         self.rewind_policy = RewindPolicy(amplification_threshold=ops.amplification)
-        self.health_policy = HealthPolicy(p99_warn_ms=ops.request_p99_warn * 1000,
-                                          p99_alarm_ms=ops.request_p99_alarm * 1000, skew_warn=ops.skew_warn,
-                                          skew_min_bytes=float(ops.skew_min_bytes))
         self._previous: dict[str, BrokerReading] = {}
-        self._follower_lags: dict[str, deque[float]] = {}
         self._leaders: dict[tuple[str, int], int] | None = None
         self._changes: deque[tuple[int, int]] = deque(maxlen=ops.window)
         self._findings: set[OffsetFinding] = set()
-        self.offset_policy = OffsetManagerPolicy(
-            dirty_percent_warn=ops.offsets_dirty_warn, dirty_samples=max(1, math.ceil(ops.offsets_dirty_hold / ops.interval)),
-            cleaner_idle_alarm_ms=ops.cleaner_idle_alarm * 1000, coordinator_load_warn_ms=ops.coordinator_load_warn * 1000)
-        #: Each node's consecutive recent readings (the dirty ratio must stay high across them).
-        self._recent: dict[str, deque[BrokerReading]] = {}
-        self.traffic_policy = TrafficPolicy(samples=max(2, ops.window))
-        self._traffic: deque[TopicRates] = deque(maxlen=self.traffic_policy.samples)
+        #: Offset findings, and (group, topic, partition) of lost commits, held for the metrics.
+        self._moves, self._lost = Held(), Held()
         self.rewinds: deque[RewindEvidence] = deque(maxlen=_REWINDS_KEPT)
         #: The evidence and last seen offsets kept in the cluster itself, so a restart loses neither.
         self.store = RewindStore(platform, cluster)
@@ -144,7 +150,6 @@ class ClusterWatch:
         self.findings_total: Counter[tuple[str, str]] = Counter()
         self.calls_total: Counter[str] = Counter()
         self.failures = 0
-        self.gaps = RouteGaps(platform, cluster)
 
     def cycle(self) -> ClusterReport:
         started = time.monotonic()
@@ -170,42 +175,25 @@ class ClusterWatch:
         self._count_findings(groups)
         if snapshot is not None and self._saved is not None:
             self._save(snapshot)
-        health = self._health(at, readings, snapshot, groups)
-        alerts = [health_alert(f) for f in health.findings]
-        alerts += [a for g in groups for a in group_alerts(g)]
-        alerts += self.gaps.alerts(at)
-        if error is not None:
-            alerts.append(sampling_alert(self.cluster, error))
-        return ClusterReport(self.cluster, at, groups, health, sort_alerts(alerts), time.monotonic() - started,
+        health = self._health(at, readings, snapshot)
+        self._moves.see((f for g in groups for f in g.findings.offsets), at)
+        self._lost.see(((g.group, p.topic, p.partition) for g in groups for p in g.status.partitions
+                        if p.reason is Reason.COMMIT_LOST), at)
+        moves = Counter((f.group, f.kind.name.lower()) for f in self._moves.current(at))
+        lost = Counter(group for group, _, _ in self._lost.current(at))
+        return ClusterReport(self.cluster, at, groups, health, time.monotonic() - started,
                              dict(snapshot.calls) if snapshot else {}, len(snapshot.ends) if snapshot else 0, error,
-                             tuple(self.rewinds), self._traffic[-1] if self._traffic else {})
+                             tuple(self.rewinds), moves, lost)
 
-    def _health(self, at: int, readings: list[BrokerReading], snapshot: OffsetSnapshot | None,
-                groups: tuple[GroupReport, ...]) -> ClusterHealth:
+    def _health(self, at: int, readings: list[BrokerReading], snapshot: OffsetSnapshot | None) -> ClusterHealth:
         brokers = []
-        self._traffic.append(topic_rates((r, self._previous.get(r.node)) for r in readings))
         for reading in readings:
             brokers.append(broker_health(reading, self._previous.get(reading.node)))
             self._previous[reading.node] = reading
-            recent = self._recent.setdefault(reading.node, deque(maxlen=self.offset_policy.dirty_samples))
-            if not reading.up:
-                recent.clear()
-            recent.append(reading)
-            lags = self._follower_lags.setdefault(reading.node, deque(maxlen=self.tracker.window))
-            if reading.max_follower_lag is None:
-                lags.clear()  # down, or not a follower: "stays above zero" starts over
-            else:
-                lags.append(reading.max_follower_lag)
         changes = sum(n for _, n in self._changes)
         span = (at - self._changes[0][0]) / 1000 if self._changes else 0.0
-        explained: dict[str, list[str]] = {}
-        for g in groups:
-            for found in g.findings.amplification:
-                explained.setdefault(found.topic, []).append(g.group)
-        extra = assess_offset_manager(self.cluster, self._recent, self.offset_policy)
-        extra += assess_traffic(self.cluster, self._traffic, explained, self.traffic_policy)
-        return assess_cluster(self.cluster, at, brokers, self._follower_lags, changes, span,
-                              _metadata_counts(snapshot) if snapshot else None, self.health_policy, extra)
+        return assess_cluster(self.cluster, at, brokers, changes, span,
+                              _metadata_counts(snapshot) if snapshot else None)
 
     def close(self) -> None:
         self.sampler.close()
@@ -240,6 +228,7 @@ class ClusterWatch:
             for found in missed(self.cluster, last, committed, snapshot.at_ms, logs.get(group), error):
                 log.warning("%s: %s (%s)", self.cluster, found.finding.message, found.found)
                 self.findings_total[(found.group, found.finding.kind.name.lower())] += 1
+                self._moves.see([found.finding], snapshot.at_ms)
                 self.rewinds.append(found)
                 self._unsaved.append(found)
         self._saved = seen
@@ -268,44 +257,6 @@ class ClusterWatch:
                         OFFSETS_TOPIC, err)
             return replace(evidence, commit_log_error=f"{type(err).__name__}: {err}")
         return replace(evidence, commit_log=log_)
-
-
-class RouteGaps:
-    """The gaps recorded by the routes that copy into one cluster, read from their route topics at
-    most every ``every`` seconds (a consumer per bucket; the records change rarely)."""
-
-    def __init__(self, platform: Platform, cluster: str, every: float = 60.0) -> None:
-        self.platform = platform
-        self.routes = {name: spec for name, spec in platform.routes.items() if spec.destination == cluster}
-        self.every = every
-        self._read_at = -math.inf
-        self._gaps: dict[str, tuple[Gap, ...]] = {}
-
-    def alerts(self, at_ms: int) -> list[Alert]:
-        if self.routes and time.monotonic() - self._read_at >= self.every:
-            self._read_at = time.monotonic()
-            for name, spec in self.routes.items():
-                try:
-                    self._gaps[name] = route_gaps(self.platform, name)
-                except (KafkaException, TimeoutError) as err:  # kept from the last read; tried next time
-                    log.warning("gaps of route %s not read: %s", name, err)
-        relaxed = self.platform.relaxed_topics()
-        found = (replication_gap_alert(name, spec.source, spec.destination, self._gaps.get(name, ()), at_ms, relaxed)
-                 for name, spec in self.routes.items())
-        return [alert for alert in found if alert is not None]
-
-
-def notifier(platform: Platform) -> Notifier | None:
-    """Where the watcher's alerts go: Alertmanager when there is one (its route ends at notify_url),
-    else straight to notify_url, else nowhere."""
-    ops = platform.ops
-    shown_at = f"{base_url(ops.tls, ops.port)}/"
-    if ops.alertmanager_url is not None:
-        return AlertmanagerNotifier(ops.alertmanager_url, platform.name, shown_at, attempts=ops.notify_attempts,
-                                    verify=trusted(platform))
-    if ops.notify_url is not None:
-        return WebhookNotifier(ops.notify_url.get_secret_value(), platform.name, shown_at, attempts=ops.notify_attempts)
-    return None
 
 
 def prometheus_url(platform: Platform) -> str | None:
@@ -340,7 +291,9 @@ class Watcher:
         self.state: OpsState | None = None
         self.cycles = 0
         self.cycle_errors = 0
-        self.notifier = notifier(platform)
+        am = platform.ops.alertmanager_url
+        self.alertmanager = AlertmanagerClient(am, trusted(platform), timeout=min(5.0, max(1.0, self.interval))) \
+            if am is not None else None
         self._pool = ThreadPoolExecutor(max_workers=len(self.clusters), thread_name_prefix="ops-cluster")
 
     def cycle(self) -> OpsState:
@@ -348,11 +301,27 @@ class Watcher:
         at = now_ms()
         ops = self.platform.ops
         panels = read_panels(self.prometheus, self.panels, at, ops.panel_range, ops.history)
-        self.state = OpsState(self.platform.name, at, self.interval, reports, panels)
-        if self.notifier is not None:
-            self.notifier.update((alert for report in reports for alert in report.alerts), at)
+        alerts, alerts_error = self._alerts()
+        self.state = OpsState(self.platform.name, at, self.interval, reports, panels, alerts, alerts_error)
         self.cycles += 1
         return self.state
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Healthy while its latest round is recent: three missed rounds (and a slow round's slack)
+        mean the watcher is stuck."""
+        if self.state is None:
+            return False, {"status": "starting", "rounds": self.cycles}
+        age = (now_ms() - self.state.at_ms) / 1000
+        healthy = age < 3 * self.interval + 30
+        return healthy, {"status": "ok" if healthy else "stale", "rounds": self.cycles, "age_seconds": round(age, 1)}
+
+    def _alerts(self) -> tuple[tuple[ManagedAlert, ...], str | None]:
+        if self.alertmanager is None:
+            return (), NO_ALERTMANAGER
+        try:
+            return tuple(a for a in self.alertmanager.alerts() if a.state == "active"), None
+        except OpsError as err:
+            return (), str(err)
 
     def run(self, stop: threading.Event) -> None:
         """Rounds every interval until ``stop`` is set. A round that fails unexpectedly is logged and
@@ -362,16 +331,15 @@ class Watcher:
             try:
                 state = self.cycle()
                 for report in state.clusters:
-                    log.debug("%s: %d groups, %d alerts in %.2f s", report.cluster, len(report.groups),
-                              len(report.alerts), report.seconds)
+                    log.debug("%s: %d groups in %.2f s", report.cluster, len(report.groups), report.seconds)
             except Exception:
                 self.cycle_errors += 1
                 log.exception("ops round failed")
             stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     def close(self) -> None:
-        if self.notifier is not None:
-            self.notifier.close()
+        if self.alertmanager is not None:
+            self.alertmanager.close()
         self._pool.shutdown(wait=False)
         for cluster in self.clusters:
             cluster.close()

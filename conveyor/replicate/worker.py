@@ -110,6 +110,11 @@ class Worker:
             self.state.destination_counts = {name: len(destination.topics[name].partitions)
                                              for name in counts if name in destination.topics}
         self.metrics.topics.labels(self.state.name).set(len(counts))
+        for topic in counts:
+            # At zero from the start: increase() over a series that first appears at its first gap
+            # sees no increase, and ReplicationGap would never fire for it.
+            self.metrics.gaps.labels(self.state.name, topic)
+            self.metrics.gap_records.labels(self.state.name, topic)
         self._start_copiers()
 
     def _report(self, differences: dict[str, tuple[ConfigDifference, ...]]) -> None:

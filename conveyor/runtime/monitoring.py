@@ -5,8 +5,8 @@ Prometheus scrapes the watcher (the broker health, lag and offset figures the ru
 component of ``ops.components`` (a batch job's ``file:`` page through the watcher, which serves it
 as node_exporter's textfile collector would), every broker's own metrics page and the local
 node_exporter (this machine, the local brokers' host), and evaluates the rules of ``conveyor ops
-rules``. Alertmanager takes Prometheus's alerts and the watcher's (its window rules), groups them
-and routes them to ``ops.notify_url``; silences hold for both. All listen on 127.0.0.1 only and
+rules``, every alert of the platform. Alertmanager takes Prometheus's alerts, groups them and
+routes them to ``ops.notify_url``; silences hold. All listen on 127.0.0.1 only and
 keep their files under the runtime home; Prometheus and Alertmanager get their configuration
 written anew by every ``conveyor up`` (a running one is told to reload it).
 """

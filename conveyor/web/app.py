@@ -18,21 +18,19 @@ import base64
 import binascii
 import json
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import Collector
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from conveyor.auth import AccessDenied, TokenBook, Unauthenticated
-from conveyor.edge_guard import EdgeGuard, GuardedServer, guarded_config
 from conveyor.ops.metrics import ops_registry
 from conveyor.ops.report import state_json
 from conveyor.ops.scrape import FILE, served_by_watcher
-from conveyor.ops.watch import Watcher, now_ms
+from conveyor.ops.watch import Watcher
 
 PAGE = (Path(__file__).parent / "dashboard.html").read_text()
 
@@ -73,11 +71,9 @@ def presented_token(authorization: str | None) -> str:
                           "as the password")
 
 
-def create_app(watcher: Watcher, bind_host: str = "127.0.0.1", collectors: Iterable[Collector] = ()) -> FastAPI:
-    """``collectors``: more metrics for /metrics (the guard's)."""
-    registry = ops_registry(watcher)
-    for collector in collectors:
-        registry.register(collector)
+def create_app(watcher: Watcher, bind_host: str = "127.0.0.1", registry: CollectorRegistry | None = None) -> FastAPI:
+    """``registry``: what /metrics serves (default: the watcher's own metrics)."""
+    registry = registry if registry is not None else ops_registry(watcher)
     stop = threading.Event()
     settings = watcher.platform.ops
     hosts = LOCAL_HOSTS | {bind_host, *settings.hosts}
@@ -146,19 +142,7 @@ def create_app(watcher: Watcher, bind_host: str = "127.0.0.1", collectors: Itera
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:
-        state = watcher.state
-        if state is None:
-            return JSONResponse({"status": "starting", "rounds": watcher.cycles}, status_code=503)
-        age = (now_ms() - state.at_ms) / 1000
-        # Three missed rounds (plus a slow round's slack) means the watcher is stuck.
-        healthy = age < 3 * watcher.interval + 30
-        return JSONResponse({"status": "ok" if healthy else "stale", "rounds": watcher.cycles,
-                             "age_seconds": round(age, 1)}, status_code=200 if healthy else 503)
+        healthy, body = watcher.health()
+        return JSONResponse(body, status_code=200 if healthy else 503)
 
     return app
-
-
-def dashboard_server(watcher: Watcher, host: str, port: int, **options: object) -> GuardedServer:
-    """The watch service's server behind its guard (``options``: more of uvicorn's, its certificate)."""
-    guard = EdgeGuard("dashboard", watcher.platform.ops.connections)
-    return GuardedServer(guarded_config(create_app(watcher, host, [guard]), host, port, **options), guard)

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conveyor.config import Platform
 from conveyor.config.edge import Connections, DashboardConnections
 from conveyor.config.tls import Tls
-from conveyor.tls import server_tls, trusted, trusted_pem, uvicorn_tls
+from conveyor.tls import trusted, trusted_pem
 from tests.conftest import base_port, demo_event, eventually
 from tests.dispatchkit import nodes, setup  # noqa: F401 (fixtures)
 from tests.floodkit import Flood, Held, total
@@ -188,25 +188,25 @@ def test_a_flood_of_idle_connections_leaves_the_dispatcher_serving_its_connected
 def serve_dashboard(provisioned: Platform) -> Iterator[Callable[[DashboardConnections, int], str]]:
     """Runs the watch service's dashboard over TLS in a thread, with these connection bounds, on
     this port; stops it at the end of the test."""
-    from conveyor.ops.watch import Watcher
-    from conveyor.web.app import dashboard_server
+    from conveyor.web.service import watch_service
 
-    servers = []
+    services = []
 
     def serve(connections: DashboardConnections, port: int) -> str:
         platform = provisioned.model_copy(update={"ops": provisioned.ops.model_copy(
-            update={"connections": connections})})
-        server = dashboard_server(Watcher(platform), "127.0.0.1", port, **uvicorn_tls(server_tls(platform, Tls())))
-        thread = threading.Thread(target=server.run, daemon=True)
+            update={"connections": connections, "tls": Tls()})})
+        service = watch_service(platform, "127.0.0.1", port)
+        thread = threading.Thread(target=service.run, daemon=True)
         thread.start()
-        servers.append((server, thread))
-        eventually(lambda: server.started or not thread.is_alive(), 30, "the dashboard to start", interval=0.05)
+        services.append((service, thread))
+        eventually(lambda: service.server.started or not thread.is_alive(), 30, "the dashboard to start",
+                   interval=0.05)
         assert thread.is_alive()
         return f"https://127.0.0.1:{port}"
 
     yield serve
-    for server, thread in servers:
-        server.should_exit = True
+    for service, thread in services:
+        service.stop()
         thread.join(60)
 
 

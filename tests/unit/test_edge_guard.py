@@ -139,3 +139,39 @@ def test_the_dispatcher_s_bounds_become_grpc_s_own_options():
                        "grpc.keepalive_time_ms": 60_000, "grpc.keepalive_timeout_ms": 20_000,
                        "grpc.http2.max_pings_without_data": 0, "grpc.max_connection_age_ms": 600_000}
     assert "grpc.max_connection_age_ms" not in dict(grpc_options(GrpcConnections()))
+
+
+def test_an_edge_runs_as_a_service_until_stopped_and_a_taken_port_is_its_exit_status() -> None:
+    """The gateway's and the watch service's lifecycle (conveyor.service): run serves until stop,
+    then returns 0; a port already taken ends the run at once with uvicorn's failure status."""
+    import threading
+
+    import httpx
+    from fastapi import FastAPI
+    from prometheus_client import CollectorRegistry
+
+    from conveyor.config.edge import DashboardConnections
+    from conveyor.edge_guard import EdgeGuard, GuardedServer, ServedEdge, guarded_config
+    from tests.conftest import eventually, free_port
+
+    app = FastAPI()
+    app.get("/healthz")(lambda: {"status": "ok"})
+    port = free_port()
+
+    def edge() -> ServedEdge:
+        guard = EdgeGuard("test", DashboardConnections())
+        return ServedEdge(GuardedServer(guarded_config(app, "127.0.0.1", port), guard), CollectorRegistry(),
+                          lambda: (True, {"port": port}))
+
+    service, status = edge(), []
+    thread = threading.Thread(target=lambda: status.append(service.run()), daemon=True)
+    thread.start()
+    try:
+        eventually(lambda: service.server.started, 30, "the edge to serve", interval=0.05)
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json() == {"status": "ok"}
+        assert service.health() == (True, {"port": port})
+        assert edge().run() != 0  # the port is this one's
+    finally:
+        service.stop()
+        thread.join(30)
+    assert status == [0] and not thread.is_alive()

@@ -1,5 +1,6 @@
-"""Retention deleting what the replicator had not copied yet is a recorded gap: logged, counted,
-written to the route topic, shown by `conveyor replicate status` and raised by ops."""
+"""Retention deleting what the replicator had not copied yet is a recorded gap: logged, counted
+(from zero, so that Prometheus's ReplicationGap sees the first one), written to the route topic and
+shown by `conveyor replicate status`."""
 
 from __future__ import annotations
 
@@ -22,13 +23,15 @@ pytestmark = pytest.mark.chaos
 
 
 
-def _gap_records_metric(port: int, route: str, topic: str) -> float:
+def _gap_records_metric(port: int, route: str, topic: str) -> float | None:
+    """The worker's count of gap records for the topic; None while its page has no such series."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
     page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    return sum(s.value for f in text_string_to_metric_families(page) for s in f.samples
-               if s.name == "conveyor_replicate_gap_records_total" and s.labels == {"route": route, "topic": topic})
+    return next((s.value for f in text_string_to_metric_families(page) for s in f.samples
+                 if s.name == "conveyor_replicate_gap_records_total" and s.labels == {"route": route, "topic": topic}),
+                None)
 
 
 def _gaps_of(status, topic: str) -> tuple:
@@ -98,6 +101,9 @@ def test_offsets_retention_deleted_before_they_were_copied_are_a_recorded_gap(pr
         produce(0, 10)
         produce(1, 10)
         wait_for({0: list(range(10)), 1: list(range(10)), 2: []})  # partition 2 is empty, but known
+        # At zero before any gap: a counter that first appears at its first gap shows Prometheus's
+        # increase() no increase, and ReplicationGap would never fire for that gap.
+        assert _gap_records_metric(port, route, topic) == 0
 
         # While the worker runs: frozen past a fetch's wait, so no fetch in flight sees the records.
         worker.send_signal(signal.SIGSTOP)
@@ -140,11 +146,3 @@ def test_offsets_retention_deleted_before_they_were_copied_are_a_recorded_gap(pr
     logs = (tmp_path / "worker.log").read_text(errors="replace")
     for gap in expected_gaps:
         assert f"DATA LOST: {topic}[{gap.partition}] offsets {gap.first}..{gap.last} ({gap.count} records)" in logs
-
-    # Ops raises it: one critical alert for the route, naming each gap (the watcher reads the route topic).
-    from conveyor.ops.watch import RouteGaps
-
-    alerts = [a for a in RouteGaps(platform, "central").alerts(int(time.time() * 1000)) if a.subject == f"route {route}"]
-    assert [(a.rule, a.severity.name, a.cluster) for a in alerts] == [("replication_gap", "CRITICAL", "central")]
-    for gap in expected_gaps:
-        assert f"{topic}[{gap.partition}] {gap.first}..{gap.last}" in alerts[0].message, alerts[0].message

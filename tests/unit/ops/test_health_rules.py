@@ -1,90 +1,23 @@
-"""Broker health rules, from tables of cases, and the assessment of whole clusters (no servers)."""
+"""A cluster's state from its nodes' scrapes, from tables of cases (no servers). The alerts over
+these values are Prometheus rules, tested in test_rules.py and test_watcher_rules.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from conveyor.config.policies import HealthPolicy
 from conveyor.ops.health import (
     BrokerHealth,
     BrokerReading,
     MetadataCounts,
-    Rule,
-    Severity,
     assess_cluster,
-    broker_down,
     broker_health,
-    follower_lag_stays,
-    isr_shrinking,
-    leader_changes,
     leader_moves,
-    no_active_controller,
-    offline_partitions,
     rate,
     reading_from_samples,
-    request_time,
     skew,
-    skewed,
-    unclean_elections,
-    under_min_isr,
-    under_replicated,
 )
 
-OK, WARNING, CRITICAL = Severity.OK, Severity.WARNING, Severity.CRITICAL
 T0 = 1_700_000_000_000
-
-
-# --- Each rule on its own ---
-
-@pytest.mark.parametrize("rule, value, expected", [
-    pytest.param(broker_down, True, OK, id="down-answering"),
-    pytest.param(broker_down, False, CRITICAL, id="down-silent"),
-    pytest.param(under_replicated, 0, OK, id="urp-none"),
-    pytest.param(under_replicated, 3, WARNING, id="urp-some"),
-    pytest.param(under_min_isr, 0, OK, id="min-isr-none"),
-    pytest.param(under_min_isr, 1, CRITICAL, id="min-isr-one-blocks-acks-all"),
-    pytest.param(offline_partitions, 0, OK, id="offline-none"),
-    pytest.param(offline_partitions, 2, CRITICAL, id="offline-some"),
-    pytest.param(isr_shrinking, 0.0, OK, id="isr-steady"),
-    pytest.param(isr_shrinking, 0.2, WARNING, id="isr-shrinking"),
-    pytest.param(unclean_elections, 0, OK, id="unclean-never"),
-    pytest.param(unclean_elections, 1, CRITICAL, id="unclean-once-is-loss"),
-    pytest.param(leader_changes, 0, OK, id="leaders-stable"),
-    pytest.param(leader_changes, 4, WARNING, id="leaders-moved"),
-])
-def test_single_value_rules(rule, value, expected):
-    assert rule(value) is expected
-
-
-@pytest.mark.parametrize("active, expected", [
-    pytest.param([1.0, 0.0, 0.0], OK, id="one-active"),
-    pytest.param([0.0, 0.0], CRITICAL, id="none-active"),
-    pytest.param([], OK, id="no-controller-answered-is-broker-down-not-this"),
-])
-def test_no_active_controller(active, expected):
-    assert no_active_controller(active) is expected
-
-
-@pytest.mark.parametrize("p99, expected", [
-    pytest.param(5.0, OK, id="fast"),
-    pytest.param(1000.0, OK, id="at-warning-is-not-above"),
-    pytest.param(1500.0, WARNING, id="above-warning"),
-    pytest.param(10_000.0, WARNING, id="at-alarm-is-not-above"),
-    pytest.param(12_000.0, CRITICAL, id="mission-alarm-above-10s"),
-])
-def test_request_time(p99, expected):
-    assert request_time(p99, 1000.0, 10_000.0) is expected
-
-
-@pytest.mark.parametrize("lags, expected", [
-    pytest.param([0, 0, 0], OK, id="in-sync"),
-    pytest.param([5, 0, 7], OK, id="touched-zero"),
-    pytest.param([5, 9, 7], WARNING, id="stays-above-zero"),
-    pytest.param([12], OK, id="one-sample-is-no-trend"),
-    pytest.param([], OK, id="no-samples"),
-])
-def test_follower_lag_stays(lags, expected):
-    assert follower_lag_stays(lags, 2) is expected
 
 
 @pytest.mark.parametrize("values, ratio", [
@@ -95,17 +28,6 @@ def test_follower_lag_stays(lags, expected):
 ])
 def test_skew(values, ratio):
     assert skew(values) == ratio
-
-
-@pytest.mark.parametrize("values, min_mean, expected", [
-    pytest.param([14, 5, 5], 3, WARNING, id="leaders-on-one-broker"),
-    pytest.param([12, 6, 6], 3, OK, id="at-the-limit-is-not-above"),
-    pytest.param([9, 8, 7], 3, OK, id="close-enough"),
-    pytest.param([2, 0, 0], 3, OK, id="too-little-load-to-matter"),
-    pytest.param([20], 3, OK, id="single-broker-cannot-skew"),
-])
-def test_skewed(values, min_mean, expected):
-    assert skewed(values, 1.5, min_mean) is expected
 
 
 @pytest.mark.parametrize("now, before, seconds, expected", [
@@ -161,6 +83,22 @@ def test_reading_of_a_controller_only_node_is_not_a_broker():
     assert r.active_controller == 1.0 and not r.is_broker
 
 
+def test_offset_manager_readings_from_the_exporter():
+    reading = reading_from_samples("broker-1", T0, [
+        ("kafka_log_logcleanermanager_max_dirty_percent", {}, 97.0),
+        ("kafka_log_logcleanermanager_time_since_last_run_ms", {}, 1500.0),
+        ("kafka_server_group_coordinator_metrics_partition_load_time_max", {}, float("nan")),  # no load in 30 s
+        ("kafka_server_group_coordinator_metrics_offset_commit_rate", {}, 12.5),
+        ("kafka_server_group_coordinator_metrics_offset_commit_count", {}, 640.0),
+        ("kafka_coordinator_group_groupmetadatamanager_numgroups", {}, 4.0),
+        ("kafka_server_brokertopicmetrics_bytesinpersec_total", {"topic": "ads"}, 100.0),
+        ("kafka_server_brokertopicmetrics_bytesoutpersec_total", {"topic": "ads"}, 300.0),
+    ])
+    assert (reading.cleaner_dirty_percent, reading.cleaner_idle_ms, reading.coordinator_load_ms,
+            reading.offset_commit_rate, reading.offset_commits, reading.groups) == (97.0, 1500.0, None, 12.5, 640.0, 4.0)
+    assert reading.topic_bytes == {"ads": (100.0, 300.0)}
+
+
 def test_broker_health_rates_need_two_answers():
     before = reading_from_samples("b1", T0, PAGE)
     after = reading_from_samples("b1", T0 + 10_000, [("kafka_server_brokertopicmetrics_bytesinpersec_total", {},
@@ -182,60 +120,41 @@ HEALTHY = dict(under_replicated=0.0, under_min_isr=0.0, leaders=10.0, replicas=3
                p99_ms={"Produce": 5.0, "FetchConsumer": 500.0, "Metadata": 2.0})
 
 
-def rules(health) -> set[tuple[Rule, Severity, str]]:
-    return {(f.rule, f.severity, f.subject) for f in health.findings}
-
-
 @pytest.mark.parametrize("brokers, kwargs, expected", [
-    pytest.param([broker("b1", **HEALTHY), broker("b2", **HEALTHY)], {}, set(), id="healthy"),
+    pytest.param([broker("b1", **HEALTHY), broker("b2", **HEALTHY)], {}, "OK", id="healthy"),
     pytest.param([broker("b1", **{**HEALTHY, "under_replicated": 4.0}), broker("b2", error="ConnectError")], {},
-                 {(Rule.UNDER_REPLICATED, WARNING, "c"), (Rule.BROKER_DOWN, CRITICAL, "b2")}, id="broker-killed"),
-    pytest.param([broker("b1", **{**HEALTHY, "under_min_isr": 1.0})], {},
-                 {(Rule.UNDER_MIN_ISR, CRITICAL, "c")}, id="under-min-isr"),
-    pytest.param([broker("b1", **HEALTHY, offline_partitions=3.0, active_controller=1.0)], {},
-                 {(Rule.OFFLINE, CRITICAL, "c")}, id="offline-from-controller"),
-    pytest.param([broker("b1", **HEALTHY, active_controller=0.0)], {},
-                 {(Rule.NO_CONTROLLER, CRITICAL, "c")}, id="no-active-controller"),
-    pytest.param([broker("b1", **HEALTHY, unclean_elections=1.0)], {},
-                 {(Rule.UNCLEAN_ELECTION, CRITICAL, "c")}, id="unclean-election"),
-    pytest.param([broker("b1", **HEALTHY, isr_shrinks_per_s=0.5)], {},
-                 {(Rule.ISR_SHRINKING, WARNING, "b1")}, id="isr-shrinking"),
-    pytest.param([broker("b1", **{**HEALTHY, "p99_ms": {"Produce": 11_000.0, "Metadata": 1_500.0}})], {},
-                 {(Rule.REQUEST_SLOW, CRITICAL, "b1"), (Rule.REQUEST_SLOW, WARNING, "b1")}, id="slow-requests"),
-    pytest.param([broker("b1", **HEALTHY)], {"follower_lags": {"b1": [3.0, 5.0, 4.0]}},
-                 {(Rule.FOLLOWER_LAG, WARNING, "b1")}, id="follower-lag-stays"),
-    pytest.param([broker("b1", **HEALTHY)], {"changes": 6, "change_span_s": 50.0},
-                 {(Rule.LEADER_CHANGES, WARNING, "c")}, id="leader-changes"),
-    pytest.param([broker("b1", **{**HEALTHY, "leaders": 20.0}), broker("b2", **{**HEALTHY, "leaders": 4.0}),
-                  broker("b3", **{**HEALTHY, "leaders": 3.0})], {},
-                 {(Rule.SKEW, WARNING, "c")}, id="leaders-skewed"),
-    pytest.param([broker("b1", **HEALTHY, bytes_in_per_s=9e6), broker("b2", **HEALTHY, bytes_in_per_s=1e6)], {},
-                 {(Rule.SKEW, WARNING, "c")}, id="bytes-in-skewed"),
-    pytest.param([broker("b1", **HEALTHY, bytes_in_per_s=900.0), broker("b2", **HEALTHY, bytes_in_per_s=10.0)], {},
-                 set(), id="tiny-bytes-never-skewed"),
-    pytest.param([], {"metadata": MetadataCounts(under_replicated=2, offline=1)},
-                 {(Rule.UNDER_REPLICATED, WARNING, "c"), (Rule.OFFLINE, CRITICAL, "c")}, id="metadata-fallback"),
+                 "CRITICAL", id="broker-killed"),
+    pytest.param([broker("b1", **{**HEALTHY, "under_replicated": 4.0})], {}, "DEGRADED", id="under-replicated"),
+    pytest.param([broker("b1", **{**HEALTHY, "under_min_isr": 1.0})], {}, "CRITICAL", id="under-min-isr"),
+    pytest.param([broker("b1", **HEALTHY, offline_partitions=3.0, active_controller=1.0)], {}, "CRITICAL",
+                 id="offline-from-controller"),
+    pytest.param([broker("b1", **HEALTHY, active_controller=0.0)], {}, "CRITICAL", id="no-active-controller"),
+    pytest.param([broker("b1", **HEALTHY, unclean_elections=1.0)], {}, "CRITICAL", id="unclean-election"),
+    pytest.param([broker("b1", **HEALTHY)], {"changes": 6, "change_span_s": 50.0}, "OK", id="leader-changes-warn-only"),
+    pytest.param([], {"metadata": MetadataCounts(under_replicated=2, offline=1)}, "CRITICAL", id="metadata-fallback"),
 ])
-def test_assess_cluster(brokers, kwargs, expected):
-    assert rules(assess_cluster("c", T0, brokers, **kwargs)) == expected
+def test_cluster_status(brokers, kwargs, expected):
+    assert assess_cluster("c", T0, brokers, **kwargs).status == expected
 
 
-def test_assessment_sums_urp_over_leaders_and_orders_worst_first():
+def test_assessment_sums_urp_over_leaders_and_takes_the_controllers_counts():
     health = assess_cluster("c", T0, [broker("b1", **{**HEALTHY, "under_replicated": 2.0}),
-                                      broker("b2", **{**HEALTHY, "under_replicated": 3.0}),
-                                      broker("b3", error="ConnectError")])
-    assert health.under_replicated == 5
-    assert health.severity is CRITICAL
-    assert [f.rule for f in health.findings] == [Rule.BROKER_DOWN, Rule.UNDER_REPLICATED]
+                                      broker("b2", **{**HEALTHY, "under_replicated": 3.0}, active_controller=0.0),
+                                      broker("b3", **HEALTHY, active_controller=1.0, unclean_elections=2.0,
+                                             offline_partitions=0.0),
+                                      broker("b4", error="ConnectError")])
+    assert (health.under_replicated, health.active_controllers, health.unclean_elections) == (5, 1, 2)
+    assert health.offline_partitions == 0
     assert health.skew["leaders"] == 1.0  # the dead broker is left out of the skew
 
 
-def test_slow_request_finding_names_the_request_and_the_crossed_limit():
-    (finding,) = assess_cluster("c", T0, [broker("b1", **{**HEALTHY, "p99_ms": {"Produce": 1_200.0}})],
-                                policy=HealthPolicy(p99_warn_ms=1_000.0)).findings
-    assert (finding.detail, finding.value, finding.limit) == ("Produce", 1_200.0, 1_000.0)
-
-
-def test_policy_rejects_a_warning_above_the_alarm():
-    with pytest.raises(ValueError):
-        HealthPolicy(p99_warn_ms=20_000.0)
+@pytest.mark.parametrize("brokers, load, ratio", [
+    pytest.param([broker("b1", **{**HEALTHY, "leaders": 20.0}), broker("b2", **{**HEALTHY, "leaders": 4.0}),
+                  broker("b3", **{**HEALTHY, "leaders": 3.0})], "leaders", 2.222, id="leaders"),
+    pytest.param([broker("b1", **HEALTHY, bytes_in_per_s=9e6), broker("b2", **HEALTHY, bytes_in_per_s=1e6)],
+                 "bytes_in", 1.8, id="bytes-in"),
+    pytest.param([broker("b1", **HEALTHY, bytes_in_per_s=9e6)], "bytes_in", None, id="one-broker-has-no-skew"),
+])
+def test_skew_per_load(brokers, load, ratio):
+    found = assess_cluster("c", T0, brokers).skew[load]
+    assert (round(found, 3) if found is not None else None) == ratio

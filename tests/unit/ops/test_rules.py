@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -15,51 +14,18 @@ import yaml
 from conveyor.config import Ops
 from conveyor.ops.rules import PRESENCE, rules_document
 from tests.metricskit import NODE_EXPORTER_LABELS, exported_metric_names
+from tests.rulekit import RELAXED, expect, rules, run_promtool, series, write_rules
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with `make setup`")
 
 
-#: A topic delivered at least once: its losses warn, through the rules' twins.
-RELAXED = "logs.app"
-
-
-#: Links declared for the host rules: the loopback reports no speed; eth0 reports its own, which wins.
-DECLARED_MBIT = {"lo": 8000.0, "eth0": 10.0}
-
-
-def _rules() -> dict[str, Any]:
-    return rules_document(Ops(max_lag_records=1000, machines={"link_speed_mbit": DECLARED_MBIT}), [RELAXED])
-
-
-def _write_rules(folder: Path) -> Path:
-    path = folder / "rules.yml"
-    path.write_text(yaml.safe_dump(_rules(), sort_keys=False))
-    return path
-
-
-def _annotations(alert: str, labels: dict[str, str], value: str) -> dict[str, str]:
-    """The rule's annotations as Prometheus renders them for one series."""
-    rule = next(r for g in _rules()["groups"] for r in g["rules"] if r["alert"] == alert)
-    render = {key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)],
-                         re.sub(r"\{\{ \$value( \| \w+)? \}\}", value, text))
-              for key, text in rule["annotations"].items()}
-    return render
-
-
-def _expect(alert: str, eval_time: str, firing: list[tuple[dict[str, str], str]]) -> dict[str, Any]:
-    rule = next(r for g in _rules()["groups"] for r in g["rules"] if r["alert"] == alert)
-    return {"eval_time": eval_time, "alertname": alert,
-            "exp_alerts": [{"exp_labels": {**labels, **rule["labels"]}, "exp_annotations": _annotations(alert, labels, value)}
-                           for labels, value in firing]}
-
-
 def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
-    checked = subprocess.run(["promtool", "check", "rules", str(_write_rules(tmp_path))], capture_output=True, text=True)
+    checked = subprocess.run(["promtool", "check", "rules", str(write_rules(tmp_path))], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> None:
-    rules = _write_rules(tmp_path)
+    rules = write_rules(tmp_path)
     down, up = {"cluster": "central", "node": "broker-1"}, {"cluster": "central", "node": "broker-2"}
     stopped, rewound, fine = ({"cluster": "central", "group": g} for g in ("mailer", "lake-feed", "search"))
     late, current = {"topic": "ad-events"}, {"topic": "clicks"}
@@ -81,13 +47,13 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
                  "values": "0 0 7 7 7"},
             ],
             "alert_rule_test": [
-                _expect("KafkaBrokerDown", "4m", [(down, "0")]),
-                _expect("KafkaUnderMinIsr", "4m", [({"cluster": "central"}, "2")]),
-                _expect("ConsumerGroupStopped", "4m", [(stopped, "3")]),
-                _expect("ConsumerGroupRewound", "4m", [(rewound, "4")]),
-                _expect("ConsumerGroupLagRecords", "4m", []),  # 10 records behind, the limit is 1,000
-                _expect("KafkaOfflinePartitions", "4m", []),
-                _expect("ReplicationGap", "4m", [(gap, "")]),
+                expect("KafkaBrokerDown", "4m", [(down, "0")]),
+                expect("KafkaUnderMinIsr", "4m", [({"cluster": "central"}, "2")]),
+                expect("ConsumerGroupStopped", "4m", [(stopped, "3")]),
+                expect("ConsumerGroupRewound", "4m", [(rewound, "4")]),
+                expect("ConsumerGroupLagRecords", "4m", []),  # 10 records behind, the limit is 1,000
+                expect("KafkaOfflinePartitions", "4m", []),
+                expect("ReplicationGap", "4m", [(gap, "")]),
             ],
         }, {
             "interval": "1m",
@@ -96,7 +62,7 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
                 {"series": 'conveyor_lake_complete_until_timestamp_seconds{topic="ad-events"}', "values": "0+0x200"},
                 {"series": 'conveyor_lake_complete_until_timestamp_seconds{topic="clicks"}', "values": "4200+0x200"},
             ],
-            "alert_rule_test": [_expect("LakeHourLate", "3h", [(late, "10800")])],
+            "alert_rule_test": [expect("LakeHourLate", "3h", [(late, "10800")])],
         }, {
             "interval": "1m",
             "input_series": [
@@ -116,9 +82,9 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
                                               ("clicks", "out", True), ("clicks", "in", True))),
             ],
             "alert_rule_test": [
-                _expect("OffsetsCompactionStalled", "10m", [({"cluster": "central", "node": "broker-1"}, "95%")]),
-                _expect("GroupCoordinatorLoadSlow", "10m", [({"cluster": "central", "node": "broker-1"}, "12")]),
-                _expect("TopicReadAmplification", "20m", [({"cluster": "central", "topic": "ads"}, "")]),
+                expect("OffsetsCompactionStalled", "10m", [({"cluster": "central", "node": "broker-1"}, "95%")]),
+                expect("GroupCoordinatorLoadSlow", "10m", [({"cluster": "central", "node": "broker-1"}, "12")]),
+                expect("TopicReadAmplification", "20m", [({"cluster": "central", "topic": "ads"}, "")]),
             ],
         }],
     }
@@ -132,22 +98,10 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
 def test_every_expression_names_an_exported_metric(tmp_path: Path) -> None:
     # The host rules read node_exporter's names.
     exported = exported_metric_names() | set(NODE_EXPORTER_LABELS)
-    for group in _rules()["groups"]:
+    for group in rules()["groups"]:
         for rule in group["rules"]:
             named = set(re.findall(r"\b(?:conveyor|node)_[a-z0-9_]+", rule["expr"]))
             assert named and named <= exported, (rule["alert"], named - exported)
-
-
-def _run_promtool(tmp_path: Path, blocks: list[dict[str, Any]]) -> None:
-    tests = {"rule_files": [str(_write_rules(tmp_path))], "evaluation_interval": "1m", "tests": blocks}
-    path = tmp_path / "rules_test.yml"
-    path.write_text(yaml.safe_dump(tests, sort_keys=False))
-    tested = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
-    assert tested.returncode == 0, tested.stdout + tested.stderr
-
-
-def _series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
-    return {"series": name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}", "values": values}
 
 
 def test_the_services_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> None:
@@ -159,82 +113,82 @@ def test_the_services_alerts_fire_on_their_series_and_only_on_them(tmp_path: Pat
     mailer, search = {"topic": "jobs", "group": "mailer"}, {"topic": "jobs", "group": "search"}
     rt = {"instance": "rt"}
     rejected = "conveyor_gateway_requests_rejected_total"
-    _run_promtool(tmp_path, [{
+    run_promtool(tmp_path, [{
         "interval": "1m",
         "input_series": [
-            _series(rejected, {**gw1, "topic": "ads", "reason": "unavailable"}, "0+5x40"),
-            _series(rejected, {**gw2, "topic": "ads", "reason": "contract"}, "0+5x40"),
-            _series("conveyor_gateway_request_seconds_count", {**gw1, "topic": "ads"}, "0+10x40"),
-            _series("conveyor_gateway_request_seconds_count", {**gw2, "topic": "ads"}, "0+10x40"),
+            series(rejected, {**gw1, "topic": "ads", "reason": "unavailable"}, "0+5x40"),
+            series(rejected, {**gw2, "topic": "ads", "reason": "contract"}, "0+5x40"),
+            series("conveyor_gateway_request_seconds_count", {**gw1, "topic": "ads"}, "0+10x40"),
+            series("conveyor_gateway_request_seconds_count", {**gw2, "topic": "ads"}, "0+10x40"),
             # gw1's requests all above the highest finite bucket (p99: that bucket's bound), gw2's fast.
-            _series("conveyor_gateway_request_seconds_bucket", {**gw1, "topic": "ads", "le": "30"}, "0+0x40"),
-            _series("conveyor_gateway_request_seconds_bucket", {**gw1, "topic": "ads", "le": "+Inf"}, "0+10x40"),
-            _series("conveyor_gateway_request_seconds_bucket", {**gw2, "topic": "ads", "le": "0.001"}, "0+10x40"),
-            _series("conveyor_gateway_request_seconds_bucket", {**gw2, "topic": "ads", "le": "+Inf"}, "0+10x40"),
-            _series("conveyor_gateway_failed_over", gw1, "0 0 1+0x40"),
-            _series("conveyor_gateway_failed_over", gw2, "0+0x40"),
-            _series("conveyor_dispatch_backlog", {**mailer, "instance": "d1"}, "0+10x40"),
-            _series("conveyor_dispatch_backlog", {**search, "instance": "d1"}, "100+0x40"),
-            _series("conveyor_dispatch_delivered_total", {**mailer, "instance": "d1"}, "0+10x40"),
-            _series("conveyor_dispatch_redelivered_total", {**mailer, "instance": "d1"}, "0+6x40"),
-            _series("conveyor_dispatch_delivered_total", {**search, "instance": "d1"}, "0+10x40"),
-            _series("conveyor_dispatch_redelivered_total", {**search, "instance": "d1"}, "0+0x40"),
-            _series("conveyor_dispatch_dead_lettered_total", {**mailer, "instance": "d1"}, "0x20 3+0x20"),
-            _series("conveyor_dispatch_dead_lettered_total", {**search, "instance": "d1"}, "0+0x40"),
-            _series("conveyor_dispatch_dead_letters_unwritable_total", {**mailer, "instance": "d1", "partition": "2"},
+            series("conveyor_gateway_request_seconds_bucket", {**gw1, "topic": "ads", "le": "30"}, "0+0x40"),
+            series("conveyor_gateway_request_seconds_bucket", {**gw1, "topic": "ads", "le": "+Inf"}, "0+10x40"),
+            series("conveyor_gateway_request_seconds_bucket", {**gw2, "topic": "ads", "le": "0.001"}, "0+10x40"),
+            series("conveyor_gateway_request_seconds_bucket", {**gw2, "topic": "ads", "le": "+Inf"}, "0+10x40"),
+            series("conveyor_gateway_failed_over", gw1, "0 0 1+0x40"),
+            series("conveyor_gateway_failed_over", gw2, "0+0x40"),
+            series("conveyor_dispatch_backlog", {**mailer, "instance": "d1"}, "0+10x40"),
+            series("conveyor_dispatch_backlog", {**search, "instance": "d1"}, "100+0x40"),
+            series("conveyor_dispatch_delivered_total", {**mailer, "instance": "d1"}, "0+10x40"),
+            series("conveyor_dispatch_redelivered_total", {**mailer, "instance": "d1"}, "0+6x40"),
+            series("conveyor_dispatch_delivered_total", {**search, "instance": "d1"}, "0+10x40"),
+            series("conveyor_dispatch_redelivered_total", {**search, "instance": "d1"}, "0+0x40"),
+            series("conveyor_dispatch_dead_lettered_total", {**mailer, "instance": "d1"}, "0x20 3+0x20"),
+            series("conveyor_dispatch_dead_lettered_total", {**search, "instance": "d1"}, "0+0x40"),
+            series("conveyor_dispatch_dead_letters_unwritable_total", {**mailer, "instance": "d1", "partition": "2"},
                     "0x20 1+0x20"),
             # Every event between 30 s and 90 s late: p99 interpolates to 89.4 s.
-            _series("conveyor_realtime_latency_seconds_bucket", {**rt, "le": "30"}, "0+0x40"),
-            _series("conveyor_realtime_latency_seconds_bucket", {**rt, "le": "90"}, "0+10x40"),
-            _series("conveyor_realtime_latency_seconds_bucket", {**rt, "le": "+Inf"}, "0+10x40"),
-            _series("conveyor_realtime_events_rejected_total", {**rt, "kind": "late", "view": "banner_ctr"}, "0+64x40"),
-            _series("conveyor_realtime_events_rejected_total", {**rt, "kind": "late", "view": "user_interests"},
+            series("conveyor_realtime_latency_seconds_bucket", {**rt, "le": "30"}, "0+0x40"),
+            series("conveyor_realtime_latency_seconds_bucket", {**rt, "le": "90"}, "0+10x40"),
+            series("conveyor_realtime_latency_seconds_bucket", {**rt, "le": "+Inf"}, "0+10x40"),
+            series("conveyor_realtime_events_rejected_total", {**rt, "kind": "late", "view": "banner_ctr"}, "0+64x40"),
+            series("conveyor_realtime_events_rejected_total", {**rt, "kind": "late", "view": "user_interests"},
                     "0+64x40"),
-            _series("conveyor_realtime_events_rejected_total", {**rt, "kind": "incomplete", "view": "user_interests"},
+            series("conveyor_realtime_events_rejected_total", {**rt, "kind": "incomplete", "view": "user_interests"},
                     "0+0x40"),
-            _series("conveyor_realtime_records_total", rt, "0+256x40"),
-            _series("conveyor_realtime_redis_lost_total", rt, "0x20 1+0x20"),
-            _series("conveyor_replicate_cluster_unreachable", {"route": "dc1-central", "cluster": "dc1"}, "1+0x40"),
-            _series("conveyor_replicate_cluster_unreachable", {"route": "dc2-central", "cluster": "dc2"}, "0+0x40"),
+            series("conveyor_realtime_records_total", rt, "0+256x40"),
+            series("conveyor_realtime_redis_lost_total", rt, "0x20 1+0x20"),
+            series("conveyor_replicate_cluster_unreachable", {"route": "dc1-central", "cluster": "dc1"}, "1+0x40"),
+            series("conveyor_replicate_cluster_unreachable", {"route": "dc2-central", "cluster": "dc2"}, "0+0x40"),
         ],
         "alert_rule_test": [
-            _expect("GatewayUnavailable", "10m", [({**gw1, "topic": "ads"}, "25")]),
-            _expect("GatewayErrorRatio", "10m", [(gw1, "0.5")]),
-            _expect("GatewaySlow", "10m", [(gw1, "30")]),
-            _expect("GatewayFailedOver", "10m", [(gw1, "1")]),
-            _expect("DispatchBacklogGrowing", "35m", [(mailer, "350")]),
-            _expect("DispatchRedeliveries", "20m", [(mailer, "0.1")]),
-            _expect("DispatchDeadLetters", "35m", [(mailer, "3")]),
-            _expect("DispatchDeadLettersUnwritable", "35m", [(mailer, "1")]),
-            _expect("RealtimeSlow", "10m", [(rt, "89.4")]),
-            _expect("RealtimeRejects", "20m", [({**rt, "kind": "late"}, "0.5")]),
-            _expect("RealtimeRedisLost", "30m", [(rt, "")]),
-            _expect("ReplicationClusterUnreachable", "10m", [({"route": "dc1-central", "cluster": "dc1"}, "")]),
+            expect("GatewayUnavailable", "10m", [({**gw1, "topic": "ads"}, "25")]),
+            expect("GatewayErrorRatio", "10m", [(gw1, "0.5")]),
+            expect("GatewaySlow", "10m", [(gw1, "30")]),
+            expect("GatewayFailedOver", "10m", [(gw1, "1")]),
+            expect("DispatchBacklogGrowing", "35m", [(mailer, "350")]),
+            expect("DispatchRedeliveries", "20m", [(mailer, "0.1")]),
+            expect("DispatchDeadLetters", "35m", [(mailer, "3")]),
+            expect("DispatchDeadLettersUnwritable", "35m", [(mailer, "1")]),
+            expect("RealtimeSlow", "10m", [(rt, "89.4")]),
+            expect("RealtimeRejects", "20m", [({**rt, "kind": "late"}, "0.5")]),
+            expect("RealtimeRedisLost", "30m", [(rt, "")]),
+            expect("ReplicationClusterUnreachable", "10m", [({"route": "dc1-central", "cluster": "dc1"}, "")]),
         ],
     }, {
         "interval": "1m",
         "input_series": [
             # rt2 wrote batches until minute 5 and none since; rt3 keeps writing.
-            _series("conveyor_realtime_batches_total", {"instance": "rt2", "attempt": "first"}, "0+1x5 5+0x30"),
-            _series("conveyor_realtime_batches_total", {"instance": "rt3", "attempt": "first"}, "0+1x35"),
+            series("conveyor_realtime_batches_total", {"instance": "rt2", "attempt": "first"}, "0+1x5 5+0x30"),
+            series("conveyor_realtime_batches_total", {"instance": "rt3", "attempt": "first"}, "0+1x35"),
         ],
         "alert_rule_test": [
-            _expect("RealtimeStalled", "10m", []),
-            _expect("RealtimeStalled", "25m", [({"instance": "rt2"}, "0")]),
+            expect("RealtimeStalled", "10m", []),
+            expect("RealtimeStalled", "25m", [({"instance": "rt2"}, "0")]),
         ],
     }])
 
 
 def test_an_absent_component_alerts_and_a_present_one_does_not(tmp_path: Path) -> None:
     running = dict(value for part, value in PRESENCE.items() if part != "throttle")
-    _run_promtool(tmp_path, [{
+    run_promtool(tmp_path, [{
         "interval": "1m",
-        "input_series": [_series(series, {"instance": component.replace(" ", "-")}, "0+0x20")
-                         for component, series in running.items()],
+        "input_series": [series(name, {"instance": component.replace(" ", "-")}, "0+0x20")
+                         for component, name in running.items()],
         "alert_rule_test": [
-            _expect("ConveyorComponentAbsentThrottle", "3m", []),  # absent, but not yet for 5 minutes
-            _expect("ConveyorComponentAbsentThrottle", "10m", [({}, "")]),
-            *(_expect(f"ConveyorComponentAbsent{''.join(w.title() for w in c.split())}", "10m", [])
+            expect("ConveyorComponentAbsentThrottle", "3m", []),  # absent, but not yet for 5 minutes
+            expect("ConveyorComponentAbsentThrottle", "10m", [({}, "")]),
+            *(expect(f"ConveyorComponentAbsent{''.join(w.title() for w in c.split())}", "10m", [])
               for c in running),
         ],
     }])
@@ -249,42 +203,42 @@ def test_the_host_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -
     fs1 = {**b1, "device": "/dev/vdb", "mountpoint": "/var/lib/kafka", "fstype": "ext4"}
     fs2 = {**b2, "device": "/dev/vdb", "mountpoint": "/var/lib/kafka", "fstype": "ext4"}
     minute = 60
-    _run_promtool(tmp_path, [{
+    run_promtool(tmp_path, [{
         "interval": "1m",
         "input_series": [
-            _series("node_network_transmit_bytes_total", {**b1, "device": "eth0"}, f"0+{118_000_000 * minute}x30"),
-            _series("node_network_receive_bytes_total", {**b1, "device": "eth0"}, f"0+{1_000_000 * minute}x30"),
-            _series("node_network_speed_bytes", {**b1, "device": "eth0"}, "125000000+0x30"),
-            _series("node_network_transmit_bytes_total", {**b1, "device": "lo"}, f"0+{900_000_000 * minute}x30"),
-            _series("node_network_receive_bytes_total", {**b1, "device": "lo"}, f"0+{900_000_000 * minute}x30"),
-            _series("node_network_transmit_bytes_total", {**b2, "device": "eth0"}, f"0+{10_000_000 * minute}x30"),
-            _series("node_network_receive_bytes_total", {**b2, "device": "eth0"}, f"0+{10_000_000 * minute}x30"),
-            _series("node_network_speed_bytes", {**b2, "device": "eth0"}, "125000000+0x30"),
-            _series("node_disk_io_time_seconds_total", {**b1, "device": "vdb"}, f"0+{0.95 * minute:g}x30"),
-            _series("node_disk_read_time_seconds_total", {**b1, "device": "vdb"}, f"0+{20 * minute}x30"),
-            _series("node_disk_write_time_seconds_total", {**b1, "device": "vdb"}, "0+0x30"),
-            _series("node_disk_reads_completed_total", {**b1, "device": "vdb"}, f"0+{100 * minute}x30"),
-            _series("node_disk_writes_completed_total", {**b1, "device": "vdb"}, "0+0x30"),
-            _series("node_disk_io_time_seconds_total", {**b2, "device": "vdb"}, f"0+{0.2 * minute:g}x30"),
-            _series("node_disk_read_time_seconds_total", {**b2, "device": "vdb"}, f"0+{1 * minute}x30"),
-            _series("node_disk_write_time_seconds_total", {**b2, "device": "vdb"}, "0+0x30"),
-            _series("node_disk_reads_completed_total", {**b2, "device": "vdb"}, f"0+{1000 * minute}x30"),
-            _series("node_disk_writes_completed_total", {**b2, "device": "vdb"}, "0+0x30"),
-            _series("node_filesystem_avail_bytes", fs1, "30+0x30"),
-            _series("node_filesystem_size_bytes", fs1, "1000+0x30"),
-            _series("node_filesystem_avail_bytes", fs2, "500+0x30"),
-            _series("node_filesystem_size_bytes", fs2, "1000+0x30"),
-            _series("node_cpu_seconds_total", {**b1, "cpu": "0", "mode": "steal"}, f"0+{0.5 * minute:g}x30"),
-            _series("node_cpu_seconds_total", {**b2, "cpu": "0", "mode": "steal"}, "0+0x30"),
+            series("node_network_transmit_bytes_total", {**b1, "device": "eth0"}, f"0+{118_000_000 * minute}x30"),
+            series("node_network_receive_bytes_total", {**b1, "device": "eth0"}, f"0+{1_000_000 * minute}x30"),
+            series("node_network_speed_bytes", {**b1, "device": "eth0"}, "125000000+0x30"),
+            series("node_network_transmit_bytes_total", {**b1, "device": "lo"}, f"0+{900_000_000 * minute}x30"),
+            series("node_network_receive_bytes_total", {**b1, "device": "lo"}, f"0+{900_000_000 * minute}x30"),
+            series("node_network_transmit_bytes_total", {**b2, "device": "eth0"}, f"0+{10_000_000 * minute}x30"),
+            series("node_network_receive_bytes_total", {**b2, "device": "eth0"}, f"0+{10_000_000 * minute}x30"),
+            series("node_network_speed_bytes", {**b2, "device": "eth0"}, "125000000+0x30"),
+            series("node_disk_io_time_seconds_total", {**b1, "device": "vdb"}, f"0+{0.95 * minute:g}x30"),
+            series("node_disk_read_time_seconds_total", {**b1, "device": "vdb"}, f"0+{20 * minute}x30"),
+            series("node_disk_write_time_seconds_total", {**b1, "device": "vdb"}, "0+0x30"),
+            series("node_disk_reads_completed_total", {**b1, "device": "vdb"}, f"0+{100 * minute}x30"),
+            series("node_disk_writes_completed_total", {**b1, "device": "vdb"}, "0+0x30"),
+            series("node_disk_io_time_seconds_total", {**b2, "device": "vdb"}, f"0+{0.2 * minute:g}x30"),
+            series("node_disk_read_time_seconds_total", {**b2, "device": "vdb"}, f"0+{1 * minute}x30"),
+            series("node_disk_write_time_seconds_total", {**b2, "device": "vdb"}, "0+0x30"),
+            series("node_disk_reads_completed_total", {**b2, "device": "vdb"}, f"0+{1000 * minute}x30"),
+            series("node_disk_writes_completed_total", {**b2, "device": "vdb"}, "0+0x30"),
+            series("node_filesystem_avail_bytes", fs1, "30+0x30"),
+            series("node_filesystem_size_bytes", fs1, "1000+0x30"),
+            series("node_filesystem_avail_bytes", fs2, "500+0x30"),
+            series("node_filesystem_size_bytes", fs2, "1000+0x30"),
+            series("node_cpu_seconds_total", {**b1, "cpu": "0", "mode": "steal"}, f"0+{0.5 * minute:g}x30"),
+            series("node_cpu_seconds_total", {**b2, "cpu": "0", "mode": "steal"}, "0+0x30"),
         ],
         "alert_rule_test": [
-            _expect("HostNetworkSaturated", "4m", []),  # not yet held for 5 minutes
-            _expect("HostNetworkSaturated", "15m", [({**b1, "device": "eth0"}, "94.4%"), ({**b1, "device": "lo"}, "90%")]),
-            _expect("HostDiskBusy", "15m", [({**b1, "device": "vdb"}, "95%")]),
-            _expect("HostDiskSlow", "15m", [({**b1, "device": "vdb"}, "200ms")]),
-            _expect("HostFilesystemFilling", "15m", [(fs1, "97%")]),
-            _expect("HostFilesystemFull", "15m", [(fs1, "97%")]),
-            _expect("HostCpuSteal", "15m", [(b1, "50%")]),
+            expect("HostNetworkSaturated", "4m", []),  # not yet held for 5 minutes
+            expect("HostNetworkSaturated", "15m", [({**b1, "device": "eth0"}, "94.4%"), ({**b1, "device": "lo"}, "90%")]),
+            expect("HostDiskBusy", "15m", [({**b1, "device": "vdb"}, "95%")]),
+            expect("HostDiskSlow", "15m", [({**b1, "device": "vdb"}, "200ms")]),
+            expect("HostFilesystemFilling", "15m", [(fs1, "97%")]),
+            expect("HostFilesystemFull", "15m", [(fs1, "97%")]),
+            expect("HostCpuSteal", "15m", [(b1, "50%")]),
         ],
     }])
 
@@ -294,15 +248,15 @@ def test_a_loss_pages_on_an_exact_topic_and_warns_on_one_delivered_at_least_once
     orders, logs = {"route": "r", "topic": "orders"}, {"route": "r", "topic": RELAXED}
     # A topic whose name differs only where the pattern's dot would match any character.
     lookalike = {"route": "r", "topic": "logs-app"}
-    _run_promtool(tmp_path, [{
+    run_promtool(tmp_path, [{
         "interval": "1m",
-        "input_series": [_series(gaps, labels, "0 0 5 5 5") for labels in (orders, logs, lookalike)]
-        + [_series(lost, {"topic": t, "partition": "0"}, "0 0 5 5 5") for t in ("orders", RELAXED)],
+        "input_series": [series(gaps, labels, "0 0 5 5 5") for labels in (orders, logs, lookalike)]
+        + [series(lost, {"topic": t, "partition": "0"}, "0 0 5 5 5") for t in ("orders", RELAXED)],
         "alert_rule_test": [
-            _expect("ReplicationGap", "3m", [(orders, "5"), (lookalike, "5")]),
-            _expect("ReplicationGapAtLeastOnce", "3m", [(logs, "5")]),
-            _expect("LakeDataLost", "3m", [({"topic": "orders", "partition": "0"}, "5")]),
-            _expect("LakeDataLostAtLeastOnce", "3m", [({"topic": RELAXED, "partition": "0"}, "5")]),
+            expect("ReplicationGap", "3m", [(orders, "5"), (lookalike, "5")]),
+            expect("ReplicationGapAtLeastOnce", "3m", [(logs, "5")]),
+            expect("LakeDataLost", "3m", [({"topic": "orders", "partition": "0"}, "5")]),
+            expect("LakeDataLostAtLeastOnce", "3m", [({"topic": RELAXED, "partition": "0"}, "5")]),
         ],
     }])
 

@@ -1,7 +1,8 @@
 """The watch service's outputs from a known state: JSON API, dashboard page, metrics, health check.
 
-The state is built by the same pure parts the watcher uses (tracker, health assessment, alerts);
-the HTTP app runs without its lifespan, so no round touches a broker here.
+The state is built by the same pure parts the watcher uses (tracker, health assessment), with
+alerts as Alertmanager answers them; the HTTP app runs without its lifespan, so no round touches a
+broker here.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from conveyor.config import load_platform
-from conveyor.ops.alerts import group_alerts, health_alert, sort_alerts
+from conveyor.ops.alertmanager import parse_alerts
 from conveyor.ops.health import BrokerHealth, BrokerReading, assess_cluster
 from conveyor.ops.report import PROBLEM_PARTITIONS, state_json
 from conveyor.ops.tracker import GroupOffsets, OffsetSnapshot, OffsetTracker, PartitionMeta
@@ -39,9 +40,22 @@ def cluster_report(at: int) -> ClusterReport:
                                           under_replicated=4.0, p99_ms={"Produce": 3.0})),
                BrokerHealth(BrokerReading("central-broker-2", at, 2, "ConnectError: refused", True))]
     health = assess_cluster("central", at, brokers)
-    alerts = [health_alert(f) for f in health.findings] + [a for g in groups for a in group_alerts(g)]
-    return ClusterReport("central", at, groups, health, sort_alerts(alerts), 0.2,
+    return ClusterReport("central", at, groups, health, 0.2,
                          {"metadata": 1, "list_groups": 1, "offset_fetch": 2, "list_offsets": 2}, 30)
+
+
+def _alert(name: str, severity: str, **labels: str) -> dict:
+    return {"labels": {"alertname": name, "severity": severity, **labels},
+            "annotations": {"summary": f"{name} fired", "look_at": "somewhere"},
+            "startsAt": "2026-11-29T10:00:00Z", "status": {"state": "active", "silencedBy": []}}
+
+
+#: What Alertmanager answers while the state above holds.
+ALERTS = tuple(parse_alerts([
+    _alert("ConsumerGroupLagging", "warning", cluster="central", group="mailer"),
+    _alert("KafkaBrokerDown", "critical", cluster="central", node="central-broker-2", instance="127.0.0.1:9000"),
+    _alert("KafkaUnderReplicatedPartitions", "warning", cluster="central"),
+]))
 
 
 @pytest.fixture
@@ -53,7 +67,7 @@ def watcher() -> Watcher:
 
 def test_state_json_lists_problem_partitions_or_all_of_one_group():
     at = now_ms()
-    state = OpsState("demo", at, 5.0, (cluster_report(at),), ())
+    state = OpsState("demo", at, 5.0, (cluster_report(at),), (), ALERTS)
     data = state_json(state)
     (central,) = data["clusters"]
     groups = {g["group"]: g for g in central["groups"]}
@@ -61,12 +75,16 @@ def test_state_json_lists_problem_partitions_or_all_of_one_group():
     assert len(groups["mailer"]["partitions"]) == PROBLEM_PARTITIONS and groups["lake"]["partitions"] == []
     assert groups["mailer"]["history"][-1][1] == 30 * 3600
     assert central["status_counts"]["WARN"] == 1 and central["calls"]["offset_fetch"] == 2
-    assert [a["rule"] for a in data["alerts"]] == ["broker_down", "lag_warn", "under_replicated"]
+    assert [(a["severity"], a["rule"], a["subject"]) for a in data["alerts"]] == [
+        ("CRITICAL", "KafkaBrokerDown", "central-broker-2"), ("WARNING", "ConsumerGroupLagging", "mailer"),
+        ("WARNING", "KafkaUnderReplicatedPartitions", "central")]
+    assert central["health"]["status"] == "CRITICAL"  # a broker does not answer
     one = state_json(state, group="mailer")
     assert len(one["clusters"][0]["groups"][0]["partitions"]) == PROBLEM_PARTITIONS
     everything = state_json(state, group="mailer", all_partitions=True)
     assert len(everything["clusters"][0]["groups"][0]["partitions"]) == 30
     assert [a["subject"] for a in everything["alerts"]] == ["mailer"]
+    assert state_json(state, cluster="edge")["alerts"] == []
     json.dumps(data, allow_nan=False)  # strict JSON: the browser's parser takes no NaN
 
 
@@ -96,9 +114,8 @@ def test_http_api_page_metrics_and_health(watcher: Watcher):
     assert metrics["conveyor_ops_group_status"].value == 1  # WARN
     assert metrics["conveyor_ops_group_lag_records"].value == 30 * 3600
     assert metrics["conveyor_ops_broker_up"].labels["node"] in ("central-broker-1", "central-broker-2")
-    samples = [s for f in text_string_to_metric_families(client.get("/metrics").text) for s in f.samples]
-    alerts = {(s.labels["rule"], s.labels["severity"]) for s in samples if s.name == "conveyor_ops_alert"}
-    assert alerts == {("broker_down", "critical"), ("lag_warn", "warning"), ("under_replicated", "warning")}
+    assert metrics["conveyor_ops_group_lost_commit_partitions"].value == 0
+    assert metrics["conveyor_ops_cluster_sampled"].value == 1
 
     watcher.state = OpsState("demo", at - 3_600_000, 5.0, (), ())
     assert client.get("/healthz").status_code == 503  # an hour-old round: the watcher is stuck
