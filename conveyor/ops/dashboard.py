@@ -13,7 +13,7 @@ Shaping is pure (:func:`panel_view`); :func:`read_panels` asks a client for each
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -99,9 +99,19 @@ class PanelView:
     errors: tuple[str, ...] = ()
 
 
-def panels_of(configured: Mapping[str, OpsPanel] | None) -> dict[str, OpsPanel]:
-    """The panels platform.yaml sets, or the default ones."""
-    return dict(DEFAULT_PANELS if configured is None else configured)
+#: The part of ``ops.running`` whose figures each default panel shows; the hosts' panel is every
+#: platform's.
+PANEL_PARTS = {"gateway": "gateway", "replication": "replicator", "lake": "lake", "dispatch": "dispatcher",
+               "realtime": "views", "throttle": "throttle"}
+
+
+def panels_of(configured: Mapping[str, OpsPanel] | None, running: Collection[str]) -> dict[str, OpsPanel]:
+    """The panels platform.yaml sets, or else the default panels of the parts it keeps running
+    (``ops.running``): a part it does not run has no figures to show."""
+    if configured is not None:
+        return dict(configured)
+    return {name: panel for name, panel in DEFAULT_PANELS.items()
+            if name not in PANEL_PARTS or PANEL_PARTS[name] in running}
 
 
 _LEGEND = re.compile(r"\{\{\s*(\w+)\s*\}\}")

@@ -281,7 +281,7 @@ class Watcher:
             platform.cluster(name)  # an unknown name fails here, naming the known ones
         names = list(clusters) if clusters else list(platform.clusters)
         self.clusters = [ClusterWatch(platform, name, self.scraper) for name in names]
-        self.panels = panels_of(platform.ops.panels)
+        self.panels = panels_of(platform.ops.panels, platform.ops.running)
         url = prometheus_url(platform)
         # A query that waits longer than a round would hold the next one back.
         self.prometheus = PrometheusClient(url, trusted(platform), timeout=min(5.0, max(1.0, self.interval))) \

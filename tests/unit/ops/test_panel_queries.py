@@ -200,9 +200,14 @@ def test_without_a_prometheus_every_panel_says_how_to_name_one():
     assert "ops.prometheus_url" in NO_PROMETHEUS
 
 
-def test_the_default_panels_unless_platform_yaml_sets_its_own():
+def test_the_default_panels_of_the_parts_platform_yaml_runs_unless_it_sets_its_own():
     own = {"mine": REPLICATION}
-    assert panels_of(None) == DEFAULT_PANELS and panels_of(own) == own
+    every = ["gateway", "replicator", "dispatcher", "views", "lake", "watcher", "throttle"]
+    assert panels_of(None, every) == DEFAULT_PANELS and panels_of(own, []) == own
+    # The demo's: no dispatcher and no throttle kept running, so no panels waiting for their figures.
+    demo = panels_of(None, ["gateway", "replicator", "lake", "views", "watcher"])
+    assert list(demo) == ["gateway", "replication", "lake", "realtime", "hosts"]
+    assert list(panels_of(None, [])) == ["hosts"]
 
 
 def test_the_default_panels_share_the_grafana_dashboards_expressions():
