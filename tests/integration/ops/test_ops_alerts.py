@@ -85,10 +85,12 @@ class Stack:
         a move made after that is one the watcher saw the group before."""
         query = f'conveyor_ops_partition_status{{group="{group}",topic="{topic}"}}'
 
-        def seen() -> bool:
-            answer = httpx.get(f"{self.prometheus}/api/v1/query", params={"query": query}, timeout=10).json()
-            return len(answer["data"]["result"]) == partitions
-        eventually(seen, 60, f"the watcher's status of {group} on {topic} in Prometheus", interval=0.5)
+        eventually(lambda: len(self.query(query)) == partitions, 60, f"the watcher's status of {group} on {topic} in Prometheus", interval=0.5)
+
+    def query(self, expr: str) -> list[tuple[dict[str, str], str]]:
+        """Prometheus's answer to ``expr`` now: each series' labels and value."""
+        answer = httpx.get(f"{self.prometheus}/api/v1/query", params={"query": expr}, timeout=10).json()
+        return [(r["metric"], r["value"][1]) for r in answer["data"]["result"]]
 
     def notified(self, name: str, **labels: str) -> bool:
         return any(a["labels"]["alertname"] == name and all(a["labels"].get(k) == v for k, v in labels.items())
@@ -233,7 +235,11 @@ def test_held_back_compaction_raises_the_stall_alert_and_letting_it_go_clears_it
         assert producer.flush(30) == 0
         time.sleep(0.2)
     # The cleaner re-reads its gauges every log.cleaner.backoff.ms (15 s).
-    stalled = stack.await_alert("OffsetsCompactionStalled", 120, cluster="central")
+    try:
+        stalled = stack.await_alert("OffsetsCompactionStalled", 180, cluster="central")
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}; the dirty ratios Prometheus holds: "
+                             f"{stack.query('conveyor_ops_broker_cleaner_max_dirty_ratio')}") from None
     assert "__consumer_offsets" in stalled.summary
 
     admin = kafka.admin(platform, "central")

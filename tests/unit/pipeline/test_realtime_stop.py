@@ -70,6 +70,9 @@ def stream(monkeypatch: pytest.MonkeyPatch):
         setup_logging()
         job._stream(None, platform, views, writer, metrics, stop, seconds, False)
 
+    # A job run earlier in this process (another test's) leaves py4j's logger silenced at its stop:
+    # start from the logger as a new process has it.
+    py4j.setLevel(logging.NOTSET)
     yield run
     root.handlers[:], _, _, _ = saved
     root.setLevel(saved[1])
