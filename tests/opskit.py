@@ -80,7 +80,7 @@ def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
               node_exporter: bool = False, **ops: Any) -> Iterator[tuple[Path, Platform]]:
     """A real Prometheus (and Alertmanager, and node_exporter), as `conveyor up` starts them, and the
     watch service (`conveyor ops watch`) of a variant of the session's platform with these ``ops:``
-    settings, every second (the demo's: 15 s and 5 s): the variant's file and platform."""
+    settings, the watcher every second and Prometheus every 3 s (the demo: 15 s and 5 s): the variant's file and platform."""
     from tests.conftest import platform_variant, stop_process
     from tests.systemkit import Proc, conveyor, http_ready
 
@@ -89,7 +89,10 @@ def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
     for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
         if spec.get("contract"):
             spec["contract"] = str(platform_file.parent / spec["contract"])
-    data["runtime"]["prometheus"] = {"port": base + PROMETHEUS, "interval": "1s"}
+    # Prometheus's scrape timeout is its interval: on a loaded machine (the suite's two workers run
+    # brokers, Spark and servers on two cores) the watcher's and the exporters' pages took up to a
+    # second, and a scrape that times out leaves every series of its page stale until the next.
+    data["runtime"]["prometheus"] = {"port": base + PROMETHEUS, "interval": "3s"}
     if alertmanager:
         data["runtime"]["alertmanager"] = {"port": base + ALERTMANAGER, "group_wait": "1s", "group_interval": "2s"}
         ops.setdefault("alertmanager_url", f"http://127.0.0.1:{base + ALERTMANAGER}")
