@@ -74,7 +74,7 @@ demo: setup
 # files go out in the order given, longest first (the system test, then the chaos and integration
 # tests), and the unit tests fill the gaps at the end: xdist would otherwise send the files with the
 # most tests first, and the one-test system file last. The system test runs the whole platform
-# under faults for CONVEYOR_SOAK_MINUTES (2 here, 30 for make soak), then one checker of every sink;
+# under faults for CONVEYOR_SOAK_MINUTES (1 here, 30 for make soak), then one checker of every sink;
 # the seed is printed, replay it with CONVEYOR_CHAOS_SEED. The benches' smoke tests marked
 # bench_smoke (a platform each, 11 minutes together on two workers) run in make bench-smoke, not
 # here: they would add those 11 minutes to the suite's 35-45 on a fresh clone.

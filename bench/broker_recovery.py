@@ -2,15 +2,17 @@
 resuming within about 6 s (the field's figure went from 91 s to about 6 s). Under steady acks=all
 produce load, a broker that leads partitions is SIGKILLed; then:
 
-- ``alarm``: until the ops watcher's round reports the broker down (``conveyor_ops_broker_up`` 0,
-  which the KafkaBrokerDown rule reads), rounds as often as ``ops.interval`` allows (1 s here);
+- ``alarm``: until the ops watcher's round reports the broker down: Prometheus, scraping every node
+  each second, finds its page gone (``up`` 0, which the KafkaBrokerDown rule reads), and the watcher
+  reads that in its next round, as often as ``ops.interval`` allows (1 s here);
 - ``leaders_moved``: until every partition it led has another leader in the cluster's metadata;
 - ``writes_resumed``: until, on every partition it led, a record sent after the kill is acknowledged
   by all in-sync replicas (what a producer feels);
 - ``isr_full``: after it is started again, until every partition has all its replicas in sync.
 
-The platform is the demo's central cluster alone (3 brokers, RF 3, min ISR 2) on its own ports and
-folder, with the broker settings `conveyor up` writes (conveyor/runtime/properties.py).
+The platform is the demo's central cluster alone (3 brokers, RF 3, min ISR 2) and a Prometheus on
+its own ports and folder, with the broker settings `conveyor up` writes
+(conveyor/runtime/properties.py).
 
     python -m bench.broker_recovery [--runs 3] [--rate 2000] [--base-port 31800]
 
@@ -33,13 +35,15 @@ from rich.table import Table
 from bench.common import arguments, demo_data, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
-from conveyor.ops.scrape import Scraper
-from conveyor.ops.watch import ClusterWatch
+from conveyor.ops.prometheus import PrometheusClient
+from conveyor.ops.watch import ClusterWatch, prometheus_url
 from conveyor.runtime.local import LocalPlatform
 
 TOPIC = "recovery-bench"
 PARTITIONS = 6
 TIMEOUT = 120.0
+#: The Prometheus's port, from the bench's base port.
+PROMETHEUS_PORT = 640
 
 
 @dataclass
@@ -56,7 +60,8 @@ def _platform(folder: Path, base_port: int) -> Platform:
     demo = demo_data()
     data = {
         "name": "recovery-bench",
-        "runtime": {**demo["runtime"], "home": str(folder), "base_port": base_port, "redis": {"enabled": False}},
+        "runtime": {**demo["runtime"], "home": str(folder), "base_port": base_port, "redis": {"enabled": False},
+                    "prometheus": {"port": base_port + PROMETHEUS_PORT, "interval": "1s"}},
         "clusters": {"central": demo["clusters"]["central"]},
         "topics": {TOPIC: {"partitions": PARTITIONS, "replication_factor": 3, "min_insync_replicas": 2}},
         "ops": {"interval": "1s"},
@@ -169,7 +174,8 @@ def run(runs: int, rate: int, base_port: int) -> dict:
                                               ).values():
                 future.result()
             load = Load(platform, rate)
-            watch = ClusterWatch(platform, "central", Scraper())
+            prometheus = PrometheusClient(prometheus_url(platform))
+            watch = ClusterWatch(platform, "central", prometheus)
             time.sleep(10)  # load flowing and the watcher's first rounds (rates need two samples)
             for _ in range(3):
                 watch.cycle()
@@ -179,6 +185,7 @@ def run(runs: int, rate: int, base_port: int) -> dict:
                 time.sleep(5)
             load.close()
             watch.close()
+            prometheus.close()
         finally:
             local.down()
     measured = [asdict(r) for r in results]

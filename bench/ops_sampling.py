@@ -35,7 +35,6 @@ from rich.table import Table
 from bench.common import host, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
-from conveyor.ops.health import reading_from_samples
 from conveyor.ops.sampler import OffsetSampler
 from conveyor.ops.scrape import parse_page
 from conveyor.runtime.local import LocalPlatform
@@ -43,6 +42,8 @@ from conveyor.runtime.local import LocalPlatform
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = "bench"
 GROUPS = 50
+#: The broker's count of the requests it served (conveyor/runtime/jmx-exporter.yaml).
+REQUESTS = "kafka_network_requestmetrics_requests_total"
 COUNTED = ("Metadata", "ListGroups", "OffsetFetch", "ListOffsets", "FindCoordinator", "DescribeCluster")
 
 
@@ -53,9 +54,13 @@ def _platform(home: Path, base_port: int) -> Platform:
 
 
 def _requests(metrics_url: str) -> Counter[str]:
+    """Requests the broker served since it started, per request type (all versions)."""
     page = httpx.get(metrics_url, timeout=10).text
-    samples = (s for f in parse_page(page) for s in f.samples)
-    return Counter(reading_from_samples("bench", 0, samples).requests)
+    served: Counter[str] = Counter()
+    for name, labels, value in (s for f in parse_page(page) for s in f.samples):
+        if name == REQUESTS and "request" in labels:
+            served[labels["request"]] += int(value)
+    return served
 
 
 def _populate(platform: Platform, topics: list[str], console: Console) -> None:

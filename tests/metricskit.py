@@ -9,14 +9,14 @@ from prometheus_client import CollectorRegistry
 
 from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.gateway.metrics import GatewayMetrics
+from conveyor.ops.exporter_names import MISSING, RENAMED, SAME
 from conveyor.ops.metrics import state_families
 from conveyor.ops.throttle.controller import ThrottleMetrics
 from conveyor.pipeline.metrics import LakeMetrics
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.replicate.metrics import ReplicateMetrics
 
-#: The only summary (the watcher's of brokers' request times) carries Kafka's quantiles, no sum or count.
-_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",), "summary": ("",)}
+_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 #: The watcher's counters (built on each scrape, beside its state's gauges).
 _OPS_COUNTERS = ("conveyor_ops_rounds", "conveyor_ops_round_errors", "conveyor_ops_admin_calls",
                  "conveyor_ops_offset_findings", "conveyor_ops_sample_failures")
@@ -62,4 +62,18 @@ NODE_EXPORTER_LABELS: dict[str, set[str]] = {
     "node_disk_io_time_seconds_total": {"device"},
     "node_filesystem_size_bytes": _FILESYSTEM, "node_filesystem_avail_bytes": _FILESYSTEM,
     "node_cpu_seconds_total": {"cpu", "mode"},
+}
+
+#: Labels Prometheus gives every series of a Kafka node's page: `conveyor up`'s configuration (and a
+#: user's Prometheus, per docs/ops.md) labels each node's target with its cluster and node.
+_NODE_TARGET = {"cluster", "node"}
+#: The brokers' JMX exporter names the broker rules and dashboards read, under both rule sets
+#: (conveyor.ops.exporter_names), with their labels; and Prometheus's own `up` of each target.
+KAFKA_EXPORTER_LABELS: dict[str, set[str]] = {
+    "up": _NODE_TARGET,
+    **{name: _NODE_TARGET for name in (*SAME, *RENAMED, *RENAMED.values(), *MISSING)},
+    **{name: _NODE_TARGET | {"topic"} for name in (*RENAMED, *RENAMED.values()) if "brokertopicmetrics" in name},
+    "kafka_log_log_size": _NODE_TARGET | {"topic", "partition"},
+    "kafka_network_requestmetrics_totaltimems": _NODE_TARGET | {"request", "quantile"},
+    "kafka_server_replicafetchermanager_maxlag": _NODE_TARGET | {"clientid"},
 }

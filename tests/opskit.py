@@ -15,7 +15,6 @@ from typing import Any
 
 from conveyor.config import Platform, parse_platform
 from conveyor.config.resolved import resolved
-from conveyor.ops.scrape import Scraper
 from conveyor.ops.watch import ClusterWatch
 from conveyor.runtime import monitoring
 
@@ -33,13 +32,13 @@ def ops_platform_with(platform_data: dict[str, Any], platform_file: Path, **ops:
 
 @contextmanager
 def cluster_watch(platform: Platform, cluster: str = "central") -> Iterator[ClusterWatch]:
-    scraper = Scraper()
-    watch = ClusterWatch(platform, cluster, scraper)
+    """The watcher's rounds of one cluster, its consumer groups; no Prometheus, so the brokers'
+    health comes from cluster metadata alone."""
+    watch = ClusterWatch(platform, cluster, None)
     try:
         yield watch
     finally:
         watch.close()
-        scraper.close()
 
 
 class WebhookReceiver:

@@ -35,7 +35,7 @@ def annotations(alert: str, labels: dict[str, str], value: str) -> dict[str, str
     """The rule's annotations as Prometheus renders them for one series."""
     rule = next(r for g in rules()["groups"] for r in g["rules"] if r["alert"] == alert)
     render = {key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)],
-                         re.sub(r"\{\{ \$value( \| \w+)? \}\}", value, text))
+                         re.sub(r"\{\{ \$value( \| [^}]+)? \}\}", value, text))
               for key, text in rule["annotations"].items()}
     return render
 

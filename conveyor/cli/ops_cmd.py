@@ -192,8 +192,9 @@ def health(
     interval: IntervalOption = 2.0,
     output: OutputOption = OutputFormat.table,
 ) -> None:
-    """Broker health from each broker's JMX exporter: replication, controller, elections, request
-    times, load per broker and its skew, with the cluster alerts Alertmanager holds. Exits 1 when a
+    """Broker health from each broker's JMX exporter as Prometheus last scraped it (ops.prometheus_url,
+    or the local one; without one, counts from cluster metadata): replication, controller,
+    elections, request times, load per broker and its skew, with the cluster alerts Alertmanager holds. Exits 1 when a
     cluster is CRITICAL: a node not answering, partitions offline or below min ISR, no active
     controller, or an unclean election."""
     state = _state(platform, url, samples, interval, None, cluster, token)
@@ -205,6 +206,8 @@ def health(
         raise typer.Exit(code)
     for c in state["clusters"]:
         h = c["health"]
+        if h["figures_error"]:
+            err_console.print(f"{c['name']}: no broker figures: {h['figures_error']}")
         console.print(f"[bold]{c['name']}[/] {_styled(h['status'])}  under-replicated {h['under_replicated']}  "
                       f"under min ISR {h['under_min_isr']}  offline {_num(h['offline_partitions'])}  "
                       f"leader changes {h['leader_changes']} in {_num(h['leader_change_span_s'])} s  skew "
@@ -233,7 +236,7 @@ def watch(
     host: Annotated[str, typer.Option(envvar="CONVEYOR_OPS_HOST", help="Address to listen on.")] = "127.0.0.1",
 ) -> None:
     """Run the watch service in the foreground: every ops.interval seconds it samples every
-    cluster's consumer groups and scrapes every broker, and serves the dashboard (/), its JSON API
+    cluster's consumer groups, reads every broker's figures from Prometheus, and serves the dashboard (/), its JSON API
     (/api/state), /metrics and /healthz. SIGTERM ends the round under way and exits."""
     from conveyor.web.service import watch_service
 

@@ -3,9 +3,12 @@ r"""Broker metric names from either JMX exporter rule set, as Conveyor's readers
 Conveyor reads brokers' metrics by the names its own exporter rules give them
 (``conveyor/runtime/jmx-exporter.yaml``). Clusters run by Strimzi are usually scraped under the rules
 of Strimzi's example ``packaging/examples/metrics/kafka-metrics.yaml``, which name some of the same
-MBeans differently. The scraper (``conveyor.ops.scrape.parse_page``) passes every family and sample
-through this module, so health, loads, the advisor and the throttle controller each see one name
-per metric whichever rules printed the page, and this table is the only place that knows both.
+MBeans differently. Every reader passes the names it is given through this module: the scraper of
+the balancer and the throttle (``conveyor.ops.scrape.parse_page``), the watcher's reader of
+Prometheus's samples (``conveyor.ops.broker_readings``), and the alerting rules, which select
+either name (``conveyor.ops.rules.kafka``). So health, loads, the advisor, the throttle controller
+and the alerts each see one name per metric whichever rules printed the page, and this table is
+the only place that knows both.
 
 How the two rule sets differ, for every metric Conveyor reads (derived from Strimzi's rules, not
 from what a Strimzi cluster happened to print):
@@ -22,10 +25,10 @@ from what a Strimzi cluster happened to print):
 
 Nothing equivalent in Strimzi's rules (the readers see None and the rules over them stay quiet):
 
-- ``kafka.network:type=RequestMetrics`` (request p99 for ``request_slow`` and the throttle
-  controller, request counts): Strimzi's file has excluded it since its pull request #13139;
-  earlier versions of that file printed it under our names (``..._totaltimems{request,quantile}``,
-  ``..._requests_total{request,version}``), which need no mapping.
+- ``kafka.network:type=RequestMetrics`` (request p99 for KafkaRequestSlow and the throttle
+  controller): Strimzi's file has excluded it since its pull request #13139; earlier versions of
+  that file printed it under our name (``..._totaltimems{request,quantile}``), which needs no
+  mapping.
 - ``kafka.server:type=group-coordinator-metrics`` (coordinator load time, offset commit rate and count): it
   has no ``name`` key, which all of Strimzi's generic rules want, and no rule of theirs names it.
 - ``kafka.coordinator.group:type=GroupMetadataManager`` (groups and offsets held): Strimzi's
@@ -66,7 +69,6 @@ RENAMED: Mapping[str, str] = {
 #: Metrics Conveyor reads that no rule of Strimzi's exports (module docstring).
 MISSING: tuple[str, ...] = (
     "kafka_network_requestmetrics_totaltimems",
-    "kafka_network_requestmetrics_requests_total",
     "kafka_server_group_coordinator_metrics_partition_load_time_max",
     "kafka_server_group_coordinator_metrics_offset_commit_rate",
     "kafka_server_group_coordinator_metrics_offset_commit_count",

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from conveyor.ops.rules import kafka
+
 _DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 
@@ -58,21 +60,24 @@ HOST_NETWORK_BYTES = Panel("Network bytes per second", (
 
 DASHBOARDS = (
     Dashboard("conveyor-brokers", "Conveyor: brokers", (
-        Panel("Brokers up", (("conveyor_ops_broker_up", "{{cluster}} {{node}}"),), "bool"),
+        Panel("Brokers up", (('up{cluster!="",node!=""}', "{{cluster}} {{node}}"),), "bool"),
         Panel("Under-replicated and under-min-ISR partitions", (
             ("conveyor_ops_cluster_under_replicated_partitions", "{{cluster}} under-replicated"),
-            ("conveyor_ops_cluster_under_min_isr_partitions", "{{cluster}} under min ISR"),
+            ("sum by (cluster) (kafka_server_replicamanager_underminisrpartitioncount)", "{{cluster}} under min ISR"),
             ("conveyor_ops_cluster_offline_partitions", "{{cluster}} offline"))),
-        Panel("Request time p99", (('conveyor_ops_broker_request_time_seconds{quantile="0.99"}',
-                                    "{{node}} {{request}}"),), "s"),
+        Panel("Request time p99", (('kafka_network_requestmetrics_totaltimems{quantile="0.99",'
+                                    'request=~"Produce|FetchConsumer|Metadata"} / 1000', "{{node}} {{request}}"),), "s"),
         Panel("Bytes in and out per broker", (
-            ("rate(conveyor_ops_broker_in_bytes_total[1m])", "{{node}} in"),
-            ("rate(conveyor_ops_broker_out_bytes_total[1m])", "{{node}} out")), "Bps",
+            (kafka("kafka_server_brokertopicmetrics_bytesinpersec_total",
+                   lambda series: f'rate({series}{{topic=""}}[1m])'), "{{node}} in"),
+            (kafka("kafka_server_brokertopicmetrics_bytesoutpersec_total",
+                   lambda series: f'rate({series}{{topic=""}}[1m])'), "{{node}} out")), "Bps",
             description="Bytes out rising while bytes in stay flat is read amplification."),
-        Panel("Leaders per broker", (("conveyor_ops_broker_leaders", "{{cluster}} {{node}}"),)),
+        Panel("Leaders per broker", (("kafka_server_replicamanager_leadercount", "{{cluster}} {{node}}"),)),
         Panel("Leader changes and ISR shrinks", (
             ("conveyor_ops_cluster_leader_changes", "{{cluster}} leader changes"),
-            ("rate(conveyor_ops_broker_isr_shrinks_total[1m])", "{{node}} ISR shrinks/s"))),
+            (kafka("kafka_server_replicamanager_isrshrinkspersec_total", lambda series: f"rate({series}[1m])"),
+             "{{node}} ISR shrinks/s"))),
         Panel("Consumer group lag", (("conveyor_ops_group_lag_records", "{{cluster}} {{group}}"),)),
         Panel("Consumer group status (0 OK .. 5 ERR)", (("conveyor_ops_group_status", "{{cluster}} {{group}}"),)),
     )),

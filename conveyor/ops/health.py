@@ -3,8 +3,9 @@
 What operators must watch (docs/architecture.md, section 6): load per broker, leader re-elections,
 out-of-sync partitions and the maximum replication lag (worry when it stays above zero), and the
 response time of simple requests with an alarm above 10 s. :func:`reading_from_samples` picks those
-values out of one scrape; :func:`assess_cluster` sums them up per cluster. The watcher exports
-them (conveyor.ops.metrics), and the alerts over them are Prometheus rules (conveyor.ops.rules).
+values out of one node's latest samples (Prometheus's, conveyor.ops.broker_readings);
+:func:`assess_cluster` sums them up per cluster for ``conveyor ops health`` and the dashboard. The
+alerts over the same samples are Prometheus rules (conveyor.ops.rules).
 
 Sources, and why: per-broker values come from the brokers themselves (each partition's leader
 reports it under-replicated, so a cluster's count is the sum over brokers); offline partitions,
@@ -24,8 +25,8 @@ WATCHED_REQUESTS = ("Produce", "FetchConsumer", "Metadata")
 LOADS = ("bytes_in", "bytes_out", "leaders", "replicas")
 
 
-# The exporter's sample names (conveyor/runtime/jmx-exporter.yaml) -> our field names. Pages printed
-# under Strimzi's rules reach here renamed to these by the scraper (conveyor.ops.exporter_names).
+# The exporter's sample names (conveyor/runtime/jmx-exporter.yaml) -> our field names. Samples of
+# pages printed under Strimzi's rules reach here renamed to these (conveyor.ops.exporter_names).
 _VALUES = {
     "kafka_server_replicamanager_underreplicatedpartitions": "under_replicated",
     "kafka_server_replicamanager_underminisrpartitioncount": "under_min_isr",
@@ -48,12 +49,10 @@ _VALUES = {
     "kafka_coordinator_group_groupmetadatamanager_numgroups": "groups",
     "kafka_coordinator_group_groupmetadatamanager_numoffsets": "offsets",
 }
-#: Per-topic byte counters (the same names with a topic label): broker-side read amplification.
-_TOPIC_BYTES = {"kafka_server_brokertopicmetrics_bytesinpersec_total": 0,
-                "kafka_server_brokertopicmetrics_bytesoutpersec_total": 1}
 _MAX_LAG = "kafka_server_replicafetchermanager_maxlag"
 _TOTAL_TIME = "kafka_network_requestmetrics_totaltimems"
-_REQUESTS = "kafka_network_requestmetrics_requests_total"
+#: Every metric a reading is made of, by our names.
+READ: tuple[str, ...] = (*_VALUES, _MAX_LAG, _TOTAL_TIME)
 
 #: (sample name, labels, value), as flattened from a Prometheus text page.
 MetricSample = tuple[str, Mapping[str, str], float]
@@ -61,13 +60,13 @@ MetricSample = tuple[str, Mapping[str, str], float]
 
 @dataclass(frozen=True, slots=True)
 class BrokerReading:
-    """What one scrape of one node said. None: the node does not report it (a dedicated controller
-    has no replicas, a broker that is not the active controller has no offline count)."""
+    """What one node's latest samples said. None: the node does not report it (a dedicated
+    controller has no replicas, a broker that is not the active controller has no offline count)."""
 
     node: str
     at_ms: int
     broker_id: int | None = None
-    #: Why the scrape failed; None when it answered.
+    #: Why there are no figures (its page did not answer the latest scrape); None when it answered.
     error: str | None = None
     #: False for a dedicated controller; None to infer it from the metrics (a page without its role).
     broker: bool | None = None
@@ -95,12 +94,8 @@ class BrokerReading:
     offset_commits: float | None = None
     groups: float | None = None
     offsets: float | None = None
-    #: topic -> (bytes in, bytes out) counters since the node started.
-    topic_bytes: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     #: request -> p99 of its total time, milliseconds.
     p99_ms: Mapping[str, float] = field(default_factory=dict)
-    #: request -> requests served since start, all versions.
-    requests: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def up(self) -> bool:
@@ -119,8 +114,6 @@ def reading_from_samples(node: str, at_ms: int, samples: Iterable[MetricSample],
                          broker: bool | None = None) -> BrokerReading:
     values: dict[str, float] = {}
     p99: dict[str, float] = {}
-    requests: dict[str, float] = {}
-    topic_bytes: dict[str, list[float]] = {}
     max_lag: float | None = None
     for name, labels, raw in samples:
         value = _number(raw)
@@ -128,16 +121,11 @@ def reading_from_samples(node: str, at_ms: int, samples: Iterable[MetricSample],
             continue
         if name in _VALUES and "topic" not in labels:
             values[_VALUES[name]] = value
-        elif name in _TOPIC_BYTES and "topic" in labels:
-            topic_bytes.setdefault(labels["topic"], [0.0, 0.0])[_TOPIC_BYTES[name]] = value
         elif name == _MAX_LAG:
             max_lag = value if max_lag is None else max(max_lag, value)
         elif name == _TOTAL_TIME and labels.get("quantile") == "0.99" and labels.get("request") in WATCHED_REQUESTS:
             p99[labels["request"]] = value
-        elif name == _REQUESTS and "request" in labels:
-            requests[labels["request"]] = requests.get(labels["request"], 0.0) + value
-    return BrokerReading(node, at_ms, broker_id, None, broker, max_follower_lag=max_lag, p99_ms=p99,
-                         requests=requests, topic_bytes={t: (i, o) for t, (i, o) in topic_bytes.items()}, **values)
+    return BrokerReading(node, at_ms, broker_id, None, broker, max_follower_lag=max_lag, p99_ms=p99, **values)
 
 
 def rate(now: float | None, before: float | None, seconds: float) -> float | None:
@@ -207,6 +195,9 @@ class ClusterHealth:
     active_controllers: int | None = None
     #: Unclean leader elections since the active controller started.
     unclean_elections: int = 0
+    #: Why the brokers' figures could not be read (no Prometheus, or it did not answer); the counts
+    #: above then come from cluster metadata alone.
+    figures_error: str | None = None
 
     @property
     def status(self) -> str:
@@ -221,15 +212,16 @@ class ClusterHealth:
 
 @dataclass(frozen=True, slots=True)
 class MetadataCounts:
-    """Cluster metadata's view, the fallback when no broker metrics answer (a cluster without
-    metrics pages, or every exporter down)."""
+    """Cluster metadata's view: what the watcher exports for the rules (it needs no exporter), and
+    the fallback of ClusterHealth when no broker's figures are read."""
 
     under_replicated: int = 0
     offline: int = 0
 
 
 def assess_cluster(cluster: str, at_ms: int, brokers: Sequence[BrokerHealth], changes: int = 0,
-                   change_span_s: float = 0.0, metadata: MetadataCounts | None = None) -> ClusterHealth:
+                   change_span_s: float = 0.0, metadata: MetadataCounts | None = None,
+                   figures_error: str | None = None) -> ClusterHealth:
     """A cluster's sums over its nodes. ``changes``: the leader changes seen in metadata."""
     up = [b for b in brokers if b.reading.up]
     measured = [b for b in up if b.reading.under_replicated is not None]
@@ -247,7 +239,7 @@ def assess_cluster(cluster: str, at_ms: int, brokers: Sequence[BrokerHealth], ch
         values = [v for v in (b.load(load) for b in loaded) if v is not None]
         ratios[load] = skew(values) if len(values) >= 2 else None
     return ClusterHealth(cluster, at_ms, tuple(brokers), urp, under_isr, offline, changes, change_span_s, ratios,
-                         int(sum(active)) if active else None, int(unclean))
+                         int(sum(active)) if active else None, int(unclean), figures_error)
 
 
 def leader_moves(before: Mapping[tuple[str, int], int], now: Mapping[tuple[str, int], int]) -> int:

@@ -15,9 +15,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
 
-from conveyor.ops.health import LOADS
 from conveyor.ops.watch import OpsState, Watcher
 
 
@@ -25,31 +23,8 @@ def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"conveyor_ops_{name}", doc, labels=labels)
 
 
-def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-    """A broker's own counter since it started, passed on: Prometheus' rate() makes it a rate, over
-    whatever window a rule or panel wants, where a rate between the watcher's rounds would fix it."""
-    return CounterMetricFamily(f"conveyor_ops_{name}", doc, labels=labels)
-
-
-class QuantileFamily(Metric):
-    """A summary of the quantiles a broker computed over its own recent requests (Kafka's
-    reservoir): no sum or count go with them, and they cannot be added up across brokers."""
-
-    def __init__(self, name: str, doc: str, labels: list[str]) -> None:
-        super().__init__(f"conveyor_ops_{name}", doc, "summary")
-        self._labelnames = (*labels, "quantile")
-
-    def add_metric(self, values: list[str], value: float) -> None:
-        """``values``: the labels', the quantile's last."""
-        self.samples.append(Sample(self.name, dict(zip(self._labelnames, values)), value))
-
-
-Family = GaugeMetricFamily | CounterMetricFamily | QuantileFamily
-
-
-def state_families() -> dict[str, Family]:
+def state_families() -> dict[str, GaugeMetricFamily]:
     """The families of the watcher's state, empty: a scrape fills them, a rules test names them."""
-    node, topic = ["cluster", "node"], ["cluster", "node", "topic"]
     return {
         "group_status": _gauge("group_status", "Worst partition status: 0 OK, 1 WARN, 2 STALL, 3 STOP, "
                                "4 REWIND, 5 ERR", ["cluster", "group"]),
@@ -67,39 +42,13 @@ def state_families() -> dict[str, Family]:
                         "kind: rewind, reset_earliest, reset_latest, behind_log_start", ["cluster", "group", "kind"]),
         "amplification": _gauge("read_amplification_ratio", "Read rate over write rate, when above the threshold",
                                 ["cluster", "group", "topic"]),
-        "up": _gauge("broker_up", "1 when the node's metrics endpoint answered", node),
-        "urp": _gauge("broker_under_replicated_partitions", "Under-replicated partitions led by the broker", node),
-        "min_isr": _gauge("broker_under_min_isr_partitions", "Partitions below min ISR led by the broker", node),
-        "leaders": _gauge("broker_leaders", "Partition leaders on the broker", node),
-        "replicas": _gauge("broker_replicas", "Replicas on the broker", node),
-        "bytes_in": _counter("broker_in_bytes", "Bytes in from producers since the broker started", node),
-        "bytes_out": _counter("broker_out_bytes", "Bytes out to consumers since the broker started", node),
-        "shrinks": _counter("broker_isr_shrinks", "ISR shrinks since the broker started", node),
-        "expands": _counter("broker_isr_expands", "ISR expands since the broker started", node),
-        "follower": _gauge("broker_max_follower_lag_records", "Max lag of the broker's follower fetchers", node),
-        "dirty": _gauge("broker_cleaner_max_dirty_ratio", "Max dirty ratio (0..1) of the broker's compacted logs "
-                        "(__consumer_offsets among them)", node),
-        "cleaner_idle": _gauge("broker_cleaner_idle_seconds", "Seconds since the log cleaner last ran", node),
-        "load": _gauge("broker_coordinator_load_seconds", "Longest __consumer_offsets partition load by the group "
-                       "coordinator in the last 30 s", node),
-        "unclean": _counter("broker_unclean_leader_elections", "Unclean leader elections since the node's "
-                            "controller started (the active controller reports them)", node),
-        "commits": _counter("broker_offset_commits", "Offset commits handled by the group coordinator since the "
-                            "broker started", node),
-        "groups": _gauge("broker_groups", "Groups the broker's coordinator holds", node),
-        "t_in": _counter("topic_in_bytes", "Bytes in per topic on the broker since it started", topic),
-        "t_out": _counter("topic_out_bytes", "Bytes out per topic on the broker since it started", topic),
-        "request_time": QuantileFamily("broker_request_time_seconds", "Request total time, the broker's own "
-                                       "quantiles over its recent requests", ["cluster", "node", "request"]),
-        "c_urp": _gauge("cluster_under_replicated_partitions", "Under-replicated partitions", ["cluster"]),
-        "c_min_isr": _gauge("cluster_under_min_isr_partitions", "Partitions below min ISR", ["cluster"]),
-        "c_offline": _gauge("cluster_offline_partitions", "Partitions without a leader", ["cluster"]),
+        "c_urp": _gauge("cluster_under_replicated_partitions", "Partitions whose ISR is shorter than their "
+                        "replicas, by cluster metadata", ["cluster"]),
+        "c_offline": _gauge("cluster_offline_partitions", "Partitions without a leader, by cluster metadata",
+                            ["cluster"]),
         "c_sampled": _gauge("cluster_sampled", "1 when the cluster's offsets were read in the latest round",
                             ["cluster"]),
-        "c_controllers": _gauge("cluster_active_controllers", "Active controllers among the nodes that report it",
-                                ["cluster"]),
         "c_changes": _gauge("cluster_leader_changes", "Leader changes over the recent window", ["cluster"]),
-        "c_skew": _gauge("cluster_load_skew_ratio", "Max over mean per broker", ["cluster", "load"]),
         "c_seconds": _gauge("round_seconds", "Duration of the cluster's latest round", ["cluster"]),
     }
 
@@ -153,40 +102,13 @@ class OpsCollector(Collector):
                 g["lost"].add_metric([name, report.group], c.lost.get(report.group, 0))
                 for a in report.findings.amplification:
                     g["amplification"].add_metric([name, report.group, a.topic], a.ratio)
-            for b in c.health.brokers:
-                r, labels = b.reading, [name, b.node]
-                g["up"].add_metric(labels, 1 if r.up else 0)
-                dirty = None if r.cleaner_dirty_percent is None else r.cleaner_dirty_percent / 100
-                for key, value in (("urp", r.under_replicated), ("min_isr", r.under_min_isr), ("leaders", r.leaders),
-                                   ("replicas", r.replicas), ("bytes_in", r.bytes_in), ("bytes_out", r.bytes_out),
-                                   ("shrinks", r.isr_shrinks), ("expands", r.isr_expands),
-                                   ("follower", r.max_follower_lag), ("dirty", dirty),
-                                   ("commits", r.offset_commits), ("groups", r.groups),
-                                   ("unclean", r.unclean_elections),
-                                   ("cleaner_idle", None if r.cleaner_idle_ms is None else r.cleaner_idle_ms / 1000),
-                                   ("load", None if r.coordinator_load_ms is None else r.coordinator_load_ms / 1000)):
-                    if value is not None:
-                        g[key].add_metric(labels, value)
-                for request, ms in sorted(r.p99_ms.items()):
-                    g["request_time"].add_metric([*labels, request, "0.99"], ms / 1000)
-                for topic, (bytes_in, bytes_out) in sorted(r.topic_bytes.items()):
-                    g["t_in"].add_metric([*labels, topic], bytes_in)
-                    g["t_out"].add_metric([*labels, topic], bytes_out)
-            h = c.health
-            g["c_urp"].add_metric([name], h.under_replicated)
-            g["c_min_isr"].add_metric([name], h.under_min_isr)
-            if h.offline_partitions is not None:
-                g["c_offline"].add_metric([name], h.offline_partitions)
+            if c.metadata is not None:
+                g["c_urp"].add_metric([name], c.metadata.under_replicated)
+                g["c_offline"].add_metric([name], c.metadata.offline)
             for (group, kind), n in sorted(c.moves.items()):
                 g["moves"].add_metric([name, group, kind], n)
             g["c_sampled"].add_metric([name], 0 if c.error is not None else 1)
-            if h.active_controllers is not None:
-                g["c_controllers"].add_metric([name], h.active_controllers)
-            g["c_changes"].add_metric([name], h.leader_changes)
-            for load in LOADS:
-                skew = h.skew.get(load)
-                if skew is not None:
-                    g["c_skew"].add_metric([name, load], skew)
+            g["c_changes"].add_metric([name], c.health.leader_changes)
             g["c_seconds"].add_metric([name], c.seconds)
         yield from g.values()
 

@@ -1,6 +1,8 @@
-"""Asking a Prometheus through its HTTP API (``/api/v1/query_range``): the dashboard's panels.
+"""Asking a Prometheus through its HTTP API: ranges (``/api/v1/query_range``) for the dashboard's
+panels, the latest samples (``/api/v1/query``) for the watcher's figures of every broker.
 
-Parsing the answer is pure (:func:`parse_range`); :class:`PrometheusClient` is the I/O. Every
+Parsing the answers is pure (:func:`parse_range`, :func:`parse_vector`); :class:`PrometheusClient`
+is the I/O. Every
 failure, whether Prometheus cannot be reached, refuses the expression or answers something that is
 not its API's JSON, is a :class:`QueryError` whose text says which: a panel shows it.
 """
@@ -40,22 +42,46 @@ def _value(text: str) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else value
 
 
-def parse_range(body: Any) -> tuple[Series, ...]:
-    """The series of a query_range answer (``resultType`` matrix). Raises QueryError for an error
-    answer or one not in the API's shape."""
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One series of an instant query's answer: its labels (``__name__`` among them) and value."""
+
+    labels: Mapping[str, str]
+    value: float | None
+
+
+def _result(body: Any, kind: str, what: str) -> Any:
+    """The ``result`` of an answer whose ``resultType`` is ``kind``. Raises QueryError."""
     if not isinstance(body, dict):
         raise QueryError("not Prometheus's API: the answer is not a JSON object")
     if body.get("status") != "success":
         raise QueryError(f"{body.get('errorType', 'error')}: {body.get('error', 'no reason given')}")
     data = body.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "matrix":
-        kind = data.get("resultType") if isinstance(data, dict) else None
-        raise QueryError(f"expected a range of series (matrix), got {kind!r}")
+    if not isinstance(data, dict) or data.get("resultType") != kind:
+        found = data.get("resultType") if isinstance(data, dict) else None
+        raise QueryError(f"expected {what} ({kind}), got {found!r}")
+    return data.get("result")
+
+
+def parse_range(body: Any) -> tuple[Series, ...]:
+    """The series of a query_range answer (``resultType`` matrix). Raises QueryError for an error
+    answer or one not in the API's shape."""
+    result = _result(body, "matrix", "a range of series")
     try:
         return tuple(Series(dict(item["metric"]), tuple((round(float(at) * 1000), _value(v)) for at, v in item["values"]))
-                     for item in data["result"])
+                     for item in result)
     except (KeyError, TypeError, ValueError) as err:
         raise QueryError(f"not Prometheus's API: a series is malformed ({type(err).__name__}: {err})") from None
+
+
+def parse_vector(body: Any) -> tuple[Sample, ...]:
+    """The samples of an instant query's answer (``resultType`` vector). Raises QueryError as
+    :func:`parse_range` does."""
+    result = _result(body, "vector", "one sample per series")
+    try:
+        return tuple(Sample(dict(item["metric"]), _value(item["value"][1])) for item in result)
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise QueryError(f"not Prometheus's API: a sample is malformed ({type(err).__name__}: {err})") from None
 
 
 class PrometheusClient:
@@ -68,10 +94,18 @@ class PrometheusClient:
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> tuple[Series, ...]:
         """``expr`` evaluated every ``step`` seconds from ``start`` to ``end`` (unix seconds)."""
+        return parse_range(self._get("query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                                     "step": f"{step:.3f}"}))
+
+    def query(self, expr: str) -> tuple[Sample, ...]:
+        """``expr`` evaluated now: the latest sample of each series it selects."""
+        return parse_vector(self._get("query", {"query": expr}))
+
+    def _get(self, endpoint: str, params: Mapping[str, str]) -> Any:
+        """The API's JSON answer. Raises QueryError when Prometheus does not answer, or answers
+        something else than its API's JSON."""
         try:
-            response = self._client.get(f"{self.url}/api/v1/query_range",
-                                        params={"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                "step": f"{step:.3f}"})
+            response = self._client.get(f"{self.url}/api/v1/{endpoint}", params=params)
         except httpx.HTTPError as err:
             raise QueryError(f"Prometheus at {self.url} did not answer ({type(err).__name__}: {err})",
                              unreachable=True) from None
@@ -81,7 +115,7 @@ class PrometheusClient:
             # Not the API (a proxy's page, a wrong URL): the status says more than the body.
             raise QueryError(f"Prometheus at {self.url} answered HTTP {response.status_code} without its API's "
                              "JSON: is ops.prometheus_url a Prometheus?") from None
-        return parse_range(body)
+        return body
 
     def close(self) -> None:
         self._client.close()

@@ -108,7 +108,7 @@ def health_json(h: ClusterHealth) -> dict[str, Any]:
         "offline_partitions": h.offline_partitions, "active_controllers": h.active_controllers,
         "unclean_elections": h.unclean_elections, "leader_changes": h.leader_changes,
         "leader_change_span_s": _num(h.leader_change_span_s), "skew": {k: _num(v) for k, v in h.skew.items()},
-        "brokers": [broker_json(b) for b in h.brokers],
+        "brokers": [broker_json(b) for b in h.brokers], "figures_error": h.figures_error,
     }
 
 

@@ -1,19 +1,24 @@
-"""Prometheus alerting rules over the metrics Conveyor exports, from the platform's ops settings.
-Pure: settings in, the rules file's document out (``conveyor ops rules`` writes it).
+"""Prometheus alerting rules over the metrics Conveyor's parts export and the brokers' own JMX
+exporters, from the platform's ops settings. Pure: settings in, the rules file's document out
+(``conveyor ops rules`` writes it).
 
-Every alert of the platform is a rule here, and Alertmanager routes what fires. What PromQL cannot
-judge by itself (Burrow's lag rules over a window of samples, offsets moved back, a commit lost)
-the watcher judges and exports as a metric (conveyor.ops.metrics) that a rule reads. Each rule
+Every alert of the platform is a rule here, and Alertmanager routes what fires. The brokers' rules
+read the exporters' series as Prometheus scrapes them, under either exporter rule set's names
+(:func:`kafka`). What PromQL cannot judge by itself (Burrow's lag rules over a window of samples,
+offsets moved back, a commit lost, counts from cluster metadata) the watcher judges and exports as
+a metric (conveyor.ops.metrics) that a rule reads. Each rule
 names what is wrong and what to look at (its ``look_at`` annotation).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from conveyor.config import Ops
+from conveyor.ops.exporter_names import RENAMED
+from conveyor.ops.health import WATCHED_REQUESTS
 from conveyor.ops.lag import Status
 
 
@@ -43,38 +48,53 @@ def duration(seconds: float) -> str:
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
+def kafka(name: str, form: Callable[[str], str] = lambda series: series) -> str:
+    """``form`` of a broker metric (by our exporter rules' name) as either rule set names it: ours,
+    or Strimzi's where it differs (conveyor.ops.exporter_names). A node prints one of the two."""
+    theirs = RENAMED.get(name)
+    return f"({form(name)} or {form(theirs)})" if theirs else form(name)
+
+
+#: Every Kafka node Prometheus scrapes: its targets carry the cluster and node labels.
+NODES = 'cluster!="",node!=""'
 #: Leaders or replicas per broker (mean) below which their skew says nothing.
 SKEW_MIN_COUNT = 3
 
 
 def skew_expr(ops: Ops) -> str:
-    """Load skew above ``ops.skew_warn`` where the load is large enough to matter: bytes per broker
-    (mean) of at least ``ops.skew_min_bytes`` per second, or SKEW_MIN_COUNT leaders or replicas."""
-    loads = {"bytes_in": ("rate(conveyor_ops_broker_in_bytes_total[5m])", ops.skew_min_bytes),
-             "bytes_out": ("rate(conveyor_ops_broker_out_bytes_total[5m])", ops.skew_min_bytes),
-             "leaders": ("conveyor_ops_broker_leaders", SKEW_MIN_COUNT),
-             "replicas": ("conveyor_ops_broker_replicas", SKEW_MIN_COUNT)}
-    return " or ".join(f'(conveyor_ops_cluster_load_skew_ratio{{load="{load}"}} > {ops.skew_warn:g} '
-                       f"and on (cluster) avg by (cluster) ({series}) >= {minimum:g})"
+    """Load skew (max over mean across a cluster's brokers) above ``ops.skew_warn`` where the load
+    is large enough to matter: bytes per broker (mean) of at least ``ops.skew_min_bytes`` per
+    second, or SKEW_MIN_COUNT leaders or replicas."""
+    def bytes_rate(name: str) -> str:
+        # The broker's total: the series without a topic label.
+        return kafka(name, lambda series: f'rate({series}{{topic=""}}[5m])')
+    loads = {"bytes_in": (bytes_rate("kafka_server_brokertopicmetrics_bytesinpersec_total"), ops.skew_min_bytes),
+             "bytes_out": (bytes_rate("kafka_server_brokertopicmetrics_bytesoutpersec_total"), ops.skew_min_bytes),
+             "leaders": ("kafka_server_replicamanager_leadercount", SKEW_MIN_COUNT),
+             "replicas": ("kafka_server_replicamanager_partitioncount", SKEW_MIN_COUNT)}
+    return " or ".join(f'label_replace(max by (cluster) ({series}) / avg by (cluster) ({series}) > {ops.skew_warn:g} '
+                       f'and avg by (cluster) ({series}) >= {minimum:g}, "load", "{load}", "", "")'
                        for load, (series, minimum) in loads.items())
 
 
 def broker_rules(ops: Ops) -> list[AlertRule]:
-    # The brokers' own p99 (Kafka's reservoir per broker): a quantile per node, compared as it is.
-    p99 = 'conveyor_ops_broker_request_time_seconds{quantile="0.99"}'
-    # Follower lag worries when it stays above zero: across the watcher's whole window of samples.
+    """Over the series Prometheus scrapes from every node's JMX exporter (labelled cluster and
+    node), and the watcher's counts from cluster metadata."""
+    # The brokers' own p99 (Kafka's reservoir per broker), in ms: a quantile per node, compared as it is.
+    p99 = f'kafka_network_requestmetrics_totaltimems{{quantile="0.99",request=~"{"|".join(WATCHED_REQUESTS)}"}} / 1000'
+    # Follower lag worries when it stays above zero: a fetcher behind for the whole window.
     window = duration(ops.window * ops.interval)
     return [
-        AlertRule("KafkaBrokerDown", "conveyor_ops_broker_up == 0", "critical",
-                  "{{ $labels.node }} on {{ $labels.cluster }} does not answer its metrics endpoint",
-                  duration(ops.broker_down_hold),
+        AlertRule("KafkaBrokerDown", f"up{{{NODES}}} == 0", "critical",
+                  "{{ $labels.node }} on {{ $labels.cluster }} does not answer Prometheus's scrape of its metrics "
+                  "endpoint", duration(ops.broker_down_hold),
                   "whether the process is alive and its server.log; its partitions run on fewer replicas"),
         AlertRule("KafkaUnderReplicatedPartitions", "conveyor_ops_cluster_under_replicated_partitions > 0", "warning",
                   "{{ $value }} partition(s) on {{ $labels.cluster }} have fewer in-sync replicas than replicas",
                   "5m", "a broker down or slow, the followers' lag"),
-        AlertRule("KafkaUnderMinIsr", "conveyor_ops_cluster_under_min_isr_partitions > 0", "critical",
-                  "{{ $value }} partition(s) on {{ $labels.cluster }} are below min.insync.replicas: acks=all "
-                  "writes to them fail", "1m", "bring the missing brokers back first"),
+        AlertRule("KafkaUnderMinIsr", "sum by (cluster) (kafka_server_replicamanager_underminisrpartitioncount) > 0",
+                  "critical", "{{ $value }} partition(s) on {{ $labels.cluster }} are below min.insync.replicas: "
+                  "acks=all writes to them fail", "1m", "bring the missing brokers back first"),
         AlertRule("KafkaOfflinePartitions", "conveyor_ops_cluster_offline_partitions > 0", "critical",
                   "{{ $value }} partition(s) on {{ $labels.cluster }} have no leader", "0s",
                   "the brokers that hold their replicas"),
@@ -85,20 +105,23 @@ def broker_rules(ops: Ops) -> list[AlertRule]:
                   "critical", "{{ $labels.request }} requests on {{ $labels.node }} take {{ $value }} s at p99",
                   "1m", "the broker's request queue, disk, network and GC pauses"),
         AlertRule("KafkaLoadSkew", skew_expr(ops), "warning",
-                  "{{ $labels.load }} per broker on {{ $labels.cluster }} is uneven (max over mean {{ $value }})",
+                  "{{ $labels.load }} per broker on {{ $labels.cluster }} is uneven (max over mean "
+                  '{{ $value | printf "%.2f" }})',
                   "30m", "conveyor balance plan --cluster {{ $labels.cluster }}: load on few brokers makes them "
                   "the bottleneck of every client"),
-        AlertRule("KafkaNoActiveController", "conveyor_ops_cluster_active_controllers == 0", "critical",
+        AlertRule("KafkaNoActiveController",
+                  "sum by (cluster) (kafka_controller_kafkacontroller_activecontrollercount) == 0", "critical",
                   "no active controller on {{ $labels.cluster }}: no leader election or topic change can happen",
                   "0s", "the controller quorum (kafka_server_raft_* metrics) and the controllers' logs"),
         AlertRule("KafkaUncleanLeaderElection",
-                  "max by (cluster) (conveyor_ops_broker_unclean_leader_elections_total) > 0", "critical",
-                  "{{ $value }} unclean leader election(s) on {{ $labels.cluster }} since its controller started: "
-                  "acknowledged records were lost", "0s",
+                  f"max by (cluster) {kafka('kafka_controller_controllerstats_uncleanleaderelectionspersec_total')} > 0",
+                  "critical", "{{ $value }} unclean leader election(s) on {{ $labels.cluster }} since its controller "
+                  "started: acknowledged records were lost", "0s",
                   "which partitions (the controller's log); compare what producers sent with what landed "
                   "(conveyor verify); unclean.leader.election.enable"),
-        AlertRule("KafkaIsrShrinking", "rate(conveyor_ops_broker_isr_shrinks_total[5m]) > 0", "warning",
-                  "in-sync replica sets shrank on {{ $labels.node }} in the last 5 minutes", "0s",
+        AlertRule("KafkaIsrShrinking",
+                  kafka("kafka_server_replicamanager_isrshrinkspersec_total", lambda series: f"rate({series}[5m])")
+                  + " > 0", "warning", "in-sync replica sets shrank on {{ $labels.node }} in the last 5 minutes", "0s",
                   "the followers' network, disk and GC pauses, a broker going down, replica.lag.time.max.ms"),
         # Held 5 minutes: the watcher's window of leader changes moves on within a minute.
         AlertRule("KafkaLeaderChanges", "max_over_time(conveyor_ops_cluster_leader_changes[5m]) > 0", "warning",
@@ -107,9 +130,9 @@ def broker_rules(ops: Ops) -> list[AlertRule]:
                   "brokers restarting or fenced (session timeouts), leaders flapping between brokers; with acks=1 "
                   "every change loses what the followers had not copied"),
         AlertRule("KafkaFollowerLagging",
-                  f"min_over_time(conveyor_ops_broker_max_follower_lag_records[{window}]) > 0", "warning",
-                  f"followers of {{{{ $labels.node }}}} stayed behind for {window} (at least {{{{ $value }}}} "
-                  "records)", "0s",
+                  f"max by (cluster, node) (min_over_time(kafka_server_replicafetchermanager_maxlag[{window}])) > 0",
+                  "warning", f"followers of {{{{ $labels.node }}}} stayed behind for {window} (at least "
+                  "{{ $value }} records)", "0s",
                   "the leader's and followers' network and disk, replica fetcher threads, replication throttles "
                   "left set"),
     ]
@@ -326,31 +349,34 @@ def offset_manager_rules(ops: Ops) -> list[AlertRule]:
     and the group coordinator that loads it. The third sign, a lost commit, is
     ConsumerGroupOffsetsLost (lag_rules)."""
     return [
-        # ops.offsets_dirty_warn is a percentage, as Kafka's max-dirty-percent; the series is a ratio.
-        # The least over the hold, not the value now: a round whose scrape of a slow exporter page
-        # timed out leaves a gap, which would start the hold over; a ratio that fell does not.
+        # The least over the hold, not the value now: a scrape of a slow exporter page that timed
+        # out leaves a gap, which would start the hold over; a ratio that fell does not.
         AlertRule("OffsetsCompactionStalled",
-                  f"min_over_time(conveyor_ops_broker_cleaner_max_dirty_ratio[{duration(ops.offsets_dirty_hold)}]) "
-                  f"> {ops.offsets_dirty_warn / 100:g}", "warning",
-                  "the log cleaner on {{ $labels.node }} leaves compacted logs {{ $value | humanizePercentage }} dirty: "
+                  f"min_over_time(kafka_log_logcleanermanager_max_dirty_percent[{duration(ops.offsets_dirty_hold)}]) "
+                  f"> {ops.offsets_dirty_warn:g}", "warning",
+                  "the log cleaner on {{ $labels.node }} leaves compacted logs {{ $value }} % dirty: "
                   "__consumer_offsets may not be compacted", f"{ops.offsets_dirty_hold:g}s",
                   "log-cleaner.log, min.cleanable.dirty.ratio and min.compaction.lag.ms of the compacted topics"),
-        AlertRule("LogCleanerIdle", f"conveyor_ops_broker_cleaner_idle_seconds > {ops.cleaner_idle_alarm:g}",
+        AlertRule("LogCleanerIdle",
+                  f"kafka_log_logcleanermanager_time_since_last_run_ms / 1000 > {ops.cleaner_idle_alarm:g}",
                   "critical", "the log cleaner on {{ $labels.node }} has not run for {{ $value }} s", "0s",
                   "log-cleaner.log for the exception that killed its thread; restart the broker"),
         AlertRule("GroupCoordinatorLoadSlow",
-                  f"conveyor_ops_broker_coordinator_load_seconds > {ops.coordinator_load_warn:g}", "warning",
+                  f"kafka_server_group_coordinator_metrics_partition_load_time_max / 1000 > {ops.coordinator_load_warn:g}",
+                  "warning",
                   "the group coordinator on {{ $labels.node }} took {{ $value }} s to load a __consumer_offsets "
                   "partition", "0s", "the size of __consumer_offsets and its compaction"),
     ]
 
 
 def traffic_rules() -> list[AlertRule]:
-    """Broker-side read amplification per topic (conveyor.ops.traffic's rule over Prometheus's
-    history): bytes out over the last 10 minutes at least twice the 10 minutes before, at least
-    1 MiB/s, while bytes in moved by at most a quarter of their level now."""
-    def rate(counter: str, offset: str = "") -> str:
-        return f"sum by (cluster, topic) (rate(conveyor_ops_topic_{counter}_bytes_total[10m]{offset}))"
+    """Broker-side read amplification per topic: bytes out over the last 10 minutes at least twice
+    the 10 minutes before, at least 1 MiB/s, while bytes in moved by at most a quarter of their
+    level now."""
+    def rate(direction: str, offset: str = "") -> str:
+        name = f"kafka_server_brokertopicmetrics_bytes{direction}persec_total"
+        per_node = kafka(name, lambda series: f'rate({series}{{topic!=""}}[10m]{offset})')
+        return f"sum by (cluster, topic) {per_node}"
 
     out, out_before = rate("out"), rate("out", " offset 10m")
     into, into_before = rate("in"), rate("in", " offset 10m")

@@ -1,29 +1,24 @@
-"""Scraping Prometheus pages: each broker's JMX exporter (the watcher's health rules, the balancer, the
-throttle).
+"""Scraping Prometheus pages: each broker's JMX exporter, for the balancer and the throttle.
 
-Where the pages are: each cluster's ``metrics`` in platform.yaml (`conveyor up` gives those of
-the clusters it starts).
-Parsing is prometheus_client's own text parser; names from Strimzi's exporter rules become ours
-there (``conveyor.ops.exporter_names``); what the values mean is ``conveyor.ops.health``.
+Where the pages are: each cluster's ``metrics`` in platform.yaml (conveyor.ops.broker_readings's
+``metrics_targets``). Parsing is prometheus_client's own text parser; names from Strimzi's exporter
+rules become ours there (``conveyor.ops.exporter_names``).
 """
 
 from __future__ import annotations
 
 import ssl
-
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from conveyor.config import Platform
 from conveyor.ops.exporter_names import canonical_labels, canonical_name
-from conveyor.ops.health import BrokerReading, MetricSample, reading_from_samples
+from conveyor.ops.health import MetricSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,22 +28,6 @@ class Family:
     name: str
     type: str
     samples: tuple[MetricSample, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    node: str
-    url: str
-    broker_id: int | None = None
-    #: False for a dedicated controller; None when unknown (inferred from its metrics).
-    broker: bool | None = None
-
-
-def metrics_targets(platform: Platform, cluster: str) -> tuple[Target, ...]:
-    """Every node of ``cluster`` whose exporter can be scraped."""
-    return tuple(Target(page.node or urlsplit(page.url).netloc, page.url, page.broker,
-                        True if page.broker is not None else False if page.controller else None)
-                 for page in platform.cluster(cluster).metrics)
 
 
 def _sample(name: str, labels: Mapping[str, str], value: float) -> MetricSample:
@@ -87,16 +66,6 @@ def component_url(platform: Platform, url: str) -> str:
     return FILE + str(platform.resolve(Path(url.removeprefix(FILE).removeprefix("//"))))
 
 
-def _read(client: httpx.Client, target: Target) -> BrokerReading:
-    at_ms = time.time_ns() // 1_000_000
-    try:
-        families = fetch(client, target.url)
-    except (httpx.HTTPError, ValueError) as exc:
-        return BrokerReading(target.node, at_ms, target.broker_id, f"{type(exc).__name__}: {exc}", target.broker)
-    samples = (sample for family in families for sample in family.samples)
-    return reading_from_samples(target.node, at_ms, samples, target.broker_id, target.broker)
-
-
 class Scraper:
     """Scrapes many pages at once over one HTTP client; a dead node costs at most ``timeout``."""
 
@@ -105,9 +74,6 @@ class Scraper:
         authorities and the local CA)."""
         self.client = httpx.Client(timeout=timeout, verify=verify)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ops-scrape")
-
-    def readings(self, targets: Sequence[Target]) -> list[BrokerReading]:
-        return list(self.pool.map(lambda t: _read(self.client, t), targets))
 
     def pages(self, urls: Sequence[str]) -> list[tuple[Family, ...] | str]:
         """Each page parsed, or the reason it could not be read."""

@@ -1,9 +1,11 @@
-"""The watcher: every interval, sample and scrape every cluster and judge its consumer groups.
+"""The watcher: every interval, sample every cluster and judge its consumer groups.
 
 Per cluster a :class:`ClusterWatch` holds the state the judging needs across rounds: the lag
 windows (``OffsetTracker``), each node's previous reading (counter rates) and the leader of every
-partition (leader changes). :class:`Watcher` runs every cluster's round in parallel, asks
-Prometheus for the dashboard's panels and Alertmanager for the alerts, and keeps the latest
+partition (leader changes). The nodes' figures are Prometheus's latest samples of their exporters
+(conveyor.ops.broker_readings): Prometheus scrapes them, the watcher does not. :class:`Watcher`
+runs every cluster's round in parallel, asks Prometheus for the brokers' figures and the
+dashboard's panels and Alertmanager for the alerts, and keeps the latest
 :class:`OpsState`, which the HTTP API, the metrics and the CLI all show. The watcher raises no
 alert itself: it exports what it judged (conveyor.ops.metrics), and Prometheus's rules
 (conveyor.ops.rules) turn that into alerts, which Alertmanager routes.
@@ -26,15 +28,16 @@ from conveyor.config import Part, Platform
 from conveyor.config.policies import RewindPolicy
 from conveyor.kafka import OFFSETS_TOPIC
 from conveyor.ops.alertmanager import AlertmanagerClient, ManagedAlert
+from conveyor.ops.broker_readings import read_brokers, metrics_targets
 from conveyor.ops.commit_log import read_commits, read_groups_commits
 from conveyor.ops.errors import OpsError, SampleError
 from conveyor.ops.health import BrokerReading, ClusterHealth, MetadataCounts, assess_cluster, broker_health, leader_moves
 from conveyor.ops.lag import LagPolicy, Reason
-from conveyor.ops.prometheus import PrometheusClient
+from conveyor.ops.prometheus import PrometheusClient, QueryError
 from conveyor.ops.dashboard import PanelView, panels_of, read_panels
 from conveyor.ops.rewind import OffsetFinding
 from conveyor.ops.sampler import SamplerProcess
-from conveyor.ops.scrape import Scraper, component_url, metrics_targets
+from conveyor.ops.scrape import component_url
 from conveyor.ops.rewind_history import Seen, missed
 from conveyor.ops.rewind_store import RewindStore
 from conveyor.positions import group_name
@@ -51,6 +54,9 @@ COMMIT_LOG_LEAD_MS = 60_000
 HELD_MS = 15 * 60 * 1000
 
 
+#: Why no broker figures are shown when no Prometheus is named: it scrapes the exporters.
+NO_PROMETHEUS = ("no Prometheus: set ops.prometheus_url, or runtime.prometheus for the one `conveyor up` starts; "
+                 "the counts come from cluster metadata alone")
 #: Why no alerts are shown when no Alertmanager is named: every alert lives there.
 NO_ALERTMANAGER = ("no Alertmanager: set ops.alertmanager_url, or runtime.alertmanager for the one `conveyor up` "
                    "starts")
@@ -82,7 +88,7 @@ class ClusterReport:
     at_ms: int
     groups: tuple[GroupReport, ...]
     health: ClusterHealth
-    #: Wall time of the round (sampling, scraping, evaluation).
+    #: Wall time of the round (sampling, reading the brokers' figures, evaluation).
     seconds: float
     #: Admin API calls of the round by call; empty when sampling failed.
     calls: Mapping[str, int] = field(default_factory=dict)
@@ -95,6 +101,8 @@ class ClusterReport:
     moves: Mapping[tuple[str, str], int] = field(default_factory=dict)
     #: Per group, the partitions whose committed offset was lost in the last HELD_MS.
     lost: Mapping[str, int] = field(default_factory=dict)
+    #: Under-replicated and leaderless partitions by cluster metadata; None when sampling failed.
+    metadata: MetadataCounts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +127,8 @@ def _metadata_counts(snapshot: OffsetSnapshot) -> MetadataCounts:
 class ClusterWatch:
     """One cluster's rounds. Constructing it does no I/O."""
 
-    def __init__(self, platform: Platform, cluster: str, scraper: Scraper) -> None:
+    def __init__(self, platform: Platform, cluster: str, prometheus: PrometheusClient | None) -> None:
+        """``prometheus``: where the nodes' figures are read; None: from cluster metadata alone."""
         ops = platform.ops
         self.platform = platform
         self.cluster = cluster
@@ -127,7 +136,7 @@ class ClusterWatch:
         self.sampler = SamplerProcess(platform, cluster, timeout=max(5.0, ops.interval))
         self.tracker = OffsetTracker(cluster, ops.window, ops.history, ops.exclude_groups)
         self.targets = metrics_targets(platform, cluster)
-        self.scraper = scraper
+        self.prometheus = prometheus
         # Windows not refreshed for three rounds (and a slow round's slack) are stale: ERR.
         self.lag_policy = LagPolicy(max_lag_records=ops.max_lag_records, max_lag_seconds=ops.max_lag_seconds,
                                     max_sample_age_ms=int((3 * ops.interval + 10) * 1000))
@@ -159,9 +168,9 @@ class ClusterWatch:
         except SampleError as exc:
             error = str(exc)
             self.failures += 1
-        # Scraped after sampling: while a leader is down its ListOffsets wait out the timeout, and
-        # the health shown at the end of the round must not be that old.
-        readings = self.scraper.readings(self.targets)
+        # Read after sampling: while a leader is down its ListOffsets wait out the timeout, and the
+        # health shown at the end of the round must not be that old.
+        readings, figures_error = self._readings()
         at = snapshot.at_ms if snapshot is not None else now_ms()
         if snapshot is not None:
             if self._saved is None:
@@ -175,7 +184,8 @@ class ClusterWatch:
         self._count_findings(groups)
         if snapshot is not None and self._saved is not None:
             self._save(snapshot)
-        health = self._health(at, readings, snapshot)
+        metadata = _metadata_counts(snapshot) if snapshot is not None else None
+        health = self._health(at, readings, metadata, figures_error)
         self._moves.see((f for g in groups for f in g.findings.offsets), at)
         self._lost.see(((g.group, p.topic, p.partition) for g in groups for p in g.status.partitions
                         if p.reason is Reason.COMMIT_LOST), at)
@@ -183,17 +193,28 @@ class ClusterWatch:
         lost = Counter(group for group, _, _ in self._lost.current(at))
         return ClusterReport(self.cluster, at, groups, health, time.monotonic() - started,
                              dict(snapshot.calls) if snapshot else {}, len(snapshot.ends) if snapshot else 0, error,
-                             tuple(self.rewinds), moves, lost)
+                             tuple(self.rewinds), moves, lost, metadata)
 
-    def _health(self, at: int, readings: list[BrokerReading], snapshot: OffsetSnapshot | None) -> ClusterHealth:
+    def _readings(self) -> tuple[list[BrokerReading], str | None]:
+        """The nodes' latest figures, or why there are none."""
+        if not self.targets:
+            return [], None
+        if self.prometheus is None:
+            return [], NO_PROMETHEUS
+        try:
+            return read_brokers(self.prometheus, self.cluster, self.targets, now_ms()), None
+        except QueryError as err:
+            return [], str(err)
+
+    def _health(self, at: int, readings: list[BrokerReading], metadata: MetadataCounts | None,
+                figures_error: str | None) -> ClusterHealth:
         brokers = []
         for reading in readings:
             brokers.append(broker_health(reading, self._previous.get(reading.node)))
             self._previous[reading.node] = reading
         changes = sum(n for _, n in self._changes)
         span = (at - self._changes[0][0]) / 1000 if self._changes else 0.0
-        return assess_cluster(self.cluster, at, brokers, changes, span,
-                              _metadata_counts(snapshot) if snapshot else None)
+        return assess_cluster(self.cluster, at, brokers, changes, span, metadata, figures_error)
 
     def close(self) -> None:
         self.sampler.close()
@@ -276,16 +297,15 @@ class Watcher:
         platform = platform.acting_as(Part.ops)
         self.platform = platform
         self.interval = platform.ops.interval
-        self.scraper = Scraper(verify=trusted(platform))  # brokers may serve their pages over HTTPS (conveyor.tls)
         for name in clusters or ():
             platform.cluster(name)  # an unknown name fails here, naming the known ones
         names = list(clusters) if clusters else list(platform.clusters)
-        self.clusters = [ClusterWatch(platform, name, self.scraper) for name in names]
-        self.panels = panels_of(platform.ops.panels, platform.ops.running)
         url = prometheus_url(platform)
         # A query that waits longer than a round would hold the next one back.
         self.prometheus = PrometheusClient(url, trusted(platform), timeout=min(5.0, max(1.0, self.interval))) \
             if url is not None else None
+        self.clusters = [ClusterWatch(platform, name, self.prometheus) for name in names]
+        self.panels = panels_of(platform.ops.panels, platform.ops.running)
         #: The components' pages; the watcher serves those of files for Prometheus to scrape.
         self.components = {name: component_url(platform, url) for name, url in platform.ops.components.items()}
         self.state: OpsState | None = None
@@ -343,6 +363,5 @@ class Watcher:
         self._pool.shutdown(wait=False)
         for cluster in self.clusters:
             cluster.close()
-        self.scraper.close()
         if self.prometheus is not None:
             self.prometheus.close()

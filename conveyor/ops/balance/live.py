@@ -26,7 +26,8 @@ from conveyor.ops.balance.errors import BalanceError
 from conveyor.ops.balance.loads import PartitionLoad, counters_from_samples, partition_loads
 from conveyor.ops.balance.model import NO_LEADER, Broker, ClusterModel, Partition
 from conveyor.ops.health import MetricSample
-from conveyor.ops.scrape import Family, Scraper, Target, metrics_targets
+from conveyor.ops.broker_readings import Target, metrics_targets
+from conveyor.ops.scrape import Family, Scraper
 
 TopicPartition = tuple[str, int]
 #: A scraped page: its metric families, or why it could not be read.

@@ -29,7 +29,8 @@ from conveyor.acls.parts import DISPATCH_NODES_GROUP_PREFIX
 from conveyor.config import Platform
 from conveyor.ops.errors import SampleError
 from conveyor.ops.sampler import SamplerProcess
-from conveyor.ops.scrape import Scraper, metrics_targets
+from conveyor.ops.broker_readings import metrics_targets
+from conveyor.ops.scrape import Scraper
 from conveyor.ops.throttle.policy import Assigned, BrokerSignal, Consumer, feed_readers
 
 DISKSTATS = Path("/proc/diskstats")

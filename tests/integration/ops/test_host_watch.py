@@ -91,7 +91,7 @@ class Sender:
 
 def test_a_filling_disk_and_a_saturated_link_raise_their_alerts_and_clear(platform_data, platform_file, tmp_path,
                                                                           small_disk):
-    machines = {"paths": [str(small_disk)], "link_speed_mbit": {"lo": LINK_MBIT}, "window": "5s", "hold": "2s"}
+    machines = {"paths": [str(small_disk)], "link_speed_mbit": {"lo": LINK_MBIT}, "window": "10s", "hold": "2s"}
     with monitored(platform_data, platform_file, tmp_path, alertmanager=False, node_exporter=True,
                    machines=machines) as (_, variant):
         prometheus = f"http://127.0.0.1:{variant.runtime.prometheus.port}"

@@ -1,7 +1,8 @@
-"""Every alert about consumer groups and the offset manager, through the one path alerts take: the
-watch service (`conveyor ops watch`) judges the real cluster and exports what it found, a real
-Prometheus evaluates `conveyor ops rules` over it, and a real Alertmanager holds the alert and
-routes it to ops.notify_url. Each condition is made on the cluster as it happens in the field:
+"""Every alert about consumer groups, the offset manager and the brokers, through the one path
+alerts take: a real Prometheus scrapes the brokers' JMX exporters and the watch service (`conveyor
+ops watch`), which judges the real cluster's consumer groups and exports what it found; Prometheus
+evaluates `conveyor ops rules` over both, and a real Alertmanager holds the alert and routes it to
+ops.notify_url. Each condition is made on the cluster as it happens in the field:
 
 - a consumer that falls behind (WARN) and one that stops committing while records arrive (STOP);
 - offsets reset backwards (`kafka-consumer-groups --reset-offsets`): a rewind on one partition, a
@@ -21,7 +22,9 @@ routes it to ops.notify_url. Each condition is made on the cluster as it happens
   recovers its logs first, which on a loaded machine took minutes the alerts do not need.
 
 The rules themselves are tested on series in tests/unit/ops/test_watcher_rules.py; here each one
-that reaches Alertmanager proves the watcher exports what it judged under the names the rules read.
+that reaches Alertmanager proves the series the rules read are there, under the names they read:
+the watcher's, and the exporters' as Prometheus labels them. The hung-broker test also reads the
+brokers' figures as the watcher does, from Prometheus's latest samples.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.kafka_tools import KafkaTools
 from conveyor.ops.alertmanager import AlertmanagerClient, ManagedAlert
-from conveyor.ops.scrape import Scraper
+from conveyor.ops.prometheus import PrometheusClient
 from conveyor.ops.watch import ClusterReport, ClusterWatch
 from conveyor.runtime import processes
 from conveyor.runtime.local import LocalPlatform
@@ -239,7 +242,7 @@ def test_held_back_compaction_raises_the_stall_alert_and_letting_it_go_clears_it
         stalled = stack.await_alert("OffsetsCompactionStalled", 180, cluster="central")
     except AssertionError as timed_out:
         raise AssertionError(f"{timed_out}; the dirty ratios Prometheus holds: "
-                             f"{stack.query('conveyor_ops_broker_cleaner_max_dirty_ratio')}") from None
+                             f"{stack.query('kafka_log_logcleanermanager_max_dirty_percent')}") from None
     assert "__consumer_offsets" in stalled.summary
 
     admin = kafka.admin(platform, "central")
@@ -269,8 +272,8 @@ def test_a_hung_central_broker_pages_through_alertmanager_and_clears_when_it_ans
     hung = 2
     node = f"central-broker-{hung}"
     topic_factory("central", partitions=6)  # RF 3 on 3 brokers: every partition has a replica on each
-    scraper = Scraper()
-    watch = ClusterWatch(stack.platform, "central", scraper)
+    prometheus = PrometheusClient(stack.prometheus)
+    watch = ClusterWatch(stack.platform, "central", prometheus)
     try:
         before, _ = rounds_until(watch, lambda r: r.health.under_replicated == 0, 60)
         assert before.health.under_replicated == 0, "central was not healthy before the hang"
@@ -278,12 +281,16 @@ def test_a_hung_central_broker_pages_through_alertmanager_and_clears_when_it_ans
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
         try:
-            report, elapsed = rounds_until(watch, lambda r: r.health.under_replicated > 0, 30)
-            seen = [(b.node, b.reading.up, b.reading.under_replicated) for b in report.health.brokers]
-            assert report.health.under_replicated > 0, f"no under-replicated partitions {elapsed:.0f} s after the " \
-                                                       f"hang: {seen}, round {report.seconds:.1f} s"
-            down = next(b for b in report.health.brokers if b.node == node)
-            assert not down.reading.up and report.health.status == "CRITICAL"
+            # Two sources: the ISRs from the brokers that still answer, and the hung one's page
+            # timing out in Prometheus's next scrape.
+            def seen_down(r: ClusterReport) -> bool:
+                return r.health.under_replicated > 0 and any(b.node == node and not b.reading.up
+                                                             for b in r.health.brokers)
+            report, elapsed = rounds_until(watch, seen_down, 30)
+            seen = [(b.node, b.reading.up, b.reading.error, b.reading.under_replicated) for b in report.health.brokers]
+            assert seen_down(report), f"not seen down with under-replicated partitions {elapsed:.0f} s after the " \
+                                      f"hang: {seen}, round {report.seconds:.1f} s"
+            assert report.health.status == "CRITICAL"
 
             stack.await_alert("KafkaBrokerDown", 150, node=node)
             stack.await_alert("KafkaLeaderChanges", 60, cluster="central")
@@ -307,4 +314,4 @@ def test_a_hung_central_broker_pages_through_alertmanager_and_clears_when_it_ans
                                    for state in ("active", "suppressed")), 60, "KafkaBrokerDown to resolve", interval=1)
     finally:
         watch.close()
-        scraper.close()
+        prometheus.close()

@@ -23,7 +23,7 @@ from conveyor.dispatch.metrics import NodeMetrics
 from conveyor.edge_guard import EdgeGuard
 from conveyor.edge_ports import PortConnections
 from conveyor.gateway.metrics import GatewayMetrics
-from conveyor.ops.health import BrokerHealth, BrokerReading, assess_cluster
+from conveyor.ops.health import BrokerHealth, BrokerReading, MetadataCounts, assess_cluster
 from conveyor.ops.metrics import OpsCollector
 from conveyor.ops.throttle.controller import ThrottleMetrics
 from conveyor.ops.tracker import GroupOffsets, OffsetSnapshot, OffsetTracker, PartitionMeta
@@ -90,12 +90,12 @@ def _watcher() -> CollectorRegistry:
             "isr_shrinks": 2.0, "isr_expands": 2.0, "bytes_in": 5e6, "bytes_out": 9e6, "cleaner_dirty_percent": 35.0,
             "cleaner_idle_ms": 1500.0, "coordinator_load_ms": 40.0, "offset_commits": 70.0, "groups": 4.0,
             "unclean_elections": 0.0, "active_controller": 1.0}
-    reading = BrokerReading("central-broker-1", at, 1, **full, p99_ms={"Produce": 3.0},
-                            topic_bytes={"t": (5e6, 9e6)})
+    reading = BrokerReading("central-broker-1", at, 1, **full, p99_ms={"Produce": 3.0})
     brokers = [BrokerHealth(reading, 1e5, 2e5, 0.0, 0.0),
                BrokerHealth(BrokerReading("central-broker-2", at, 2, "ConnectError: refused", True))]
     health = assess_cluster("central", at, brokers)
-    report = ClusterReport("central", at, tracker.evaluate(at), health, 0.2, {"metadata": 1}, 3)
+    report = ClusterReport("central", at, tracker.evaluate(at), health, 0.2, {"metadata": 1}, 3,
+                           metadata=MetadataCounts(under_replicated=1, offline=0))
     watcher = SimpleNamespace(cycles=3, cycle_errors=0, state=OpsState("demo", at, 5.0, (report,), ()),
                               clusters=[SimpleNamespace(cluster="central", calls_total={"metadata": 3},
                                                         findings_total={("mailer", "rewind"): 1}, failures=0)])

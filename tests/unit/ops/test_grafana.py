@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from conveyor.cli import app
 from conveyor.ops.grafana import DASHBOARDS, dashboard_document
-from tests.metricskit import NODE_EXPORTER_LABELS, exported_label_names
+from tests.metricskit import KAFKA_EXPORTER_LABELS, NODE_EXPORTER_LABELS, exported_label_names
 
-_METRIC = re.compile(r"\b(?:conveyor|node)_[a-z0-9_]+")
+_METRIC = re.compile(r"\b(?:conveyor|node|kafka)_[a-z0-9_]+|\bup(?=\{)")
 #: Labels Prometheus adds to every series it scrapes.
 _TARGET_LABELS = {"instance", "job"}
 
@@ -23,7 +23,7 @@ def _labels_used(expr: str, legend: str) -> set[str]:
 
 
 def test_every_expression_names_exported_metrics_and_their_labels() -> None:
-    exported = exported_label_names() | NODE_EXPORTER_LABELS
+    exported = exported_label_names() | NODE_EXPORTER_LABELS | KAFKA_EXPORTER_LABELS
     for dashboard in DASHBOARDS:
         for panel in dashboard.panels:
             for expr, legend in panel.targets:

@@ -62,8 +62,6 @@ PAGE = [
     ("kafka_network_requestmetrics_totaltimems", {"request": "Produce", "quantile": "0.99"}, 12.0),
     ("kafka_network_requestmetrics_totaltimems", {"request": "Produce", "quantile": "0.50"}, 1.0),
     ("kafka_network_requestmetrics_totaltimems", {"request": "Heartbeat", "quantile": "0.99"}, 99.0),
-    ("kafka_network_requestmetrics_requests_total", {"request": "Metadata", "version": "12"}, 3.0),
-    ("kafka_network_requestmetrics_requests_total", {"request": "Metadata", "version": "13"}, 4.0),
     ("kafka_controller_kafkacontroller_offlinepartitionscount", {}, float("nan")),
 ]
 
@@ -73,7 +71,6 @@ def test_reading_picks_broker_totals_not_topic_series():
     assert (r.under_replicated, r.leaders, r.replicas, r.bytes_in, r.bytes_out) == (2, 11, 33, 1000, 3000)
     assert r.max_follower_lag == 9.0  # the worst fetcher
     assert r.p99_ms == {"Produce": 12.0}  # only the watched requests, only p99
-    assert r.requests == {"Metadata": 7.0}  # summed over versions
     assert r.offline_partitions is None  # NaN means "not reported"
     assert r.up and r.is_broker
 
@@ -91,12 +88,9 @@ def test_offset_manager_readings_from_the_exporter():
         ("kafka_server_group_coordinator_metrics_offset_commit_rate", {}, 12.5),
         ("kafka_server_group_coordinator_metrics_offset_commit_count", {}, 640.0),
         ("kafka_coordinator_group_groupmetadatamanager_numgroups", {}, 4.0),
-        ("kafka_server_brokertopicmetrics_bytesinpersec_total", {"topic": "ads"}, 100.0),
-        ("kafka_server_brokertopicmetrics_bytesoutpersec_total", {"topic": "ads"}, 300.0),
     ])
     assert (reading.cleaner_dirty_percent, reading.cleaner_idle_ms, reading.coordinator_load_ms,
             reading.offset_commit_rate, reading.offset_commits, reading.groups) == (97.0, 1500.0, None, 12.5, 640.0, 4.0)
-    assert reading.topic_bytes == {"ads": (100.0, 300.0)}
 
 
 def test_broker_health_rates_need_two_answers():

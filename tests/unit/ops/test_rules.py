@@ -13,7 +13,7 @@ import yaml
 
 from conveyor.config import Ops
 from conveyor.ops.rules import PRESENCE, rules_document
-from tests.metricskit import NODE_EXPORTER_LABELS, exported_metric_names
+from tests.metricskit import KAFKA_EXPORTER_LABELS, NODE_EXPORTER_LABELS, exported_metric_names
 from tests.rulekit import RELAXED, expect, rules, run_promtool, series, write_rules
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with `make setup`")
@@ -36,9 +36,13 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
         "tests": [{
             "interval": "1m",
             "input_series": [
-                {"series": 'conveyor_ops_broker_up{cluster="central",node="broker-1"}', "values": "1 0 0 0 0"},
-                {"series": 'conveyor_ops_broker_up{cluster="central",node="broker-2"}', "values": "1 1 1 1 1"},
-                {"series": 'conveyor_ops_cluster_under_min_isr_partitions{cluster="central"}', "values": "0 0 2 2 2"},
+                {"series": 'up{cluster="central",node="broker-1",job="kafka-central-broker-1"}', "values": "1 0 0 0 0"},
+                {"series": 'up{cluster="central",node="broker-2",job="kafka-central-broker-2"}', "values": "1 1 1 1 1"},
+                {"series": 'up{instance="watcher",job="conveyor-ops"}', "values": "0 0 0 0 0"},  # not a Kafka node
+                {"series": 'kafka_server_replicamanager_underminisrpartitioncount{cluster="central",node="broker-1"}',
+                 "values": "0 0 1 1 1"},
+                {"series": 'kafka_server_replicamanager_underminisrpartitioncount{cluster="central",node="broker-2"}',
+                 "values": "0 0 1 1 1"},
                 {"series": 'conveyor_ops_group_status{cluster="central",group="mailer"}', "values": "0 3 3 3 3"},
                 {"series": 'conveyor_ops_group_status{cluster="central",group="lake-feed"}', "values": "0 4 4 4 4"},
                 {"series": 'conveyor_ops_group_status{cluster="central",group="search"}', "values": "1 1 1 1 1"},
@@ -47,7 +51,7 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
                  "values": "0 0 7 7 7"},
             ],
             "alert_rule_test": [
-                expect("KafkaBrokerDown", "4m", [(down, "0")]),
+                expect("KafkaBrokerDown", "4m", [({**down, "job": "kafka-central-broker-1"}, "0")]),
                 expect("KafkaUnderMinIsr", "4m", [({"cluster": "central"}, "2")]),
                 expect("ConsumerGroupStopped", "4m", [(stopped, "3")]),
                 expect("ConsumerGroupRewound", "4m", [(rewound, "4")]),
@@ -67,22 +71,24 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
             "interval": "1m",
             "input_series": [
                 # broker-1's cleaner leaves 95% dirty for good, broker-2's cleans; broker-1 loaded slowly once.
-                {"series": 'conveyor_ops_broker_cleaner_max_dirty_ratio{cluster="central",node="broker-1"}',
-                 "values": "0.95+0x30"},
-                {"series": 'conveyor_ops_broker_cleaner_max_dirty_ratio{cluster="central",node="broker-2"}',
-                 "values": "0.95 0.4 0.95 0.4 0.95 0.4 0.95 0.4 0.95 0.4 0.95 0.4"},
-                {"series": 'conveyor_ops_broker_coordinator_load_seconds{cluster="central",node="broker-1"}',
-                 "values": "0 0 0 0 0 0 0 0 0 0 12"},
+                {"series": 'kafka_log_logcleanermanager_max_dirty_percent{cluster="central",node="broker-1"}',
+                 "values": "95+0x30"},
+                {"series": 'kafka_log_logcleanermanager_max_dirty_percent{cluster="central",node="broker-2"}',
+                 "values": "95 40 95 40 95 40 95 40 95 40 95 40"},
+                {"series": 'kafka_server_group_coordinator_metrics_partition_load_time_max{cluster="central",'
+                           'node="broker-1"}', "values": "0 0 0 0 0 0 0 0 0 0 12000"},
                 # ads: bytes out triple after 10 minutes, bytes in flat; clicks: both triple. The counters
-                # of two brokers add up: 1 MiB/s (62914560 bytes a minute) in all, then 3 MiB/s.
-                *({"series": f'conveyor_ops_topic_{way}_bytes_total{{cluster="central",node="{node}",topic="{topic}"}}',
+                # of two brokers add up: 1 MiB/s (62914560 bytes a minute) in all, then 3 MiB/s. broker-2
+                # is printed under Strimzi's exporter rules ("PerSec" dropped): its bytes count the same.
+                *({"series": f'kafka_server_brokertopicmetrics_bytes{way}{"persec" if node == "broker-1" else ""}_total'
+                             f'{{cluster="central",node="{node}",topic="{topic}"}}',
                    "values": "0+31457280x10 408944640+94371840x19" if tripled else "0+31457280x30"}
                   for node in ("broker-1", "broker-2")
                   for topic, way, tripled in (("ads", "out", True), ("ads", "in", False),
                                               ("clicks", "out", True), ("clicks", "in", True))),
             ],
             "alert_rule_test": [
-                expect("OffsetsCompactionStalled", "10m", [({"cluster": "central", "node": "broker-1"}, "95%")]),
+                expect("OffsetsCompactionStalled", "10m", [({"cluster": "central", "node": "broker-1"}, "95")]),
                 expect("GroupCoordinatorLoadSlow", "10m", [({"cluster": "central", "node": "broker-1"}, "12")]),
                 expect("TopicReadAmplification", "20m", [({"cluster": "central", "topic": "ads"}, "")]),
             ],
@@ -96,11 +102,11 @@ def test_the_alerts_fire_on_their_series_and_only_on_them(tmp_path: Path) -> Non
 
 
 def test_every_expression_names_an_exported_metric(tmp_path: Path) -> None:
-    # The host rules read node_exporter's names.
-    exported = exported_metric_names() | set(NODE_EXPORTER_LABELS)
+    # The host rules read node_exporter's names; the brokers' rules, the brokers' JMX exporters'.
+    exported = exported_metric_names() | set(NODE_EXPORTER_LABELS) | set(KAFKA_EXPORTER_LABELS)
     for group in rules()["groups"]:
         for rule in group["rules"]:
-            named = set(re.findall(r"\b(?:conveyor|node)_[a-z0-9_]+", rule["expr"]))
+            named = set(re.findall(r"\b(?:conveyor|node|kafka)_[a-z0-9_]+|\bup(?=\{)", rule["expr"]))
             assert named and named <= exported, (rule["alert"], named - exported)
 
 

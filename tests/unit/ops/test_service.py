@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conveyor.config import load_platform
 from conveyor.ops.alertmanager import parse_alerts
-from conveyor.ops.health import BrokerHealth, BrokerReading, assess_cluster
+from conveyor.ops.health import BrokerHealth, BrokerReading, MetadataCounts, assess_cluster
 from conveyor.ops.report import PROBLEM_PARTITIONS, state_json
 from conveyor.ops.tracker import GroupOffsets, OffsetSnapshot, OffsetTracker, PartitionMeta
 from conveyor.ops.watch import ClusterReport, OpsState, Watcher, now_ms
@@ -41,7 +41,8 @@ def cluster_report(at: int) -> ClusterReport:
                BrokerHealth(BrokerReading("central-broker-2", at, 2, "ConnectError: refused", True))]
     health = assess_cluster("central", at, brokers)
     return ClusterReport("central", at, groups, health, 0.2,
-                         {"metadata": 1, "list_groups": 1, "offset_fetch": 2, "list_offsets": 2}, 30)
+                         {"metadata": 1, "list_groups": 1, "offset_fetch": 2, "list_offsets": 2}, 30,
+                         metadata=MetadataCounts())
 
 
 def _alert(name: str, severity: str, **labels: str) -> dict:
@@ -113,9 +114,11 @@ def test_http_api_page_metrics_and_health(watcher: Watcher):
                if s.labels.get("group") in (None, "mailer")}
     assert metrics["conveyor_ops_group_status"].value == 1  # WARN
     assert metrics["conveyor_ops_group_lag_records"].value == 30 * 3600
-    assert metrics["conveyor_ops_broker_up"].labels["node"] in ("central-broker-1", "central-broker-2")
     assert metrics["conveyor_ops_group_lost_commit_partitions"].value == 0
     assert metrics["conveyor_ops_cluster_sampled"].value == 1
+    # Counted from cluster metadata: no broker's figures go through the watcher.
+    assert metrics["conveyor_ops_cluster_under_replicated_partitions"].value == 0
+    assert not any(name.startswith("conveyor_ops_broker_") for name in metrics)
 
     watcher.state = OpsState("demo", at - 3_600_000, 5.0, (), ())
     assert client.get("/healthz").status_code == 503  # an hour-old round: the watcher is stuck

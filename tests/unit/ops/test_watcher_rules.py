@@ -68,17 +68,20 @@ def test_lag_statuses_and_offset_moves_each_raise_one_alert(tmp_path: Path) -> N
 def test_the_brokers_figures_raise_their_alerts(tmp_path: Path) -> None:
     """broker-1 shrinks its ISR once, its followers stay behind, and its controller saw an
     unclean election; broker-2's followers catch up between samples. The cluster lost its active
-    controller and saw leaders move."""
+    controller and saw leaders move. broker-2 is printed under Strimzi's exporter rules, whose
+    meters drop "PerSec" and whose labels keep the MBean's case (clientId)."""
     window = Ops().window * Ops().interval  # the follower-lag rule's span: 50 s by default
     assert window < 60
     run_promtool(tmp_path, [{
         "interval": "1m",
         "input_series": [
-            series("conveyor_ops_broker_isr_shrinks_total", node("broker-1"), "0 0 0 4 4 4 4 4 4 4 4 4"),
-            series("conveyor_ops_broker_isr_shrinks_total", node("broker-2"), "0+0x11"),
-            series("conveyor_ops_broker_unclean_leader_elections_total", node("broker-1"), "0 0 1 1 1 1"),
-            series("conveyor_ops_broker_unclean_leader_elections_total", node("broker-2"), "0+0x5"),
-            series("conveyor_ops_cluster_active_controllers", CENTRAL, "1 1 0 0 0 0"),
+            series("kafka_server_replicamanager_isrshrinkspersec_total", node("broker-1"), "0 0 0 4 4 4 4 4 4 4 4 4"),
+            series("kafka_server_replicamanager_isrshrinks_total", node("broker-2"), "0+0x11"),
+            series("kafka_controller_controllerstats_uncleanleaderelectionspersec_total", node("broker-1"),
+                   "0 0 1 1 1 1"),
+            series("kafka_controller_controllerstats_uncleanleaderelections_total", node("broker-2"), "0+0x5"),
+            series("kafka_controller_kafkacontroller_activecontrollercount", node("broker-1"), "1 1 0 0 0 0"),
+            series("kafka_controller_kafkacontroller_activecontrollercount", node("broker-2"), "0 0 0 0 0 0"),
             series("conveyor_ops_cluster_leader_changes", CENTRAL, "0 0 0 6 0 0 0 0 0 0 0 0"),
         ],
         "alert_rule_test": [
@@ -92,12 +95,14 @@ def test_the_brokers_figures_raise_their_alerts(tmp_path: Path) -> None:
             expect("KafkaLeaderChanges", "9m", []),  # the change left the 5 minutes
         ],
     }, {
-        # Scraped every 10 s, as the watcher's rounds come: broker-1's followers stay behind across
-        # the whole window, broker-2's catch up between samples.
+        # Scraped every 10 s: broker-1's followers stay behind across the whole window, broker-2's
+        # catch up between samples.
         "interval": "10s",
         "input_series": [
-            series("conveyor_ops_broker_max_follower_lag_records", node("broker-1"), "0 0 10+0x11"),
-            series("conveyor_ops_broker_max_follower_lag_records", node("broker-2"), "0 5 0 7 0 3 0 6 0 4 0 5 0"),
+            series("kafka_server_replicafetchermanager_maxlag", {**node("broker-1"), "clientid": "Replica"},
+                   "0 0 10+0x11"),
+            series("kafka_server_replicafetchermanager_maxlag", {**node("broker-2"), "clientId": "Replica"},
+                   "0 5 0 7 0 3 0 6 0 4 0 5 0"),
         ],
         "alert_rule_test": [
             expect("KafkaFollowerLagging", "1m", []),  # behind, but not yet for the whole window
@@ -107,24 +112,29 @@ def test_the_brokers_figures_raise_their_alerts(tmp_path: Path) -> None:
 
 
 def test_skew_alerts_only_where_the_load_is_large_enough_to_matter(tmp_path: Path) -> None:
-    """Both clusters skew 2.0 on leaders and on bytes in for 40 minutes; only "busy" carries
-    enough of either (ops.skew_min_bytes per second, three leaders per broker) to be told."""
-    ratio = "conveyor_ops_cluster_load_skew_ratio"
+    """In both clusters b1 carries four times what b2 does, in leaders and in bytes in, for 40
+    minutes (max over mean 1.6); only "busy" carries enough of either (ops.skew_min_bytes per second, three leaders per broker) to be told.
+    Replicas are even. b2 prints its meters under Strimzi's names."""
     blocks = []
     for cluster, leaders, bytes_per_minute in (("busy", 12, 600 * 1048576), ("idle", 1, 600)):
         labels = {"cluster": cluster}
-        blocks += [series(ratio, {**labels, "load": load}, "2+0x40") for load in ("leaders", "bytes_in")]
-        for broker in ("b1", "b2"):
+        for broker, share in (("b1", 4), ("b2", 1)):
             at = {**labels, "node": broker}
-            blocks += [series("conveyor_ops_broker_leaders", at, f"{leaders}+0x40"),
-                       series("conveyor_ops_broker_in_bytes_total", at, f"0+{bytes_per_minute}x40")]
+            meter = "bytesinpersec" if broker == "b1" else "bytesin"
+            blocks += [series("kafka_server_replicamanager_leadercount", at, f"{leaders * share}+0x40"),
+                       series("kafka_server_replicamanager_partitioncount", at, "40+0x40"),
+                       series(f"kafka_server_brokertopicmetrics_{meter}_total", at,
+                              f"0+{bytes_per_minute * share}x40"),
+                       # A topic's own counter is not the broker's load.
+                       series(f"kafka_server_brokertopicmetrics_{meter}_total", {**at, "topic": "t"},
+                              f"0+{bytes_per_minute * 10}x40")]
     run_promtool(tmp_path, [{
         "interval": "1m",
         "input_series": blocks,
         "alert_rule_test": [
             expect("KafkaLoadSkew", "20m", []),  # not yet for 30 minutes
-            expect("KafkaLoadSkew", "38m", [({"cluster": "busy", "load": "leaders"}, "2"),
-                                           ({"cluster": "busy", "load": "bytes_in"}, "2")]),
+            expect("KafkaLoadSkew", "38m", [({"cluster": "busy", "load": "leaders"}, "1.60"),
+                                           ({"cluster": "busy", "load": "bytes_in"}, "1.60")]),
         ],
     }])
 
