@@ -30,6 +30,7 @@ from conveyor.config import Platform
 from conveyor.ops.errors import SampleError
 from conveyor.ops.sampler import SamplerProcess
 from conveyor.ops.broker_readings import metrics_targets
+from conveyor.ops.health import reading_from_samples
 from conveyor.ops.scrape import Scraper
 from conveyor.ops.throttle.policy import Assigned, BrokerSignal, Consumer, feed_readers
 
@@ -87,9 +88,10 @@ class SignalReader:
     def brokers(self) -> list[BrokerSignal]:
         disk = self.disk()
         signals = []
-        for target, reading in zip(self.targets, self.scraper.readings(self.targets)):
-            if not reading.up or target.broker_id is None:
+        for target, page in zip(self.targets, self.scraper.pages([t.url for t in self.targets])):
+            if isinstance(page, str) or target.broker_id is None:  # the page did not answer: no signal
                 continue
+            reading = reading_from_samples(target.node, 0, (s for family in page for s in family.samples))
             signals.append(BrokerSignal(target.broker_id, reading.p99_ms.get("Produce"), disk.get(target.broker_id)))
         return signals
 

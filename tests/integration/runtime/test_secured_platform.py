@@ -137,10 +137,16 @@ def test_a_flood_of_unknown_tokens_leaves_a_scrypt_gateway_answering(provisioned
     assert UNKNOWN_PER_MINUTE <= codes.count(401) <= UNKNOWN_PER_MINUTE + VERIFIERS and codes.count(429) > 0, codes
     assert set(codes) <= {401, 429}
     slowest = sorted(seconds)[int(0.95 * len(seconds))]
+    # One hash, timed now on this machine under the same load: a loop that hashed the flood's tokens
+    # itself would have kept /healthz waiting at least that long, often.
+    started = time.perf_counter()
+    token_scrypt("one more unknown token")
+    one_hash = time.perf_counter() - started
     print(f"flood: {len(codes)} requests ({codes.count(401)} x 401, {codes.count(429)} x 429); /healthz over "
           f"{len(seconds)} probes: median {sorted(seconds)[len(seconds) // 2] * 1000:.1f} ms, p95 {slowest * 1000:.1f} ms, "
-          f"max {max(seconds) * 1000:.1f} ms")
-    assert slowest < 0.1, f"/healthz p95 {slowest * 1000:.0f} ms, max {max(seconds) * 1000:.0f} ms over {len(seconds)}"
+          f"max {max(seconds) * 1000:.1f} ms; one scrypt hash {one_hash * 1000:.0f} ms")
+    assert slowest < max(one_hash, 0.1), (f"/healthz p95 {slowest * 1000:.0f} ms, max {max(seconds) * 1000:.0f} ms "
+                                          f"over {len(seconds)}; one hash {one_hash * 1000:.0f} ms")
     # The real token still gets in from the flooding address: its verdict was kept, not flushed.
     answer = httpx.post(f"{url}/v1/topics/ad-events/events", json=demo_event(), headers=real, timeout=30)
     assert answer.status_code == 200, answer.text
