@@ -293,7 +293,7 @@ def test_a_hung_central_broker_pages_through_alertmanager_and_clears_when_it_ans
             assert report.health.status == "CRITICAL"
 
             stack.await_alert("KafkaBrokerDown", 150, node=node)
-            stack.await_alert("KafkaLeaderChanges", 60, cluster="central")
+            stack.await_alert("KafkaLeaderChanges", 150, cluster="central")
             eventually(lambda: "KafkaUnderReplicatedPartitions" in stack.prometheus_alerts(cluster="central"), 30,
                        "KafkaUnderReplicatedPartitions pending in Prometheus", interval=1)
             eventually(lambda: stack.notified("KafkaBrokerDown", node=node), 30,
