@@ -6,7 +6,8 @@ same real cluster state, and producer p99 during a throttled and an unthrottled 
    brokers 1-3, every leader of the hottest topics on broker 1, one topic isolated on the brokers
    tagged ``money``. Traffic with heavy-tailed rates per topic and
    consumers on most topics runs throughout.
-2. Both planners see that state: ours through ``live_cluster`` (metadata, JMX loads), Kafka's as
+2. Both planners see that state: ours through ``live_cluster`` (metadata, and the loads the bench's
+   own Prometheus holds of the brokers' exporters, scraped every second), Kafka's as
    ``ReassignPartitionsCommand --generate`` over the same topics and brokers, from the same jars.
    Both proposals are scored with the same load model: max over mean per broker of leaders,
    replicas, bytes in and bytes out (leaders after a preferred election), bytes moved, and
@@ -56,12 +57,14 @@ TOPICS = {f"t{i}": (10, rate, fanout, mb) for i, (rate, fanout, mb) in enumerate
     [(400_000, 2, 60), (200_000, 1, 40), (120_000, 2, 30), (60_000, 1, 20), (30_000, 0, 10), (15_000, 1, 10),
      (8_000, 0, 5), (4_000, 1, 5), (2_000, 0, 2), (1_000, 0, 2)])}
 ISOLATED = "payments"
+PROMETHEUS_PORT = 640
 TAGGED = [3, 4, 5]
 
 
 def _platform(home: Path, base_port: int, brokers: int) -> Platform:
     data = {"version": 1, "name": "balance-bench",
-            "runtime": {"home": str(home), "base_port": base_port, "broker_heap": "256m", "redis": {"enabled": False}},
+            "runtime": {"home": str(home), "base_port": base_port, "broker_heap": "256m", "redis": {"enabled": False},
+                        "prometheus": {"port": base_port + PROMETHEUS_PORT, "interval": "1s"}},
             "clusters": {CLUSTER: {"role": "read", "brokers": brokers, "racks": RACKS[:brokers],
                                    "tags": {"money": TAGGED}, "replication": {"factor": 3, "min_insync": 2}}},
             "topics": {ISOLATED: {"partitions": 9, "isolation": "money"}}}
@@ -189,7 +192,8 @@ class _Quiet:
 
 def compare(platform: Platform, console: Console, seconds: float) -> dict:
     topics = [*TOPICS, ISOLATED]
-    live = live_cluster(platform, CLUSTER, topics, sample_seconds=seconds)
+    time.sleep(seconds)  # Prometheus's window of the traffic
+    live = live_cluster(platform, CLUSTER, topics, window_seconds=seconds)
     started = time.process_time()
     ours = plan(live.model)
     ours_cpu = time.process_time() - started
@@ -224,7 +228,7 @@ def _run(platform: Platform, execution: Execution) -> tuple[float, float]:
 
 
 def _planned(platform: Platform, name: str, throttle: int | None) -> Execution:
-    live = live_cluster(platform, CLUSTER, [*TOPICS, ISOLATED], sample_seconds=5)
+    live = live_cluster(platform, CLUSTER, [*TOPICS, ISOLATED], window_seconds=10)
     return new_execution(CLUSTER, plan(live.model), live.assignment(), name, throttle, max_partitions=20)
 
 

@@ -35,8 +35,8 @@ from rich.table import Table
 from bench.common import arguments, demo_data, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
-from conveyor.ops.prometheus import PrometheusClient
-from conveyor.ops.watch import ClusterWatch, prometheus_url
+from conveyor.ops.prometheus import connect
+from conveyor.ops.watch import ClusterWatch
 from conveyor.runtime.local import LocalPlatform
 
 TOPIC = "recovery-bench"
@@ -174,7 +174,8 @@ def run(runs: int, rate: int, base_port: int) -> dict:
                                               ).values():
                 future.result()
             load = Load(platform, rate)
-            prometheus = PrometheusClient(prometheus_url(platform))
+            prometheus = connect(platform)
+            assert prometheus is not None, "the bench's platform names its Prometheus"
             watch = ClusterWatch(platform, "central", prometheus)
             time.sleep(10)  # load flowing and the watcher's first rounds (rates need two samples)
             for _ in range(3):

@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
@@ -36,7 +37,6 @@ from bench.common import host, write_results
 from conveyor import kafka
 from conveyor.config import Platform, parse_platform
 from conveyor.ops.sampler import OffsetSampler
-from conveyor.ops.scrape import parse_page
 from conveyor.runtime.local import LocalPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,9 +57,9 @@ def _requests(metrics_url: str) -> Counter[str]:
     """Requests the broker served since it started, per request type (all versions)."""
     page = httpx.get(metrics_url, timeout=10).text
     served: Counter[str] = Counter()
-    for name, labels, value in (s for f in parse_page(page) for s in f.samples):
-        if name == REQUESTS and "request" in labels:
-            served[labels["request"]] += int(value)
+    for sample in (s for f in text_string_to_metric_families(page) for s in f.samples):
+        if sample.name == REQUESTS and "request" in sample.labels:
+            served[sample.labels["request"]] += int(sample.value)
     return served
 
 

@@ -76,10 +76,11 @@ class WebhookReceiver:
 
 @contextmanager
 def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, alertmanager: bool = True,
-              node_exporter: bool = False, **ops: Any) -> Iterator[tuple[Path, Platform]]:
+              node_exporter: bool = False, watcher: bool = True, **ops: Any) -> Iterator[tuple[Path, Platform]]:
     """A real Prometheus (and Alertmanager, and node_exporter), as `conveyor up` starts them, and the
     watch service (`conveyor ops watch`) of a variant of the session's platform with these ``ops:``
-    settings, the watcher every second and Prometheus every 3 s (the demo: 15 s and 5 s): the variant's file and platform."""
+    settings, the watcher every second and Prometheus every 3 s (the demo: 15 s and 5 s): the variant's
+    file and platform. ``watcher=False``: the monitors alone, for the readers that ask Prometheus."""
     from tests.conftest import platform_variant, stop_process
     from tests.systemkit import Proc, conveyor, http_ready
 
@@ -100,20 +101,40 @@ def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
     data["ops"] |= {"port": base + WATCHER, "interval": "1s", "components": {}, **ops}
     path = folder / "platform.yaml"
     variant = platform_variant(data, path)
-    watcher = Proc("watcher", conveyor("ops", "watch", "--platform", str(path)), folder / "watcher.log",
+    service = Proc("watcher", conveyor("ops", "watch", "--platform", str(path)), folder / "watcher.log",
                    http_ready(f"http://127.0.0.1:{base + WATCHER}/healthz"))
     try:
         wanted = {"alertmanager": alertmanager, "node-exporter": node_exporter, "prometheus": True}
         assert sorted(monitoring.start(variant)) == [name for name, on in wanted.items() if on]
         monitoring.wait_ready(variant, time.monotonic() + 60)
-        watcher.start()
+        if watcher:
+            service.start()
         yield path, variant
     finally:
         # Prometheus (and node_exporter) are stopped whatever the watcher does: left running,
         # Prometheus scrapes every broker's JMX exporter each second for the rest of the suite,
         # which alone can saturate two cores.
         try:
-            if watcher.process is not None:
-                stop_process(watcher.process)
+            if service.process is not None:
+                stop_process(service.process)
         finally:
             monitoring.stop(variant)
+
+
+def wait_scraped(platform: Platform, cluster: str = "central", timeout: float = 60) -> None:
+    """Until the Prometheus ``platform`` names holds a scrape of every broker of ``cluster`` that
+    answered, a produce p99 among its figures (what the throttle controller judges)."""
+    from conveyor.ops.broker_readings import metrics_targets, read_brokers
+    from conveyor.ops.prometheus import QueryError, connect
+    from tests.conftest import eventually
+
+    prometheus = connect(platform)
+    assert prometheus is not None, "the platform names no Prometheus"
+    targets = [t for t in metrics_targets(platform, cluster) if t.broker is not False]
+    try:
+        eventually(lambda: all(r.error is None and "Produce" in r.p99_ms
+                               for r in read_brokers(prometheus, cluster, targets, 0)),
+                   timeout, f"Prometheus to hold a scrape of every broker of {cluster}", errors=(QueryError,),
+                   interval=0.5)
+    finally:
+        prometheus.close()

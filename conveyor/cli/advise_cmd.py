@@ -54,7 +54,11 @@ def partitions(
         "--ordered", help="Topics whose consumers need per-key order (the dispatcher gives none).")] = None,
     stall: Annotated[str, typer.Option("--stall", help="A pause to recover from within the lag (rebalance).")] = "30s",
     budget: Annotated[int, typer.Option("--max-partitions", min=1, help="Partitions per topic worth having.")] = 100,
-    sample_seconds: Annotated[float, typer.Option("--sample-seconds", min=1, help="Measuring window.")] = 10.0,
+    sample_seconds: Annotated[float, typer.Option(
+        "--sample-seconds", min=1, help="Seconds over which the consumers' progress is measured.")] = 10.0,
+    window: Annotated[str, typer.Option(
+        "--window", help="The produce rate is the brokers' rate over this last span, from the Prometheus that "
+                         "scrapes them (ops.prometheus_url or runtime.prometheus).")] = "5m",
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Per topic: the consumers its traffic needs, the partitions to have, and whether the dispatcher
@@ -63,14 +67,14 @@ def partitions(
     cluster = model.read_cluster(cluster)
     spec = model.cluster(cluster)
     try:
-        lag_s, stall_s = parse_duration_ms(max_lag) / 1000, parse_duration_ms(stall) / 1000
+        lag_s, stall_s, window_s = (parse_duration_ms(text) / 1000 for text in (max_lag, stall, window))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     policy = AdvicePolicy(stall_seconds=stall_s, max_partitions=budget, brokers=spec.brokers)
     default_ms, topic_ms = _per_topic(processing_ms, "--processing-ms")
     default_rate, topic_rate = _per_topic(rate, "--rate")
     with err_console.status(f"measuring {cluster} for {sample_seconds:g} s"):
-        measured = measure(model, cluster, topic, sample_seconds)
+        measured, no_rate = measure(model, cluster, topic, sample_seconds, window_s)
     rows = []
     for m in measured:
         ms = topic_ms.get(m.topic, default_ms)
@@ -79,8 +83,8 @@ def partitions(
             ms, source = m.processing_seconds * 1000, f"measured ({m.measured_group})"
         messages = topic_rate.get(m.topic, default_rate if default_rate is not None else m.rate)
         if ms is None or messages is None:
-            err_console.print(f"{m.topic}: skipped, no {'processing time' if ms is None else 'produce rate'} "
-                              "(pass --processing-ms / --rate)")
+            missing = "processing time (pass --processing-ms)" if ms is None else f"produce rate ({no_rate}; pass --rate)"
+            err_console.print(f"{m.topic}: skipped, no {missing}")
             continue
         demand = TopicDemand(m.topic, m.partitions, messages, ms / 1000, lag_s, m.backlog, m.topic in (ordered or []))
         advice = advise(demand, policy)

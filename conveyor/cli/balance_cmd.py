@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Report, Section,
                                  YesOption, confirm, console, err_console, platform_from)
-from conveyor.config import Platform, parse_size_bytes
+from conveyor.config import Platform, parse_duration_ms, parse_size_bytes
 from conveyor.ops.balance import Plan, plan
 from conveyor.ops.balance.errors import BalanceError
 from conveyor.ops.balance.execution import Execution, new_execution
@@ -31,9 +31,10 @@ ClusterOption = Annotated[str | None, typer.Option(
     "--cluster", "-c", envvar="CONVEYOR_CLUSTER", help="Cluster to balance (default: the only read cluster).")]
 TopicOption = Annotated[list[str] | None, typer.Option(
     "--topic", "-t", help="Only these topics (repeatable); default: every topic, Kafka's own included.")]
-SampleOption = Annotated[float, typer.Option(
-    "--sample-seconds", envvar="CONVEYOR_BALANCE_SAMPLE_SECONDS", min=0,
-    help="Seconds between the two scrapes of the brokers' metrics that measure traffic; 0: counts only.")]
+WindowOption = Annotated[str, typer.Option(
+    "--window", envvar="CONVEYOR_BALANCE_WINDOW",
+    help="Traffic is the brokers' byte rates over this last span, as the Prometheus that scrapes them holds them "
+         "(ops.prometheus_url or runtime.prometheus): 30s, 5m, 1h; 0: balance replica and leader counts only.")]
 ThresholdOption = Annotated[float, typer.Option("--threshold", min=1.0, help="Target max/mean per broker.")]
 ThrottleOption = Annotated[str, typer.Option(
     "--throttle", envvar="CONVEYOR_BALANCE_THROTTLE",
@@ -104,11 +105,23 @@ def print_plan(report: Report, live: LiveCluster, result: Plan) -> None:
                f"[bold]{decimal(result.bytes_to_move)}[/] to copy, {len(result.elections)} leader change(s)")
 
 
-def _plan(platform: Platform, cluster: str, topics: list[str] | None, sample_seconds: float,
+def _plan(platform: Platform, cluster: str, topics: list[str] | None, window_seconds: float,
           threshold: float) -> tuple[LiveCluster, Plan]:
-    with err_console.status(f"reading cluster {cluster} and measuring traffic for {sample_seconds:g} s"):
-        live = live_cluster(platform, cluster, topics, sample_seconds)
+    with err_console.status(f"reading cluster {cluster} and its traffic over the last {window_seconds:g} s"):
+        live = live_cluster(platform, cluster, topics, window_seconds)
         return live, plan(live.model, default_goals(threshold))
+
+
+def _window(text: str) -> float:
+    if text.strip() == "0":
+        return 0.0
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--window") from None
+    if ms < 0:
+        raise typer.BadParameter(f"must be a span such as 5m, or 0 (got {text!r})", param_hint="--window")
+    return ms / 1000
 
 
 def _throttle(text: str) -> int | None:
@@ -201,7 +214,7 @@ def plan_command(
     platform: PlatformOption = DEFAULT_PLATFORM,
     cluster: ClusterOption = None,
     topic: TopicOption = None,
-    sample_seconds: SampleOption = 5.0,
+    window: WindowOption = "5m",
     threshold: ThresholdOption = THRESHOLD,
     out: Annotated[Path | None, typer.Option("--out", help="Save the plan for `balance execute --plan`.")] = None,
     reassignment_json: Annotated[bool, typer.Option(
@@ -213,7 +226,7 @@ def plan_command(
     brokers that block it."""
     model = platform_from(platform)
     name = _cluster(model, cluster)
-    live, result = _plan(model, name, topic, sample_seconds, threshold)
+    live, result = _plan(model, name, topic, _window(window), threshold)
     report = Report(output)
     print_plan(report, live, result)
     if reassignment_json:
@@ -235,7 +248,7 @@ def execute(
     cluster: ClusterOption = None,
     plan_file: Annotated[Path | None, typer.Option("--plan", help="A plan saved by `balance plan --out`.")] = None,
     topic: TopicOption = None,
-    sample_seconds: SampleOption = 5.0,
+    window: WindowOption = "5m",
     threshold: ThresholdOption = THRESHOLD,
     throttle: ThrottleOption = "10MiB",
     batch_partitions: BatchOption = 10,
@@ -257,7 +270,7 @@ def execute(
         if execution.cluster != name:
             raise BalanceError(f"{plan_file} is a plan for cluster {execution.cluster}, not {name}")
     if execution is None:
-        live, result = _plan(model, name, topic, sample_seconds, threshold)
+        live, result = _plan(model, name, topic, _window(window), threshold)
         print_plan(report, live, result)
         execution = _execution(live, result, throttle, batch_partitions, batch_bytes)
     if not execution.target and not execution.elections:
@@ -275,7 +288,7 @@ def add_broker(
     platform: PlatformOption = DEFAULT_PLATFORM,
     cluster: ClusterOption = None,
     topic: TopicOption = None,
-    sample_seconds: SampleOption = 5.0,
+    window: WindowOption = "5m",
     threshold: ThresholdOption = THRESHOLD,
     throttle: ThrottleOption = "10MiB",
     batch_partitions: BatchOption = 5,
@@ -295,7 +308,7 @@ def add_broker(
         run_execution(report, model, unfinished, dry_run)
         report.close()
         return
-    live, result = _plan(model, name, topic, sample_seconds, threshold)
+    live, result = _plan(model, name, topic, _window(window), threshold)
     missing = sorted(set(broker) - set(live.metadata.brokers))
     if missing:
         raise BalanceError(f"broker(s) {missing} are not live in cluster {name} (live: {sorted(live.metadata.brokers)});"

@@ -1,8 +1,9 @@
-"""The partition advisor's inputs, measured on a live cluster over a window of ``seconds``.
+"""The partition advisor's inputs, measured on a live cluster: consumers over a window of ``seconds``,
+the produce rate over Prometheus's last ``window_seconds``.
 
 - partitions per topic: topic metadata;
-- produce rate (messages/s): ``kafka_server_brokertopicmetrics_messagesinpersec_total{topic}``
-  from every broker's exporter, summed over brokers, between two scrapes;
+- produce rate (messages/s): the rate of ``kafka_server_brokertopicmetrics_messagesinpersec_total{topic}``
+  summed over the brokers, from the Prometheus that scrapes their exporters;
 - backlog: the largest lag (end minus committed offsets, summed over partitions) of any group
   reading the topic, at the end of the window;
 - processing time per message: measured per group that stayed behind through the window
@@ -12,6 +13,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -20,8 +22,9 @@ from confluent_kafka import KafkaException
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.topics.advise import measured_processing_seconds
-from conveyor.ops.balance.live import samples, scrape_twice
+from conveyor.ops.broker_readings import node_values
 from conveyor.ops.errors import SampleError
+from conveyor.ops.prometheus import NO_PROMETHEUS, QueryError, connect
 from conveyor.ops.sampler import SamplerProcess
 from conveyor.ops.tracker import OffsetSnapshot
 
@@ -32,7 +35,7 @@ MESSAGES_IN = "kafka_server_brokertopicmetrics_messagesinpersec_total"
 class TopicMeasure:
     topic: str
     partitions: int
-    #: Messages/s produced; None when no exporter could be read.
+    #: Messages/s produced; None when Prometheus could not say (:func:`measure` says why).
     rate: float | None
     backlog: int
     #: Seconds per message of the slowest group that stayed behind; None when no group did.
@@ -52,23 +55,37 @@ def _lags(snapshot: OffsetSnapshot, topic: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def measure(platform: Platform, cluster: str, topics: Collection[str] | None, seconds: float) -> list[TopicMeasure]:
+def produce_rates(platform: Platform, cluster: str, window_seconds: float) -> tuple[dict[str, float] | None, str | None]:
+    """Messages/s per topic over the last ``window_seconds``, summed over the brokers; or None and why."""
+    prometheus = connect(platform)
+    if prometheus is None:
+        return None, NO_PROMETHEUS
+    try:
+        rates: dict[str, float] = {}
+        for sample in node_values(prometheus, cluster, MESSAGES_IN, window_seconds):
+            topic = sample.labels.get("topic")
+            if topic is not None and sample.value is not None:
+                rates[topic] = rates.get(topic, 0.0) + sample.value
+        return rates, None
+    except QueryError as err:
+        return None, str(err)
+    finally:
+        prometheus.close()
+
+
+def measure(platform: Platform, cluster: str, topics: Collection[str] | None, seconds: float,
+            window_seconds: float) -> tuple[list[TopicMeasure], str | None]:
+    """Per topic its measures, and why there is no produce rate when there is none."""
     # In a child process: librdkafka's group admin calls can kill the process (conveyor.ops.sampler).
     sampler = SamplerProcess(platform, cluster)
     try:
         before = sampler.sample()
-        targets, first, second, elapsed = scrape_twice(platform, cluster, seconds)
+        time.sleep(seconds)
         after = sampler.sample()
     finally:
         sampler.close()
+    rates, no_rate = produce_rates(platform, cluster, window_seconds)
     window = (after.at_ms - before.at_ms) / 1000
-    rates: dict[str, float] = {}
-    for then, now in zip(first, second):
-        earlier = {labels.get("topic"): v for name, labels, v in samples(then) if name == MESSAGES_IN}
-        for name, labels, value in samples(now):
-            topic = labels.get("topic")
-            if name == MESSAGES_IN and topic is not None and topic in earlier and value >= earlier[topic]:
-                rates[topic] = rates.get(topic, 0.0) + (value - earlier[topic]) / elapsed
     counts: dict[str, int] = {}
     for topic, _ in after.partitions:
         counts[topic] = counts.get(topic, 0) + 1
@@ -86,9 +103,9 @@ def measure(platform: Platform, cluster: str, topics: Collection[str] | None, se
                 if t is not None:
                     timings.append((t, group))
         slowest = max(timings, default=(None, None))
-        out.append(TopicMeasure(topic, counts[topic], rates.get(topic, 0.0) if targets else None,
+        out.append(TopicMeasure(topic, counts[topic], rates.get(topic, 0.0) if rates is not None else None,
                                 max((lag for lag, _ in lags_after.values()), default=0), *slowest))
-    return out
+    return out, no_rate
 
 
 def _members(platform: Platform, cluster: str, groups: list[str]) -> dict[str, int]:

@@ -1,11 +1,12 @@
-"""Each Kafka node's latest figures, from the Prometheus that scrapes its JMX exporter.
+"""Each Kafka node's figures, from the Prometheus that scrapes its JMX exporter.
 
 Prometheus scrapes every node's page: `conveyor up` configures one job per node, its series
 labelled ``cluster`` and ``node``, and a Prometheus of the user's (``ops.prometheus_url``) must label
 its Kafka targets the same way. The watcher asks it for the latest samples of the metrics a reading
 is made of, under either exporter rule set's names (conveyor.ops.exporter_names), and for ``up``,
 whether each page answered its latest scrape. Turning the answers into readings is pure
-(:func:`readings_from_samples`).
+(:func:`readings_from_samples`). The balancer, the partition advisor and the throttle controller
+ask it the same way (:func:`node_values`): rates are Prometheus's ``rate()`` over a window.
 """
 
 from __future__ import annotations
@@ -76,6 +77,21 @@ def readings_from_samples(targets: Sequence[Target], at_ms: int, up: Sequence[Sa
 
 def _quoted(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def either_name(name: str) -> str:
+    """A PromQL regex for broker metric ``name`` (our exporter rules' name) under either rule set's name."""
+    theirs = RENAMED.get(name)
+    return f"{name}|{theirs}" if theirs else name
+
+
+def node_values(client: PrometheusClient, cluster: str, name: str, window_seconds: float | None = None
+                ) -> tuple[Sample, ...]:
+    """Every series of broker metric ``name`` on the nodes of ``cluster``, labelled by ``node`` and
+    the metric's own labels: its latest value, or with ``window_seconds`` its per-second rate over
+    that window (a counter's restart is no drop). Raises QueryError."""
+    series = f'{{__name__=~"{either_name(name)}",cluster="{_quoted(cluster)}"}}'
+    return client.query(f"rate({series}[{max(int(window_seconds), 1)}s])" if window_seconds else series)
 
 
 def read_brokers(client: PrometheusClient, cluster: str, targets: Sequence[Target], at_ms: int) -> list[BrokerReading]:

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 from conveyor.config import OpsPanel, PanelQuery
 from conveyor.ops import grafana
-from conveyor.ops.prometheus import PrometheusClient, QueryError, Series
+from conveyor.ops.prometheus import NO_PROMETHEUS, PrometheusClient, QueryError, Series
 
 #: Series per panel beyond which the rest are counted, not drawn: a panel must stay readable.
 MAX_SERIES = 12
@@ -28,8 +28,6 @@ STRIP_CELLS = 24
 #: Grafana's unit ids, as the page writes them after a value.
 _UNITS = {"s": "s", "Bps": "B/s", "ops": "/s", "reqps": "req/s", "percentunit": "ratio", "short": "", "bool": ""}
 #: The answer of a panel without a Prometheus to ask.
-NO_PROMETHEUS = ("no Prometheus to ask: set ops.prometheus_url, or runtime.prometheus for the one `conveyor up` "
-                 "starts (docs/ops.md, \"Panels\")")
 
 
 def from_grafana(*panels: grafana.Panel) -> list[PanelQuery]:

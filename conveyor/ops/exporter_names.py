@@ -3,10 +3,10 @@ r"""Broker metric names from either JMX exporter rule set, as Conveyor's readers
 Conveyor reads brokers' metrics by the names its own exporter rules give them
 (``conveyor/runtime/jmx-exporter.yaml``). Clusters run by Strimzi are usually scraped under the rules
 of Strimzi's example ``packaging/examples/metrics/kafka-metrics.yaml``, which name some of the same
-MBeans differently. Every reader passes the names it is given through this module: the scraper of
-the balancer and the throttle (``conveyor.ops.scrape.parse_page``), the watcher's reader of
-Prometheus's samples (``conveyor.ops.broker_readings``), and the alerting rules, which select
-either name (``conveyor.ops.rules.kafka``). So health, loads, the advisor, the throttle controller
+MBeans differently. Every reader of the brokers' series in Prometheus passes the names through this
+module: the queries of the watcher, the balancer, the advisor and the throttle select either name
+and read them as ours (``conveyor.ops.broker_readings``), and so do the alerting rules
+(``conveyor.ops.rules.kafka``). So health, loads, the advisor, the throttle controller
 and the alerts each see one name per metric whichever rules printed the page, and this table is
 the only place that knows both.
 

@@ -1,5 +1,6 @@
 """Asking a Prometheus through its HTTP API: ranges (``/api/v1/query_range``) for the dashboard's
-panels, the latest samples (``/api/v1/query``) for the watcher's figures of every broker.
+panels; instant values (``/api/v1/query``) for the watcher's figures of every broker, and the brokers'
+rates that the balancer, the partition advisor and the throttle controller act on.
 
 Parsing the answers is pure (:func:`parse_range`, :func:`parse_vector`); :class:`PrometheusClient`
 is the I/O. Every
@@ -16,6 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from conveyor.config import Platform
+from conveyor.tls import trusted
+
+#: Why a reader of the brokers' figures has none: what to set.
+NO_PROMETHEUS = ("no Prometheus: set ops.prometheus_url, or runtime.prometheus for the one `conveyor up` starts "
+                 "(docs/ops.md)")
 
 
 class QueryError(Exception):
@@ -119,3 +127,18 @@ class PrometheusClient:
 
     def close(self) -> None:
         self._client.close()
+
+
+def prometheus_url(platform: Platform) -> str | None:
+    """The Prometheus that scrapes the platform: ``ops.prometheus_url``, else the local one `conveyor
+    up` starts for ``runtime.prometheus``, else none."""
+    if platform.ops.prometheus_url is not None:
+        return platform.ops.prometheus_url
+    local = platform.runtime.prometheus
+    return f"http://127.0.0.1:{local.port}" if local is not None else None
+
+
+def connect(platform: Platform, timeout: float = 5.0) -> PrometheusClient | None:
+    """A client of :func:`prometheus_url`, trusting what the platform's clients trust; None without one."""
+    url = prometheus_url(platform)
+    return PrometheusClient(url, trusted(platform), timeout) if url is not None else None

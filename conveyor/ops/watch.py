@@ -33,11 +33,11 @@ from conveyor.ops.commit_log import read_commits, read_groups_commits
 from conveyor.ops.errors import OpsError, SampleError
 from conveyor.ops.health import BrokerReading, ClusterHealth, MetadataCounts, assess_cluster, broker_health, leader_moves
 from conveyor.ops.lag import LagPolicy, Reason
-from conveyor.ops.prometheus import PrometheusClient, QueryError
+from conveyor.ops.prometheus import NO_PROMETHEUS, PrometheusClient, QueryError, connect
 from conveyor.ops.dashboard import PanelView, panels_of, read_panels
 from conveyor.ops.rewind import OffsetFinding
 from conveyor.ops.sampler import SamplerProcess
-from conveyor.ops.scrape import component_url
+from conveyor.ops.component_pages import component_url
 from conveyor.ops.rewind_history import Seen, missed
 from conveyor.ops.rewind_store import RewindStore
 from conveyor.positions import group_name
@@ -55,8 +55,7 @@ HELD_MS = 15 * 60 * 1000
 
 
 #: Why no broker figures are shown when no Prometheus is named: it scrapes the exporters.
-NO_PROMETHEUS = ("no Prometheus: set ops.prometheus_url, or runtime.prometheus for the one `conveyor up` starts; "
-                 "the counts come from cluster metadata alone")
+NO_FIGURES = f"{NO_PROMETHEUS}; the counts come from cluster metadata alone"
 #: Why no alerts are shown when no Alertmanager is named: every alert lives there.
 NO_ALERTMANAGER = ("no Alertmanager: set ops.alertmanager_url, or runtime.alertmanager for the one `conveyor up` "
                    "starts")
@@ -200,7 +199,7 @@ class ClusterWatch:
         if not self.targets:
             return [], None
         if self.prometheus is None:
-            return [], NO_PROMETHEUS
+            return [], NO_FIGURES
         try:
             return read_brokers(self.prometheus, self.cluster, self.targets, now_ms()), None
         except QueryError as err:
@@ -280,15 +279,6 @@ class ClusterWatch:
         return replace(evidence, commit_log=log_)
 
 
-def prometheus_url(platform: Platform) -> str | None:
-    """The Prometheus the panels ask: ``ops.prometheus_url``, else the local one `conveyor up`
-    starts for ``runtime.prometheus``, else none."""
-    if platform.ops.prometheus_url is not None:
-        return platform.ops.prometheus_url
-    local = platform.runtime.prometheus
-    return f"http://127.0.0.1:{local.port}" if local is not None else None
-
-
 class Watcher:
     """Every cluster of the platform, and the panels asked of Prometheus."""
 
@@ -300,10 +290,8 @@ class Watcher:
         for name in clusters or ():
             platform.cluster(name)  # an unknown name fails here, naming the known ones
         names = list(clusters) if clusters else list(platform.clusters)
-        url = prometheus_url(platform)
         # A query that waits longer than a round would hold the next one back.
-        self.prometheus = PrometheusClient(url, trusted(platform), timeout=min(5.0, max(1.0, self.interval))) \
-            if url is not None else None
+        self.prometheus = connect(platform, timeout=min(5.0, max(1.0, self.interval)))
         self.clusters = [ClusterWatch(platform, name, self.prometheus) for name in names]
         self.panels = panels_of(platform.ops.panels, platform.ops.running)
         #: The components' pages; the watcher serves those of files for Prometheus to scrape.

@@ -25,7 +25,7 @@ import yaml
 
 from conveyor.config import Platform
 from conveyor.ops.rules import duration, rules_document
-from conveyor.ops.scrape import served_by_watcher
+from conveyor.ops.component_pages import served_by_watcher
 from conveyor.runtime import node_exporter, processes
 from conveyor.runtime.errors import NodeFailedError, RuntimeSetupError, StartTimeoutError
 from conveyor.runtime.processes import Daemon

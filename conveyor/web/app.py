@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from conveyor.auth import AccessDenied, TokenBook, Unauthenticated
 from conveyor.ops.metrics import ops_registry
 from conveyor.ops.report import state_json
-from conveyor.ops.scrape import FILE, served_by_watcher
+from conveyor.ops.component_pages import FILE, served_by_watcher
 from conveyor.ops.watch import Watcher
 
 PAGE = (Path(__file__).parent / "dashboard.html").read_text()

@@ -5,15 +5,15 @@
 - replicas, leaders and in-sync replicas: topic metadata;
 - broker tags: platform.yaml (``clusters.<name>.tags``); isolation: the topics' ``isolation`` tag,
   where this cluster carries that tag;
-- load per partition: two scrapes of every broker's exporter ``sample_seconds`` apart
-  (``conveyor.ops.balance.loads`` says how per-topic rates become per-partition loads). Without
-  reachable exporters the loads are zero and the plan balances replica and leader counts only;
-  the reason is kept in ``notes``.
+- load per partition: what the Prometheus that scrapes the brokers' exporters holds (their byte
+  rates over a window and their replicas' sizes; ``conveyor.ops.balance.loads`` says how per-topic
+  rates become per-partition loads). Without a Prometheus, or without its figures of a broker, the
+  loads are zero and the plan balances replica and leader counts only; the reason is kept in
+  ``notes``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -23,15 +23,13 @@ from confluent_kafka.admin import AdminClient
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.ops.balance.errors import BalanceError
-from conveyor.ops.balance.loads import PartitionLoad, counters_from_samples, partition_loads
+from conveyor.ops.balance.loads import BYTES_IN, BYTES_OUT, SIZE, PartitionLoad, broker_loads, partition_loads
 from conveyor.ops.balance.model import NO_LEADER, Broker, ClusterModel, Partition
-from conveyor.ops.health import MetricSample
-from conveyor.ops.broker_readings import Target, metrics_targets
-from conveyor.ops.scrape import Family, Scraper
+from conveyor.ops.broker_readings import metrics_targets, node_values
+from conveyor.ops.prometheus import NO_PROMETHEUS, PrometheusClient, QueryError, connect
 
 TopicPartition = tuple[str, int]
-#: A scraped page: its metric families, or why it could not be read.
-Page = tuple[Family, ...] | str
+COUNTS_ONLY = "only replica and leader counts are balanced"
 
 
 class ClusterUnreachableError(BalanceError):
@@ -89,45 +87,25 @@ def read_metadata(platform: Platform, cluster: str, admin: AdminClient | None = 
     return Metadata({node.id: node.rack for node in description.nodes}, partitions)
 
 
-def scrape_twice(platform: Platform, cluster: str, seconds: float
-                 ) -> tuple[list[Target], list[Page], list[Page], float]:
-    """Every broker exporter of ``cluster`` scraped twice, ``seconds`` apart: (targets, first
-    pages, second pages, the seconds that really passed). A page is its families, or why it failed."""
-    targets = [t for t in metrics_targets(platform, cluster) if t.broker is not False]
-    if not targets:
-        return [], [], [], 0.0
-    scraper = Scraper(timeout=10.0)  # a busy broker's page with every partition's size can be slow
+def measure_loads(prometheus: PrometheusClient, platform: Platform, cluster: str,
+                  leaders: Mapping[TopicPartition, int | None], window_seconds: float
+                  ) -> tuple[dict[TopicPartition, PartitionLoad], list[str]]:
+    """Per-partition load from the brokers' byte rates over ``window_seconds`` and their replicas'
+    sizes as ``prometheus`` holds them, and notes on what was missing."""
+    brokers = {t.node: t.broker_id for t in metrics_targets(platform, cluster) if t.broker is not False}
     try:
-        first = scraper.pages([t.url for t in targets])
-        started = time.monotonic()
-        time.sleep(seconds)
-        second = scraper.pages([t.url for t in targets])
-        return targets, first, second, time.monotonic() - started
-    finally:
-        scraper.close()
-
-
-def samples(page: Page) -> list[MetricSample]:
-    return [] if isinstance(page, str) else [s for family in page for s in family.samples]
-
-
-def measure_loads(platform: Platform, cluster: str, leaders: Mapping[TopicPartition, int | None],
-                  sample_seconds: float) -> tuple[dict[TopicPartition, PartitionLoad], list[str]]:
-    """Per-partition load from two scrapes of the cluster's brokers, and notes on what was missing."""
-    targets, first, second, seconds = scrape_twice(platform, cluster, sample_seconds)
-    if not targets:
-        return {}, [f"no metrics URLs for cluster {cluster} (clusters.{cluster}.metrics): loads not measured, "
-                    "only replica and leader counts are balanced"]
-    notes, pairs = [], []
-    for target, before, after in zip(targets, first, second):
-        if isinstance(after, str):
-            notes.append(f"{target.node}: metrics not read ({after}): its partitions count as idle and empty")
-            continue
-        if isinstance(before, str):
-            notes.append(f"{target.node}: first scrape failed ({before}): its traffic counts as none")
-        earlier = None if isinstance(before, str) else counters_from_samples(target.broker_id, samples(before))
-        pairs.append((earlier, counters_from_samples(target.broker_id, samples(after))))
-    return partition_loads(leaders, pairs, seconds), notes
+        rates_in, rates_out = (node_values(prometheus, cluster, name, window_seconds) for name in (BYTES_IN, BYTES_OUT))
+        sizes = node_values(prometheus, cluster, SIZE)
+    except QueryError as err:
+        return {}, [f"loads not measured ({err}): {COUNTS_ONLY}"]
+    loads = broker_loads(brokers, rates_in, rates_out, sizes)
+    seen = {load.node for load in loads}
+    notes = [f"{node}: Prometheus holds no figures of it: its partitions count as idle and empty"
+             for node in brokers if node not in seen]
+    if not rates_in and sizes:
+        notes.append(f"no byte rates over the last {window_seconds:g} s (Prometheus needs two scrapes in the "
+                     "window): traffic counts as none, sizes still count")
+    return partition_loads(leaders, loads), notes
 
 
 def isolation_of(platform: Platform, cluster: str) -> dict[str, str]:
@@ -152,8 +130,8 @@ def build_model(metadata: Metadata, platform: Platform, cluster: str,
 
 
 def live_cluster(platform: Platform, cluster: str, topics: Collection[str] | None = None,
-                 sample_seconds: float = 5.0, include_internal: bool = True) -> LiveCluster:
-    """Read ``cluster`` and measure its load: the planner's input."""
+                 window_seconds: float = 300.0, include_internal: bool = True) -> LiveCluster:
+    """Read ``cluster`` and its load over the last ``window_seconds`` (0: none): the planner's input."""
     admin = kafka.admin(platform, cluster)
     metadata = read_metadata(platform, cluster, admin, topics)
     if not include_internal:
@@ -163,6 +141,18 @@ def live_cluster(platform: Platform, cluster: str, topics: Collection[str] | Non
         raise BalanceError(f"cluster {cluster} has no partitions to balance"
                            + (f" among topics {sorted(topics)}" if topics else ""))
     leaders = {tp: meta.leader for tp, meta in metadata.partitions.items()}
-    loads, notes = measure_loads(platform, cluster, leaders, sample_seconds) if sample_seconds > 0 else (
-        {}, ["loads not measured (--sample-seconds 0): only replica and leader counts are balanced"])
+    loads, notes = _loads(platform, cluster, leaders, window_seconds)
     return LiveCluster(cluster, build_model(metadata, platform, cluster, loads), metadata, tuple(notes))
+
+
+def _loads(platform: Platform, cluster: str, leaders: Mapping[TopicPartition, int | None],
+           window_seconds: float) -> tuple[dict[TopicPartition, PartitionLoad], list[str]]:
+    if window_seconds <= 0:
+        return {}, [f"loads not measured (--window 0): {COUNTS_ONLY}"]
+    prometheus = connect(platform, timeout=15.0)  # a range over every partition of a large cluster can be slow
+    if prometheus is None:
+        return {}, [f"loads not measured ({NO_PROMETHEUS}): {COUNTS_ONLY}"]
+    try:
+        return measure_loads(prometheus, platform, cluster, leaders, window_seconds)
+    finally:
+        prometheus.close()

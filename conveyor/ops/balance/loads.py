@@ -1,4 +1,4 @@
-"""Load per partition from two scrapes of every broker's JMX exporter. Pure: no HTTP, no clock.
+"""Load per partition from what Prometheus holds of every broker's JMX exporter. Pure: no HTTP, no clock.
 
 What the brokers report, and the approximation built on it:
 
@@ -11,17 +11,17 @@ What the brokers report, and the approximation built on it:
   that topic it leads**; if it leads none of them (leadership moved during the window) the rate
   is split across all the topic's partitions. Skew between partitions of one topic on one broker
   (a hot key) is therefore invisible; skew between brokers and between topics is not.
-- Rates are counter increases between the two scrapes divided by the seconds between them; a
-  counter that went down (the broker restarted) counts as no traffic for that window.
+- Rates are Prometheus's ``rate()`` of those counters over the planner's window
+  (conveyor.ops.broker_readings.node_values), which takes a broker's restart for no drop.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from conveyor.ops.health import MetricSample
+from conveyor.ops.prometheus import Sample
 
 SIZE = "kafka_log_log_size"
 BYTES_IN = "kafka_server_brokertopicmetrics_bytesinpersec_total"
@@ -29,10 +29,11 @@ BYTES_OUT = "kafka_server_brokertopicmetrics_bytesoutpersec_total"
 
 
 @dataclass(frozen=True)
-class BrokerCounters:
-    """One scrape of one broker: per-topic byte counters and per-replica sizes."""
+class BrokerLoad:
+    """One broker's traffic (bytes/s per topic it leads partitions of) and replica sizes (bytes)."""
 
-    #: None when the exporter's broker is not known (a metrics page without its broker id).
+    node: str
+    #: None when the node's broker id is not known (a metrics page declared without it).
     broker: int | None
     bytes_in: Mapping[str, float] = field(default_factory=dict)
     bytes_out: Mapping[str, float] = field(default_factory=dict)
@@ -46,38 +47,35 @@ class PartitionLoad:
     size: int = 0
 
 
-def counters_from_samples(broker: int | None, samples: Iterable[MetricSample]) -> BrokerCounters:
-    bytes_in: dict[str, float] = {}
-    bytes_out: dict[str, float] = {}
-    sizes: dict[tuple[str, int], float] = {}
-    for name, labels, value in samples:
-        topic = labels.get("topic")
-        if topic is None or value != value:  # NaN: the exporter could not read the MBean
-            continue
-        if name == SIZE and "partition" in labels:
-            sizes[(topic, int(labels["partition"]))] = value
-        elif name == BYTES_IN:
-            bytes_in[topic] = value
-        elif name == BYTES_OUT:
-            bytes_out[topic] = value
-    return BrokerCounters(broker, bytes_in, bytes_out, sizes)
+def _by_node(samples: Sequence[Sample], key: str) -> dict[str, dict[str, float]]:
+    """node -> {label ``key``'s value: value} of ``samples``, those without either label or a value left out."""
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for sample in samples:
+        node, value = sample.labels.get("node"), sample.labels.get(key)
+        if node is not None and value is not None and sample.value is not None:
+            out[node][value] = sample.value
+    return out
 
 
-def _rate(now: Mapping[str, float], before: Mapping[str, float], seconds: float) -> dict[str, float]:
-    return {topic: max(value - before.get(topic, 0.0), 0.0) / seconds
-            for topic, value in now.items() if seconds > 0 and value >= before.get(topic, 0.0)}
+def broker_loads(brokers: Mapping[str, int | None], rates_in: Sequence[Sample], rates_out: Sequence[Sample],
+                 sizes: Sequence[Sample]) -> list[BrokerLoad]:
+    """Per node of ``brokers`` ({node: broker id}) that Prometheus has figures of, its load: from
+    the per-topic rates of the byte counters and the latest replica sizes, each labelled ``node``."""
+    ins, outs = _by_node(rates_in, "topic"), _by_node(rates_out, "topic")
+    replicas: dict[str, dict[tuple[str, int], float]] = defaultdict(dict)
+    for sample in sizes:
+        node, topic, partition = (sample.labels.get(k) for k in ("node", "topic", "partition"))
+        if node is not None and topic is not None and partition is not None and sample.value is not None:
+            replicas[node][(topic, int(partition))] = sample.value
+    return [BrokerLoad(node, broker, ins.get(node, {}), outs.get(node, {}), replicas.get(node, {}))
+            for node, broker in brokers.items() if node in ins or node in outs or node in replicas]
 
 
-def partition_loads(
-    leaders: Mapping[tuple[str, int], int | None],
-    scrapes: Sequence[tuple[BrokerCounters | None, BrokerCounters]],
-    seconds: float,
-) -> dict[tuple[str, int], PartitionLoad]:
+def partition_loads(leaders: Mapping[tuple[str, int], int | None],
+                    brokers: Sequence[BrokerLoad]) -> dict[tuple[str, int], PartitionLoad]:
     """Per partition of ``leaders`` ({(topic, partition): leading broker or None}), its load.
 
-    ``scrapes`` holds per broker its two scrapes, ``seconds`` apart; a broker whose first scrape
-    failed (None) contributes sizes but no rates, one whose id is unknown spreads its rates over
-    all the topic's partitions.
+    A broker whose id is unknown spreads its rates over all the topic's partitions.
     """
     partitions_of: dict[str, list[tuple[str, int]]] = defaultdict(list)
     led: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)
@@ -87,18 +85,15 @@ def partition_loads(
             led[(leader, tp[0])].append(tp)
     rates_in: dict[tuple[str, int], float] = defaultdict(float)
     rates_out: dict[tuple[str, int], float] = defaultdict(float)
-    for then, now in scrapes:
-        if then is None:
-            continue
-        for rates, now_counts, then_counts in ((rates_in, now.bytes_in, then.bytes_in),
-                                               (rates_out, now.bytes_out, then.bytes_out)):
-            for topic, rate in _rate(now_counts, then_counts, seconds).items():
-                targets = led.get((now.broker, topic)) or partitions_of.get(topic, [])
+    sizes: dict[tuple[str, int], float] = {}
+    for load in brokers:
+        for rates, per_topic in ((rates_in, load.bytes_in), (rates_out, load.bytes_out)):
+            for topic, rate in per_topic.items():
+                targets = (led.get((load.broker, topic)) if load.broker is not None else None) \
+                    or partitions_of.get(topic, [])
                 for tp in targets:
                     rates[tp] += rate / len(targets)
-    sizes: dict[tuple[str, int], float] = {}
-    for _, counters in scrapes:
-        for tp, size in counters.sizes.items():
+        for tp, size in load.sizes.items():
             sizes[tp] = max(sizes.get(tp, 0.0), size)
     return {tp: PartitionLoad(rates_in.get(tp, 0.0), rates_out.get(tp, 0.0), int(sizes.get(tp, 0.0)))
             for tp in leaders}

@@ -1,8 +1,9 @@
 """What the throttle controller looks at: broker busyness and where each consumer reads.
 
 - Produce request time p99 per broker: the JMX exporter's
-  ``kafka_network_requestmetrics_totaltimems{request="Produce",quantile="0.99"}``, read through
-  ``conveyor.ops.scrape`` (``policy`` says why not the fetch p99).
+  ``kafka_network_requestmetrics_totaltimems{request="Produce",quantile="0.99"}``, as the Prometheus
+  that scrapes it last read it (``conveyor.ops.broker_readings``; ``policy`` says why not the fetch
+  p99). Without a Prometheus, or for a broker whose page failed its latest scrape, there is no signal.
 - Disk utilisation per broker: for the brokers whose data folder the cluster's ``disks`` names, the
   share of wall time the device holding it was busy, from the ``io_ticks`` column of
   ``/proc/diskstats`` between two rounds (the first round has none). A folder on a device that
@@ -16,6 +17,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -29,12 +31,12 @@ from conveyor.acls.parts import DISPATCH_NODES_GROUP_PREFIX
 from conveyor.config import Platform
 from conveyor.ops.errors import SampleError
 from conveyor.ops.sampler import SamplerProcess
-from conveyor.ops.broker_readings import metrics_targets
-from conveyor.ops.health import reading_from_samples
-from conveyor.ops.scrape import Scraper
+from conveyor.ops.broker_readings import metrics_targets, read_brokers
+from conveyor.ops.prometheus import NO_PROMETHEUS, QueryError, connect
 from conveyor.ops.throttle.policy import Assigned, BrokerSignal, Consumer, feed_readers
 
 DISKSTATS = Path("/proc/diskstats")
+log = logging.getLogger(__name__)
 
 
 def io_ticks(diskstats: str, device: tuple[int, int]) -> int | None:
@@ -71,7 +73,7 @@ class SignalReader:
                         if (device := _device(platform.resolve(folder))) is not None}
         self._ticks: dict[int, int | None] = {}
         self._at = 0.0
-        self.scraper = Scraper()
+        self.prometheus = connect(platform)
         # In a child process: librdkafka's group admin calls can kill the process (conveyor.ops.sampler).
         self.sampler = SamplerProcess(platform, cluster)
         self._admin: AdminClient | None = None
@@ -86,14 +88,21 @@ class SignalReader:
         return util
 
     def brokers(self) -> list[BrokerSignal]:
+        """Each broker's signals; without Prometheus's answer, the disk's alone."""
         disk = self.disk()
-        signals = []
-        for target, page in zip(self.targets, self.scraper.pages([t.url for t in self.targets])):
-            if isinstance(page, str) or target.broker_id is None:  # the page did not answer: no signal
-                continue
-            reading = reading_from_samples(target.node, 0, (s for family in page for s in family.samples))
-            signals.append(BrokerSignal(target.broker_id, reading.p99_ms.get("Produce"), disk.get(target.broker_id)))
-        return signals
+        p99: dict[int, float | None] = {}
+        if self.prometheus is None:
+            log.warning("%s: the produce p99 is not judged, only the disks: %s", self.cluster, NO_PROMETHEUS)
+        else:
+            try:
+                p99 = {r.broker_id: r.p99_ms.get("Produce")
+                       for r in read_brokers(self.prometheus, self.cluster, self.targets, 0)
+                       if r.error is None and r.broker_id is not None}
+            except QueryError as err:
+                log.warning("%s: the produce p99 is not judged this round, only the disks: %s", self.cluster, err)
+        # A broker with neither figure gives no signal, so it neither makes nor clears "busy".
+        return [BrokerSignal(t.broker_id, p99.get(t.broker_id), disk.get(t.broker_id)) for t in self.targets
+                if t.broker_id is not None and (t.broker_id in p99 or disk.get(t.broker_id) is not None)]
 
     def consumers(self) -> list[Consumer]:
         snapshot = self.sampler.sample()
@@ -120,7 +129,8 @@ class SignalReader:
         ]
 
     def close(self) -> None:
-        self.scraper.close()
+        if self.prometheus is not None:
+            self.prometheus.close()
         self.sampler.close()
 
 

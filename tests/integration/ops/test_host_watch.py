@@ -22,8 +22,8 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from conveyor.ops.scrape import parse_page
 from conveyor.runtime import monitoring, processes
 from tests.conftest import eventually
 from tests.metricskit import NODE_EXPORTER_LABELS
@@ -98,7 +98,7 @@ def test_a_filling_disk_and_a_saturated_link_raise_their_alerts_and_clear(platfo
         mount = {"instance": monitoring.LOCAL_HOST, "mountpoint": str(small_disk)}
         exporter = httpx.get(f"http://127.0.0.1:{variant.runtime.node_exporter.port}/metrics", timeout=10)
         served: dict[str, set[str]] = {}
-        for family in parse_page(exporter.text):
+        for family in text_string_to_metric_families(exporter.text):
             for name, labels, _ in family.samples:
                 served.setdefault(name, set()).update(labels)
         # A machine whose links report no speed (this one's: the loopback, a virtual NIC) has no

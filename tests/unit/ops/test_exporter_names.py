@@ -1,26 +1,27 @@
 """The same brokers scraped under Conveyor's JMX exporter rules and under Strimzi's kafka-metrics.yaml
-read the same: one broker state printed as each exporter prints it, through the real parser and the
-real health, load and produce-rate readers (docs/ops.md, "Broker exporter rules")."""
+read the same: one broker state printed as each exporter prints it, held as Prometheus holds a
+scrape (each series under its printed name, labelled with its target's cluster and node), selected
+as the readers' queries select, through the real health, load and produce-rate readers (docs/ops.md,
+"Broker exporter rules")."""
 
 from __future__ import annotations
 
+import math
+import re
 from string import Template
 
 import pytest
 
 from conveyor.ops import health
 from conveyor.ops.advise_live import MESSAGES_IN
+from prometheus_client.parser import text_string_to_metric_families
+
 from conveyor.ops.balance import loads
-from conveyor.ops.balance.loads import BrokerCounters, PartitionLoad, counters_from_samples, partition_loads
+from conveyor.ops.balance.loads import BYTES_IN, BYTES_OUT, SIZE, BrokerLoad, PartitionLoad, broker_loads, partition_loads
+from conveyor.ops.broker_readings import Target, either_name, names_regex, readings_from_samples
 from conveyor.ops.exporter_names import MISSING, RENAMED, SAME, canonical_labels, canonical_name
-from conveyor.ops.health import (
-    BrokerReading,
-    ClusterHealth,
-    assess_cluster,
-    broker_health,
-    reading_from_samples,
-)
-from conveyor.ops.scrape import Family, parse_page
+from conveyor.ops.health import BrokerReading, ClusterHealth, assess_cluster, broker_health
+from conveyor.ops.prometheus import Sample
 
 T0 = 1_700_000_000_000
 _MGMT = "Attribute exposed for management"
@@ -180,21 +181,35 @@ STATES = {
 EXPORTERS = {"conveyor": CONVEYOR, "strimzi": STRIMZI}
 
 
-def pages(exporter: str, node: str) -> tuple[tuple[Family, ...], tuple[Family, ...]]:
-    """The node's two scrapes, parsed as the scraper parses them."""
-    before, after = STATES[node]
-    return parse_page(EXPORTERS[exporter].substitute(before)), parse_page(EXPORTERS[exporter].substitute(after))
+def scraped(exporter: str, node: str, which: int) -> list[Sample]:
+    """The node's first (0) or second (1) scrape, as Prometheus holds it."""
+    text = EXPORTERS[exporter].substitute(STATES[node][which])
+    return [Sample({"__name__": s.name, **s.labels, "cluster": "central", "node": node},
+                   None if math.isnan(s.value) else s.value)
+            for family in text_string_to_metric_families(text) for s in family.samples]
 
 
-def samples(page: tuple[Family, ...]) -> list[tuple[str, dict[str, str], float]]:
-    return [(name, dict(labels), value) for family in page for name, labels, value in family.samples]
+def selected(samples: list[Sample], names: str) -> list[Sample]:
+    """What ``{__name__=~"names"}`` selects: the regex anchored at both ends."""
+    return [s for s in samples if re.fullmatch(names, s.labels["__name__"])]
+
+
+def rates(exporter: str, node: str, name: str) -> list[Sample]:
+    """What ``rate()`` of metric ``name`` (either rule set's name) over the two scrapes gives:
+    per series its increase over the 10 s between them, without ``__name__``."""
+    def key(sample: Sample) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(sample.labels.items()))
+
+    before = {key(s): s.value for s in selected(scraped(exporter, node, 0), either_name(name))}
+    return [Sample({k: v for k, v in s.labels.items() if k != "__name__"}, (s.value - before[key(s)]) / 10)
+            for s in selected(scraped(exporter, node, 1), either_name(name)) if s.value is not None]
 
 
 def readings(exporter: str, node: str) -> tuple[BrokerReading, BrokerReading]:
-    before, after = pages(exporter, node)
-    broker_id = int(node[1:])
-    return (reading_from_samples(node, T0, samples(before), broker_id),
-            reading_from_samples(node, T0 + 10_000, samples(after), broker_id))
+    target, up = Target(node, f"http://{node}/metrics", int(node[1:])), [Sample({"node": node}, 1.0)]
+    return tuple(readings_from_samples([target], T0 + 10_000 * which, up,
+                                       selected(scraped(exporter, node, which), names_regex()))[0]
+                 for which in (0, 1))
 
 
 #: What Strimzi's rules export too, so what must read the same from both.
@@ -243,25 +258,25 @@ def test_the_cluster_health_is_the_same_from_either_exporter() -> None:
 
 @pytest.mark.parametrize("node", list(STATES))
 def test_partition_loads_are_the_same_from_either_exporter(node: str) -> None:
-    def measured(exporter: str) -> tuple[BrokerCounters, dict[tuple[str, int], PartitionLoad]]:
-        before, after = pages(exporter, node)
-        scrape = (counters_from_samples(int(node[1:]), samples(before)),
-                  counters_from_samples(int(node[1:]), samples(after)))
+    def measured(exporter: str) -> tuple[list[BrokerLoad], dict[tuple[str, int], PartitionLoad]]:
+        sizes = selected(scraped(exporter, node, 1), either_name(SIZE))
+        brokers = broker_loads({node: int(node[1:])}, rates(exporter, node, BYTES_IN), rates(exporter, node, BYTES_OUT),
+                               sizes)
         leaders = {("ad-events", 0): 1, ("ad-events", 1): 1, ("clicks", 0): 2}
-        return scrape[1], partition_loads(leaders, [scrape], 10.0)
+        return brokers, partition_loads(leaders, brokers)
 
-    (conveyor_counters, conveyor_loads), (strimzi_counters, strimzi_loads) = measured("conveyor"), measured("strimzi")
-    assert strimzi_counters == conveyor_counters
-    assert strimzi_counters.bytes_in and strimzi_counters.bytes_out and len(strimzi_counters.sizes) == 3
+    (conveyor_brokers, conveyor_loads), (strimzi_brokers, strimzi_loads) = measured("conveyor"), measured("strimzi")
+    assert strimzi_brokers == conveyor_brokers
+    [strimzi] = strimzi_brokers
+    assert strimzi.bytes_in and strimzi.bytes_out and len(strimzi.sizes) == 3
     assert strimzi_loads == conveyor_loads
 
 
-def test_produce_counts_per_topic_are_the_same_from_either_exporter() -> None:
+def test_produce_rates_per_topic_are_the_same_from_either_exporter() -> None:
     def produced(exporter: str) -> dict[str, float]:
-        return {labels["topic"]: value for name, labels, value in samples(pages(exporter, "b1")[1])
-                if name == MESSAGES_IN and "topic" in labels}
+        return {s.labels["topic"]: s.value for s in rates(exporter, "b1", MESSAGES_IN) if "topic" in s.labels}
 
-    assert produced("strimzi") == produced("conveyor") == {"ad-events": 120000.0, "clicks": 30000.0}
+    assert produced("strimzi") == produced("conveyor") == {"ad-events": 4000.0, "clicks": 1000.0}
 
 
 # --- The table ---
@@ -300,9 +315,11 @@ def test_strimzis_label_names_are_made_ours_only_where_they_differ() -> None:
     assert canonical_labels("x", {"clientId": "Replica"}) == {"clientId": "Replica"}
 
 
-def test_a_parsed_strimzi_page_has_our_family_names_and_types() -> None:
+def test_a_strimzi_page_has_our_family_names_and_types_once_named_ours() -> None:
     def families(exporter: str) -> dict[str, str]:
-        return {f.name: f.type for f in pages(exporter, "b1")[0] if f.name.startswith("kafka_")}
+        text = EXPORTERS[exporter].substitute(STATES["b1"][0])
+        return {canonical_name(f.name): f.type for f in text_string_to_metric_families(text)
+                if f.name.startswith("kafka_")}
 
     read = {name.removesuffix("_total") for name in (*SAME, *RENAMED)}
     conveyor, strimzi = families("conveyor"), families("strimzi")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -16,10 +17,11 @@ from conveyor.ops.balance import plan
 from conveyor.ops.balance.errors import StalePlanError
 from conveyor.ops.balance.execution import new_execution
 from conveyor.ops.balance.executor import Executor, load_state, state_path
-from conveyor.ops.balance.live import live_cluster
+from conveyor.ops.balance.live import LiveCluster, live_cluster
 from conveyor.runtime.local import LocalPlatform
 from tests.balancekit import AckedStream, counts, create_topic, delete_topics, preload, reassign_and_wait
-from tests.conftest import read_topic
+from tests.conftest import eventually, read_topic
+from tests.opskit import monitored
 
 pytestmark = pytest.mark.integration
 CLUSTER = "central"
@@ -58,12 +60,20 @@ def skewed(platform: Platform, local_platform: LocalPlatform | None):
 
 
 def test_every_leader_on_one_broker_is_evened_out_in_resumed_batches_and_no_acked_message_is_lost(
-        platform: Platform, platform_file: Path, skewed: str) -> None:
+        platform: Platform, platform_data: dict[str, Any], platform_file: Path, skewed: str, tmp_path: Path) -> None:
     replicas, leaders, _ = counts(platform, CLUSTER, {skewed})
     assert leaders == {1: 8} and replicas == {1: 8, 2: 8}
 
-    with AckedStream(platform, CLUSTER, [skewed]) as stream:
-        live = live_cluster(platform, CLUSTER, [skewed], sample_seconds=1)
+    with monitored(platform_data, platform_file, tmp_path, alertmanager=False, watcher=False) as (_, variant), \
+            AckedStream(platform, CLUSTER, [skewed]) as stream:
+        def measured() -> LiveCluster | None:
+            """The plan's input once Prometheus holds two scrapes of the traffic: every partition led
+            by broker 1 takes its share of broker 1's bytes in, and has its size."""
+            live = live_cluster(variant, CLUSTER, [skewed], window_seconds=30)
+            return live if all(p.bytes_in > 0 and p.size > 0 for p in live.model.partitions) else None
+
+        live = eventually(measured, 90, "the skewed topic's traffic and sizes in Prometheus", interval=1)
+        assert not live.notes, live.notes
         result = plan(live.model)
         assert result.moves, "a third broker with no replicas must receive some"
         now = dt.datetime.now(dt.timezone.utc).isoformat()
@@ -100,7 +110,7 @@ def test_a_plan_for_a_cluster_that_changed_since_is_refused_and_nothing_moves(
         reassign_and_wait(platform, CLUSTER, {(topic, p): (1, 2) for p in range(3)})
         saved = tmp_path / "plan.json"
         planned = CliRunner().invoke(app, ["balance", "plan", "-p", str(platform_file), "--cluster", CLUSTER,
-                                           "--topic", topic, "--sample-seconds", "0", "--out", str(saved)])
+                                           "--topic", topic, "--window", "0", "--out", str(saved)])
         assert planned.exit_code == 0, planned.output
         reassign_and_wait(platform, CLUSTER, {(topic, 0): (2, 1)})  # someone else moves a partition
         _, _, before = counts(platform, CLUSTER, {topic})

@@ -98,7 +98,7 @@ def test_a_new_broker_takes_load_in_throttled_batches_and_a_dead_one_is_drained_
     grown.up()
     selection = ["-p", str(path), "--cluster", CLUSTER, "--topic", isolated, "--topic", plain]
     with AckedStream(platform, CLUSTER, [plain, isolated]) as stream:
-        _balance("add-broker", "--broker", str(NEW), *selection, "--sample-seconds", "1", "--throttle", "5MiB",
+        _balance("add-broker", "--broker", str(NEW), *selection, "--window", "30s", "--throttle", "5MiB",
                  "--batch-partitions", "3")
         replicas, leaders, assignment = counts(platform, CLUSTER, topics)
         assert replicas[NEW] >= 5 and leaders[NEW] >= 2, (replicas, leaders)
@@ -107,7 +107,7 @@ def test_a_new_broker_takes_load_in_throttled_batches_and_a_dead_one_is_drained_
 
         grown.kill_broker(CLUSTER, NEW)
         _wait_gone(platform)
-        _balance("execute", *selection, "--sample-seconds", "0", "--throttle", "none")
+        _balance("execute", *selection, "--window", "0", "--throttle", "none")
         replicas, leaders, assignment = counts(platform, CLUSTER, topics)
         assert NEW not in replicas and NEW not in leaders
         assert all(set(assignment[(isolated, p)]) == {2, 3} for p in range(6)), assignment

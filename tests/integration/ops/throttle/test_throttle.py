@@ -1,5 +1,6 @@
-"""The throttle controller on real brokers: with the brokers marked busy (a p99 threshold of 0 ms,
-which every broker reporting a p99 meets), the client of a group far behind gets a consumer_byte_rate
+"""The throttle controller on real brokers, reading their produce p99 from a real Prometheus that
+scrapes their exporters: with the brokers marked busy (a p99 threshold of 0 ms, which every broker
+reporting a p99 meets), the client of a group far behind gets a consumer_byte_rate
 quota and a consumer at the tail does not; with the brokers healthy the quota is lifted. The quotas
 are read back with Kafka's own ConfigCommand. The partition advisor, fed by the same lagging group,
 sends a backlog the partitions cannot drain in time to the dispatcher. A reader seen only through
@@ -10,7 +11,9 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -27,6 +30,7 @@ from conveyor.positions import PositionFeed, group_name, spark_client_id
 from conveyor.runtime.local import LocalPlatform
 from tests.balancekit import create_topic, delete_topics, preload
 from tests.conftest import eventually
+from tests.opskit import monitored, wait_scraped
 
 pytestmark = pytest.mark.integration
 CLUSTER = "central"
@@ -66,6 +70,16 @@ class Member(threading.Thread):
         self.consumer.close()
 
 
+@pytest.fixture(scope="module")
+def scraped(platform_data: dict[str, Any], platform_file: Path, tmp_path_factory: pytest.TempPathFactory,
+            local_platform: LocalPlatform | None) -> Iterator[tuple[Path, Platform]]:
+    """The session's platform with a Prometheus scraping its brokers: that variant's file and platform."""
+    with monitored(platform_data, platform_file, tmp_path_factory.mktemp("prometheus"), alertmanager=False,
+                   watcher=False) as (path, variant):
+        wait_scraped(variant)
+        yield path, variant
+
+
 @pytest.fixture
 def members(platform: Platform, local_platform: LocalPlatform | None):
     topic = create_topic(platform, CLUSTER, 3, 3, min_insync=2)
@@ -83,11 +97,11 @@ def members(platform: Platform, local_platform: LocalPlatform | None):
 
 
 def test_a_busy_broker_throttles_the_lagging_client_but_not_the_tail_one_and_lifts_it_when_healthy(
-        platform: Platform, members: tuple[Member, Member]) -> None:
+        platform: Platform, scraped: tuple[Path, Platform], members: tuple[Member, Member]) -> None:
     lagging, tail = members  # the lagging group is MESSAGES / 3 behind on each of 3 partitions
     tools = KafkaTools(platform, CLUSTER)
     busy = ThrottlePolicy(p99_busy_ms=0, lag_far=MESSAGES // 6, lag_tail=10, quota_bytes=65536)
-    controller = ThrottleController(platform, CLUSTER, busy, tools)
+    controller = ThrottleController(scraped[1], CLUSTER, busy, tools)
     try:
         result = controller.cycle()
         assert result.busy, "every broker reports a p99, and p99 >= 0 ms"
@@ -113,12 +127,12 @@ def test_a_busy_broker_throttles_the_lagging_client_but_not_the_tail_one_and_lif
     assert [action for action, _ in mine][-2:] == ["set", "lift"] and all(reason for _, reason in mine)
 
 
-def test_the_command_runs_one_round_and_says_why(platform: Platform, platform_file: Path,
+def test_the_command_runs_one_round_and_says_why(platform: Platform, scraped: tuple[Path, Platform],
                                                  members: tuple[Member, Member]) -> None:
     lagging, _ = members
     cli = typer.Typer()
     cli.command()(throttle_cmd.throttle)
-    args = ["-p", str(platform_file), "--cluster", CLUSTER, "--once", "--yes", "--lag-far", str(MESSAGES // 6),
+    args = ["-p", str(scraped[0]), "--cluster", CLUSTER, "--once", "--yes", "--lag-far", str(MESSAGES // 6),
             "--lag-tail", "10"]
     healthy = CliRunner().invoke(cli, [*args, "--p99-ms", "1000000000", "--disk-util", "2"])
     assert healthy.exit_code == 0, healthy.output
@@ -133,9 +147,9 @@ def test_the_command_runs_one_round_and_says_why(platform: Platform, platform_fi
 
 
 def test_the_advisor_sends_a_backlog_that_the_partitions_cannot_drain_in_time_to_the_dispatcher(
-        platform_file: Path, members: tuple[Member, Member]) -> None:
+        scraped: tuple[Path, Platform], members: tuple[Member, Member]) -> None:
     lagging, _ = members
-    args = ["advise", "partitions", "-p", str(platform_file), "--cluster", CLUSTER, "--topic", lagging.topic,
+    args = ["advise", "partitions", "-p", str(scraped[0]), "--cluster", CLUSTER, "--topic", lagging.topic,
             "--processing-ms", "50", "--sample-seconds", "1"]
     relaxed = CliRunner().invoke(app, [*args, "--max-lag", "10m"])  # 3,000 behind x 50 ms on 3 partitions: 50 s
     assert relaxed.exit_code == 0, relaxed.output
@@ -146,7 +160,7 @@ def test_the_advisor_sends_a_backlog_that_the_partitions_cannot_drain_in_time_to
 
 
 def test_a_reader_seen_only_through_the_position_feed_is_throttled_on_the_client_id_it_names(
-        platform: Platform, local_platform: LocalPlatform | None) -> None:
+        platform: Platform, scraped: tuple[Path, Platform]) -> None:
     topic = create_topic(platform, CLUSTER, 3, 3, min_insync=2)
     preload(platform, CLUSTER, topic, MESSAGES, size=200)
     client_id = spark_client_id("lake", topic)  # what the lake's Spark consumers connect as
@@ -154,7 +168,7 @@ def test_a_reader_seen_only_through_the_position_feed_is_throttled_on_the_client
     # All of it still to land; a fresh cluster's group coordinators may still be loading.
     eventually(lambda: feed.publish_and_wait({(topic, p): 0 for p in range(3)}), 60, "the lake's position published")
     tools = KafkaTools(platform, CLUSTER)
-    controller = ThrottleController(platform, CLUSTER, ThrottlePolicy(p99_busy_ms=0, lag_far=MESSAGES // 6,
+    controller = ThrottleController(scraped[1], CLUSTER, ThrottlePolicy(p99_busy_ms=0, lag_far=MESSAGES // 6,
                                                                       lag_tail=10, quota_bytes=65536), tools)
     try:
         result = controller.cycle()

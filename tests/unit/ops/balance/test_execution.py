@@ -7,7 +7,8 @@ import pytest
 
 from conveyor.ops.balance import Broker, ClusterModel, Partition, plan
 from conveyor.ops.balance.execution import Execution, drift, fingerprint, make_batches, new_execution
-from conveyor.ops.balance.loads import BrokerCounters, PartitionLoad, counters_from_samples, partition_loads
+from conveyor.ops.balance.loads import BrokerLoad, PartitionLoad, broker_loads, partition_loads
+from conveyor.ops.prometheus import Sample
 from conveyor.kafka_tools import (ToolSettingsError, command_config, parse_assignment, parse_quotas, parse_verify,
                                   reassignment_json)
 
@@ -78,28 +79,33 @@ def test_the_saved_state_round_trips_and_a_saved_plan_can_be_rebatched() -> None
     assert fresh.fingerprint == execution.fingerprint
 
 
-def test_counters_and_partition_loads_split_a_topic_rate_over_the_partitions_its_broker_leads() -> None:
-    samples = [
-        ("kafka_log_log_size", {"topic": "t", "partition": "0"}, 1000.0),
-        ("kafka_server_brokertopicmetrics_bytesinpersec_total", {"topic": "t"}, 300.0),
-        ("kafka_server_brokertopicmetrics_bytesinpersec_total", {}, 999.0),  # the broker's total: ignored
-        ("kafka_server_brokertopicmetrics_bytesoutpersec_total", {"topic": "t"}, float("nan")),
-    ]
-    assert counters_from_samples(1, samples) == BrokerCounters(1, {"t": 300.0}, {}, {("t", 0): 1000.0})
+def test_broker_loads_group_prometheus_answers_by_node_and_keep_only_what_names_a_topic() -> None:
+    def at(node: str, value: float | None, **labels: str) -> Sample:
+        return Sample({"node": node, "cluster": "central", **labels}, value)
 
+    rates_in = [at("b1", 30.0, topic="t"), at("b1", 999.0),  # the broker's total, no topic: not a topic's
+                at("b2", 5.0, topic="u"), at("b9", 1.0, topic="t")]  # b9: not a broker of the cluster
+    rates_out = [at("b1", None, topic="t")]  # NaN: the exporter could not read the MBean
+    sizes = [at("b1", 1000.0, topic="t", partition="0"), at("b2", 7.0, topic="u", partition="0"),
+             at("b3", 5.0, topic="t")]  # no partition: not a replica's size
+    assert broker_loads({"b1": 1, "b2": 2, "b3": 3}, rates_in, rates_out, sizes) == [
+        BrokerLoad("b1", 1, {"t": 30.0}, {}, {("t", 0): 1000.0}), BrokerLoad("b2", 2, {"u": 5.0}, {}, {("u", 0): 7.0})]
+
+
+def test_partition_loads_split_a_topic_rate_over_the_partitions_its_broker_leads() -> None:
     leaders = {("t", 0): 1, ("t", 1): 1, ("t", 2): 2, ("u", 0): 2}
-    scrapes = [
-        (BrokerCounters(1, {"t": 100.0}, {"t": 0.0}), BrokerCounters(1, {"t": 300.0}, {"t": 400.0}, {("t", 0): 10})),
-        (BrokerCounters(2, {"t": 50.0, "u": 10.0}), BrokerCounters(2, {"t": 50.0, "u": 5.0}, {}, {("t", 0): 12})),
+    brokers = [
+        BrokerLoad("b1", 1, {"t": 20.0}, {"t": 40.0}, {("t", 0): 10}),
+        BrokerLoad("b2", 2, {"t": 0.0, "u": 0.0}, {}, {("t", 0): 12}),
         # leads no partition of t (leadership moved in the window): spread over all of t
-        (BrokerCounters(3, {"t": 0.0}), BrokerCounters(3, {"t": 30.0})),
-        (None, BrokerCounters(None, {"u": 1e9}, {}, {("u", 0): 7})),  # first scrape failed: size only
+        BrokerLoad("b3", 3, {"t": 3.0}),
+        BrokerLoad("b4", None, {"u": 6.0}, {}, {("u", 0): 7}),  # broker id unknown: over all of u
     ]
-    loads = partition_loads(leaders, scrapes, seconds=10.0)
+    loads = partition_loads(leaders, brokers)
     assert loads[("t", 0)] == PartitionLoad(10.0 + 1.0, 20.0, 12)   # half of broker 1's 20/s, a third of 3/s
     assert loads[("t", 1)] == PartitionLoad(11.0, 20.0, 0)
-    assert loads[("t", 2)] == PartitionLoad(1.0, 0.0, 0)           # broker 2's t counter stood still
-    assert loads[("u", 0)] == PartitionLoad(0.0, 0.0, 7)           # a counter going down: a restart
+    assert loads[("t", 2)] == PartitionLoad(1.0, 0.0, 0)           # broker 2's t rate is none
+    assert loads[("u", 0)] == PartitionLoad(6.0, 0.0, 7)
 
 
 def test_kafka_tool_output_parsing() -> None:
