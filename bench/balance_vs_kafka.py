@@ -7,7 +7,7 @@ same real cluster state, and producer p99 during a throttled and an unthrottled 
    tagged ``money``. Traffic with heavy-tailed rates per topic and
    consumers on most topics runs throughout.
 2. Both planners see that state: ours through ``live_cluster`` (metadata, and the loads the bench's
-   own Prometheus holds of the brokers' exporters, scraped every second), Kafka's as
+   own Prometheus holds of the brokers' exporters over the last ``--seconds``), Kafka's as
    ``ReassignPartitionsCommand --generate`` over the same topics and brokers, from the same jars.
    Both proposals are scored with the same load model: max over mean per broker of leaders,
    replicas, bytes in and bytes out (leaders after a preferred election), bytes moved, and
@@ -58,13 +58,16 @@ TOPICS = {f"t{i}": (10, rate, fanout, mb) for i, (rate, fanout, mb) in enumerate
      (8_000, 0, 5), (4_000, 1, 5), (2_000, 0, 2), (1_000, 0, 2)])}
 ISOLATED = "payments"
 PROMETHEUS_PORT = 640
+#: Prometheus's scrape interval, which is also its scrape timeout: a broker's page with every
+#: partition's figures took over a second to answer under the bench's traffic and moves.
+SCRAPE_SECONDS = 5
 TAGGED = [3, 4, 5]
 
 
 def _platform(home: Path, base_port: int, brokers: int) -> Platform:
     data = {"version": 1, "name": "balance-bench",
             "runtime": {"home": str(home), "base_port": base_port, "broker_heap": "256m", "redis": {"enabled": False},
-                        "prometheus": {"port": base_port + PROMETHEUS_PORT, "interval": "1s"}},
+                        "prometheus": {"port": base_port + PROMETHEUS_PORT, "interval": f"{SCRAPE_SECONDS}s"}},
             "clusters": {CLUSTER: {"role": "read", "brokers": brokers, "racks": RACKS[:brokers],
                                    "tags": {"money": TAGGED}, "replication": {"factor": 3, "min_insync": 2}}},
             "topics": {ISOLATED: {"partitions": 9, "isolation": "money"}}}
@@ -228,7 +231,7 @@ def _run(platform: Platform, execution: Execution) -> tuple[float, float]:
 
 
 def _planned(platform: Platform, name: str, throttle: int | None) -> Execution:
-    live = live_cluster(platform, CLUSTER, [*TOPICS, ISOLATED], window_seconds=10)
+    live = live_cluster(platform, CLUSTER, [*TOPICS, ISOLATED], window_seconds=3 * SCRAPE_SECONDS)
     return new_execution(CLUSTER, plan(live.model), live.assignment(), name, throttle, max_partitions=20)
 
 
@@ -261,11 +264,13 @@ def scale_out(platform: Platform, grown: Platform, console: Console, throttle: i
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.balance_vs_kafka", description=__doc__.split("\n")[0])
     parser.add_argument("--base-port", type=int, default=int(os.environ.get("CONVEYOR_BENCH_BASE_PORT", "13300")))
-    parser.add_argument("--seconds", type=float, default=20.0, help="traffic measuring window")
+    parser.add_argument("--seconds", type=float, default=20.0,
+                        help=f"traffic measuring window (at least {3 * SCRAPE_SECONDS} s: three scrapes)")
     parser.add_argument("--throttle", type=int, default=2 * 2**20, help="bytes/s for the throttled move")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="share of each topic's preloaded data (the bytes the moves carry shrink with it)")
     args = parser.parse_args()
+    args.seconds = max(args.seconds, 3 * SCRAPE_SECONDS)
     if not 0 < args.scale <= 1:
         parser.error("--scale must be above 0 and at most 1")
     console = Console()

@@ -26,6 +26,8 @@ def test_recovery_bench_times_a_killed_brokers_alarm_and_the_writes_resuming(tmp
 def test_balance_bench_scores_its_plan_beside_kafkas_generator_and_moves_a_broker_in(tmp_path):
     result = run_bench("balance_vs_kafka", tmp_path, "--seconds", "2", "--scale", "0.05")
     assert {"conveyor", "kafka_generate"} <= set(result["comparison"]), result["comparison"]
+    # Both plans scored on loads read from the bench's Prometheus, not on counts alone.
+    assert not result["comparison"]["notes"] and result["comparison"]["bytes_total"] > 0, result["comparison"]
     assert {"throttled", "unthrottled"} <= set(result["add_broker"]), result["add_broker"]
 
 
