@@ -59,7 +59,13 @@ demo: setup
 	$(BIN)/conveyor dispatch demo --messages 20000 --workers 20
 	$(BIN)/conveyor lake run --once --metrics-file .conveyor/metrics/lake.prom
 	$(BIN)/conveyor lake audit
-	$(BIN)/conveyor gateway generate --rate 2000 --duration 210 --token demo-adserver-token >/dev/null & $(BIN)/conveyor views run --from latest --for 180s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom; status=$$?; wait; exit $$status
+	@# Traffic starts once the views job serves its metrics, which it does once Spark has started:
+	@# "latest" is where its first batch begins, and Spark's start on a loaded machine can outlast a
+	@# generator started beside it.
+	$(BIN)/conveyor views run --from latest --for 200s --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom & views=$$!; \
+	  until $(BIN)/python -c "import urllib.request as r; r.urlopen('http://127.0.0.1:18191/healthz', timeout=2)" 2>/dev/null \
+	    || ! kill -0 $$views 2>/dev/null; do sleep 2; done; \
+	  $(BIN)/conveyor gateway generate --rate 2000 --duration 150 --token demo-adserver-token >/dev/null; wait $$views
 	$(BIN)/conveyor lake start --metrics-file .conveyor/metrics/lake.prom
 	$(BIN)/conveyor views start --metrics-port 18191 --metrics-file .conveyor/metrics/realtime.prom
 	$(BIN)/conveyor status
