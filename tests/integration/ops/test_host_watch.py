@@ -99,8 +99,8 @@ def test_a_filling_disk_and_a_saturated_link_raise_their_alerts_and_clear(platfo
         exporter = httpx.get(f"http://127.0.0.1:{variant.runtime.node_exporter.port}/metrics", timeout=10)
         served: dict[str, set[str]] = {}
         for family in text_string_to_metric_families(exporter.text):
-            for name, labels, _ in family.samples:
-                served.setdefault(name, set()).update(labels)
+            for sample in family.samples:
+                served.setdefault(sample.name, set()).update(sample.labels)
         # A machine whose links report no speed (this one's: the loopback, a virtual NIC) has no
         # node_network_speed_bytes at all: the declared speed stands in.
         assert set(NODE_EXPORTER_LABELS) - {"node_network_speed_bytes"} <= set(served)
