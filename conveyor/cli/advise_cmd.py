@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Section,
-                                 err_console, platform_from, render)
+                                 err_console, platform_from, render, window_seconds)
 from conveyor.config import parse_duration_ms
 from conveyor.topics.advise import AdvicePolicy, TopicDemand, Verdict, advise
 from conveyor.ops.advise_live import measure
@@ -67,14 +67,14 @@ def partitions(
     cluster = model.read_cluster(cluster)
     spec = model.cluster(cluster)
     try:
-        lag_s, stall_s, window_s = (parse_duration_ms(text) / 1000 for text in (max_lag, stall, window))
+        lag_s, stall_s = parse_duration_ms(max_lag) / 1000, parse_duration_ms(stall) / 1000
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     policy = AdvicePolicy(stall_seconds=stall_s, max_partitions=budget, brokers=spec.brokers)
     default_ms, topic_ms = _per_topic(processing_ms, "--processing-ms")
     default_rate, topic_rate = _per_topic(rate, "--rate")
     with err_console.status(f"measuring {cluster} for {sample_seconds:g} s"):
-        measured, no_rate = measure(model, cluster, topic, sample_seconds, window_s)
+        measured, no_rate = measure(model, cluster, topic, sample_seconds, window_seconds(window))
     rows = []
     for m in measured:
         ms = topic_ms.get(m.topic, default_ms)

@@ -13,8 +13,9 @@ from rich.filesize import decimal
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from conveyor.cli.common import (DEFAULT_PLATFORM, Column, OutputFormat, OutputOption, PlatformOption, Report, Section,
-                                 YesOption, confirm, console, err_console, platform_from)
-from conveyor.config import Platform, parse_duration_ms, parse_size_bytes
+                                 YesOption, confirm, console, err_console, platform_from,
+                                 window_seconds)
+from conveyor.config import Platform, parse_size_bytes
 from conveyor.ops.balance import Plan, plan
 from conveyor.ops.balance.errors import BalanceError
 from conveyor.ops.balance.execution import Execution, new_execution
@@ -110,18 +111,6 @@ def _plan(platform: Platform, cluster: str, topics: list[str] | None, window_sec
     with err_console.status(f"reading cluster {cluster} and its traffic over the last {window_seconds:g} s"):
         live = live_cluster(platform, cluster, topics, window_seconds)
         return live, plan(live.model, default_goals(threshold))
-
-
-def _window(text: str) -> float:
-    if text.strip() == "0":
-        return 0.0
-    try:
-        ms = parse_duration_ms(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--window") from None
-    if ms < 0:
-        raise typer.BadParameter(f"must be a span such as 5m, or 0 (got {text!r})", param_hint="--window")
-    return ms / 1000
 
 
 def _throttle(text: str) -> int | None:
@@ -226,7 +215,7 @@ def plan_command(
     brokers that block it."""
     model = platform_from(platform)
     name = _cluster(model, cluster)
-    live, result = _plan(model, name, topic, _window(window), threshold)
+    live, result = _plan(model, name, topic, window_seconds(window), threshold)
     report = Report(output)
     print_plan(report, live, result)
     if reassignment_json:
@@ -270,7 +259,7 @@ def execute(
         if execution.cluster != name:
             raise BalanceError(f"{plan_file} is a plan for cluster {execution.cluster}, not {name}")
     if execution is None:
-        live, result = _plan(model, name, topic, _window(window), threshold)
+        live, result = _plan(model, name, topic, window_seconds(window), threshold)
         print_plan(report, live, result)
         execution = _execution(live, result, throttle, batch_partitions, batch_bytes)
     if not execution.target and not execution.elections:
@@ -308,7 +297,7 @@ def add_broker(
         run_execution(report, model, unfinished, dry_run)
         report.close()
         return
-    live, result = _plan(model, name, topic, _window(window), threshold)
+    live, result = _plan(model, name, topic, window_seconds(window), threshold)
     missing = sorted(set(broker) - set(live.metadata.brokers))
     if missing:
         raise BalanceError(f"broker(s) {missing} are not live in cluster {name} (live: {sorted(live.metadata.brokers)});"

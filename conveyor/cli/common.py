@@ -18,7 +18,7 @@ import typer
 from rich.console import Console, JustifyMethod, OverflowMethod
 from rich.table import Table
 
-from conveyor.config import DEFAULT_PLATFORM_FILE, Platform, load_platform, load_resolved_platform
+from conveyor.config import DEFAULT_PLATFORM_FILE, Platform, load_platform, load_resolved_platform, parse_duration_ms
 from conveyor.config.resolved import read_resolved_view, with_resolved_view, write_resolved_view
 from conveyor.service import Endpoint
 
@@ -228,3 +228,16 @@ def durability_section(findings: Sequence[Any]) -> Section:
     return Section("warnings", f"durability warnings ({len(findings)})",
                    (Column("topic"), Column("cluster"), Column("rule"), Column("why", "message", overflow="fold")),
                    findings)
+
+
+def window_seconds(text: str) -> float:
+    """``--window``: a span such as 30s or 5m, in seconds; ``0`` for none."""
+    if text.strip() == "0":
+        return 0.0
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--window") from None
+    if ms < 0:
+        raise typer.BadParameter(f"must be a span such as 5m, or 0 (got {text!r})", param_hint="--window")
+    return ms / 1000

@@ -47,8 +47,7 @@ def metrics_targets(platform: Platform, cluster: str) -> tuple[Target, ...]:
 
 def names_regex() -> str:
     """Every metric a reading is made of, under both rule sets' names, as a PromQL regex."""
-    names = {*READ, *(RENAMED[name] for name in READ if name in RENAMED)}
-    return "|".join(sorted(names))
+    return "|".join(either_name(name) for name in sorted(READ))
 
 
 def readings_from_samples(targets: Sequence[Target], at_ms: int, up: Sequence[Sample],

@@ -74,6 +74,8 @@ class SignalReader:
         self._ticks: dict[int, int | None] = {}
         self._at = 0.0
         self.prometheus = connect(platform)
+        if self.prometheus is None:
+            log.warning("%s: the produce p99 is not judged, only the disks: %s", cluster, NO_PROMETHEUS)
         # In a child process: librdkafka's group admin calls can kill the process (conveyor.ops.sampler).
         self.sampler = SamplerProcess(platform, cluster)
         self._admin: AdminClient | None = None
@@ -91,9 +93,7 @@ class SignalReader:
         """Each broker's signals; without Prometheus's answer, the disk's alone."""
         disk = self.disk()
         p99: dict[int, float | None] = {}
-        if self.prometheus is None:
-            log.warning("%s: the produce p99 is not judged, only the disks: %s", self.cluster, NO_PROMETHEUS)
-        else:
+        if self.prometheus is not None:
             try:
                 p99 = {r.broker_id: r.p99_ms.get("Produce")
                        for r in read_brokers(self.prometheus, self.cluster, self.targets, 0)
