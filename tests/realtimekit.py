@@ -397,11 +397,17 @@ def traffic_to(case: RealtimeCase, seed: int, duplicates: bool = False, partitio
     assert not thread.is_alive()
 
 
-def start_job(path: Path, log: Path, *extra: str) -> subprocess.Popen:
+def start_job(path: Path, log: Path, *extra: str, folder: Path | None = None) -> subprocess.Popen:
+    """``folder``: the job's working folder, as a host of its own gives it (Spark's scratch space and
+    Python's temporary files in it too)."""
+    env = None
+    if folder is not None:
+        env = {**os.environ, "SPARK_LOCAL_DIRS": str(folder / "spark"), "TMPDIR": str(folder / "tmp")}
+        (folder / "tmp").mkdir(parents=True)
     with log.open("ab") as out:
         # Its own session: the kill takes the Python driver and its JVM together, as a lost machine would.
         return subprocess.Popen([sys.executable, "-m", "conveyor", "views", "run", "--platform", str(path),
-                                 *extra], stdout=out, stderr=out, start_new_session=True)
+                                 *extra], stdout=out, stderr=out, start_new_session=True, cwd=folder, env=env)
 
 
 def batches_logged(log: Path) -> int:

@@ -1,6 +1,7 @@
-"""An S3 API for the lake tests: moto's server (from PyPI) started per test module on 127.0.0.1,
-with one bucket, and the catalog settings that put a warehouse there as a deployment would on
-S3: Iceberg's S3FileIO, the credentials from ``${VAR}`` and ``file:``, path-style addressing.
+"""An S3 API for the lake's and the views' tests: moto's server (from PyPI) started per test module
+on 127.0.0.1, with one bucket, and the settings that put a warehouse (Iceberg's S3FileIO) or a
+checkpoint (Hadoop's S3A) there as a deployment would on S3: the credentials from ``${VAR}`` and
+``file:``, path-style addressing.
 
 Port: runtime.base_port - 3 (the session's PostgreSQL takes - 2, Redis - 1)."""
 
@@ -37,6 +38,14 @@ class S3Server:
         return {"io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "s3.endpoint": self.endpoint,
                 "s3.path-style-access": "true", "client.region": REGION,
                 "s3.access-key-id": f"${{{KEY_VARIABLE}}}", "s3.secret-access-key": f"file:{self.secret_file}"}
+
+    def s3a_conf(self) -> dict[str, str]:
+        """pipeline.spark.conf for Hadoop's S3A on this server (the views' checkpoint), secrets as the
+        catalog's are given."""
+        return {"spark.hadoop.fs.s3a.endpoint": self.endpoint, "spark.hadoop.fs.s3a.path.style.access": "true",
+                "spark.hadoop.fs.s3a.endpoint.region": REGION,
+                "spark.hadoop.fs.s3a.access.key": f"${{{KEY_VARIABLE}}}",
+                "spark.hadoop.fs.s3a.secret.key": f"file:{self.secret_file}"}
 
     def reader_properties(self) -> dict[str, str]:
         """pyiceberg's file system settings for a warehouse on this server (tests.lakekit.sql_catalog)."""

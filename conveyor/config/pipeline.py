@@ -186,7 +186,8 @@ class Realtime(Model):
 
     views: dict[Name, RealtimeView] = Field(default_factory=dict)
     #: Folder under runtime.home, or a URI of any Hadoop file system (file:///..., hdfs://...,
-    #: s3a://...); each job (set of views) has its own checkpoint folder in it.
+    #: s3://... through S3A, which takes the catalog's S3 options); each job (set of views) has its
+    #: own checkpoint folder in it.
     checkpoint: str = "realtime"
     #: The views' Redis: one server's URL, or a list of Redis Cluster nodes' URLs (some of them: the
     #: client discovers the rest; the first one's credentials and TLS apply to all). Unset, `conveyor

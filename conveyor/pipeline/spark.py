@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.config import Platform
 from conveyor.jars import maven_classpath
-from conveyor.pipeline.catalog import catalog_conf, on_s3, require_catalog
+from conveyor.pipeline.catalog import catalog_conf, require_catalog
 from conveyor.pipeline.errors import SparkSetupError
+from conveyor.pipeline.object_store import S3_JARS, needs_s3, s3a_conf
 from conveyor.pipeline.shipping import executor_env, ship
 
 if TYPE_CHECKING:
@@ -54,14 +55,9 @@ def pipeline_jars() -> list[str]:
             if Path(jar).parents[1].name not in shipped]
 
 
-#: Iceberg's S3FileIO with the AWS SDK: a session takes it only for a warehouse on S3 (a jar of
-#: tens of megabytes that every executor would fetch).
-AWS_BUNDLE = "iceberg-aws-bundle"
-
-
 def session_jars(platform: Platform) -> list[str]:
     """The pipelines' jars a session of ``platform`` needs."""
-    return [jar for jar in pipeline_jars() if on_s3(platform) or Path(jar).parents[1].name != AWS_BUNDLE]
+    return [jar for jar in pipeline_jars() if needs_s3(platform) or Path(jar).parents[1].name not in S3_JARS]
 
 
 def session_conf(platform: Platform, app_name: str, jars: list[str]) -> dict[str, str]:
@@ -74,6 +70,7 @@ def session_conf(platform: Platform, app_name: str, jars: list[str]) -> dict[str
         "spark.jars": ",".join([*jars, *spark.jars]),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         **catalog_conf(platform),
+        **s3a_conf(platform),
         "spark.sql.session.timeZone": "UTC",
         # Streaming reads of Kafka through the connector's first (V1) source. The V2 source of
         # Spark 4.1.1 fails a query that replays its last uncommitted batch after a restart: its

@@ -28,6 +28,7 @@ from conveyor.config import Part, Platform, RealtimeView
 from conveyor.gctune import tune_for_throughput
 from conveyor.pipeline.errors import PipelineError, RunFailedError, spark_failures
 from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, java_client_options, source_cluster
+from conveyor.pipeline.object_store import hadoop_uri
 from conveyor.pipeline.realtime.contracts import ViewContracts
 from conveyor.pipeline.realtime.deltas import CONTRACT, OUTPUT_DDL, latencies, merge, project
 from conveyor.pipeline.realtime.metrics import BatchReport, RealtimeMetrics, seconds_text
@@ -50,8 +51,8 @@ _KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 
 def checkpoint_location(platform: Platform, views: Mapping[str, RealtimeView]) -> str:
     """The job's checkpoint: under pipeline.realtime.checkpoint, a URI of any Hadoop file system
-    (file:///, hdfs://, s3a://: Spark writes it through Hadoop), else a folder under runtime.home."""
-    checkpoint = platform.pipeline.realtime.checkpoint
+    (file:///, hdfs://, s3:// or s3a://: Spark writes it through Hadoop), else a folder under runtime.home."""
+    checkpoint = hadoop_uri(platform.pipeline.realtime.checkpoint)
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", checkpoint):
         return f"{checkpoint.rstrip('/')}/{job_id(views)}"
     return str(platform.home / checkpoint / job_id(views))
