@@ -66,7 +66,7 @@ class S3Server:
 
 @pytest.fixture(scope="module")
 def s3_server(platform_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """The server for one test module (moto's server keeps a core busy while it runs)."""
+    """The server for one test module."""
     port = platform_data["runtime"]["base_port"] - 3
     folder = tmp_path_factory.mktemp("s3")
     secret_file = folder / "secret-key"

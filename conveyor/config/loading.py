@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,10 @@ from conveyor.config.checks import cross_checks
 from conveyor.config.platform import Platform
 from conveyor.config.problems import ConfigError, Problem
 from conveyor.config.units import DEFAULT_PLATFORM_FILE
+
+#: A deployed service's working folder, given by its unit or manifest: it stands for runtime.home,
+#: so that services sharing one platform file each keep their logs and scratch space apart.
+HOME_VARIABLE = "CONVEYOR_HOME"
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
@@ -87,7 +92,7 @@ def parse_platform(data: Any, root: Path = Path("."), source: str | Path | None 
 
 
 def load_platform(path: str | Path = DEFAULT_PLATFORM_FILE) -> Platform:
-    """Read and validate a platform file."""
+    """Read and validate a platform file; ``CONVEYOR_HOME``, when set, is its runtime.home."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -110,4 +115,7 @@ def load_platform(path: str | Path = DEFAULT_PLATFORM_FILE) -> Platform:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ConfigError([Problem("", f"{where}not valid YAML ({getattr(err, 'problem', err)})")], path) from None
+    home = os.environ.get(HOME_VARIABLE)
+    if home and isinstance(data, dict):
+        data = {**data, "runtime": {**(data.get("runtime") or {}), "home": home}}
     return parse_platform(data, root=path.resolve().parent, source=path)

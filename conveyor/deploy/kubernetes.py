@@ -5,8 +5,10 @@ a Deployment of one for the views job; a Service for each that serves, with prob
 /readyz.
 
 Every container reads the platform file and the contract files it names from the ConfigMap
-``conveyor-platform`` at /etc/conveyor, and its secrets (the ``${VAR}`` of platform.yaml) from the
-Secret ``conveyor-secrets``, which the team creates; its working folder is a volume of its own.
+``conveyor-platform`` at /etc/conveyor, the certificate files from the Secret ``conveyor-tls`` at
+/etc/conveyor/tls, and its secrets (the ``${VAR}`` of platform.yaml) from the Secret
+``conveyor-secrets``; the team creates both Secrets. Its working folder (``CONVEYOR_HOME``) is a
+volume of its own.
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from conveyor.config.loading import HOME_VARIABLE
 from conveyor.deploy.services import EnvRef, Probe, Service
 
 CONFIG_DIR = "/etc/conveyor"
 WORK_DIR = "/var/lib/conveyor"
 CONFIG_MAP = "conveyor-platform"
 SECRET = "conveyor-secrets"
+#: The certificate files platform.yaml names (the clusters' CA, the edges' certificate and key), as
+#: files of the Secret ``conveyor-tls``: platform.yaml names them under this folder.
+TLS_DIR = f"{CONFIG_DIR}/tls"
+TLS_SECRET = "conveyor-tls"
 #: Instances of each part that can run side by side (the views job is one query per checkpoint).
 REPLICAS = {"gateway": 2, "replicator": 2, "registrar": 1, "dispatcher": 2, "views": 1, "watcher": 1}
 
@@ -62,13 +69,15 @@ def _container(service: Service, image: str, args: tuple[str | EnvRef, ...]) -> 
         "args": _args(args),
         "workingDir": WORK_DIR,
         "envFrom": [{"secretRef": {"name": SECRET, "optional": True}}],
+        "env": [{"name": HOME_VARIABLE, "value": WORK_DIR}],
         "volumeMounts": [{"name": "platform", "mountPath": CONFIG_DIR, "readOnly": True},
+                         {"name": "tls", "mountPath": TLS_DIR, "readOnly": True},
                          {"name": "work", "mountPath": WORK_DIR}],
     }
     if any(isinstance(a, EnvRef) for a in args):
-        container["env"] = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                            {"name": "CONVEYOR_ADVERTISE",
-                             "value": f"$(POD_NAME).{service.name}:{service.ports['grpc']}"}]
+        container["env"] += [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                             {"name": "CONVEYOR_ADVERTISE",
+                              "value": f"$(POD_NAME).{service.name}:{service.ports['grpc']}"}]
     if args == service.args:
         container["ports"] = [{"name": name, "containerPort": port} for name, port in service.ports.items()]
         if service.probe is not None:
@@ -87,6 +96,7 @@ def _pod(service: Service, image: str, items: list[dict[str, str]], args: tuple[
             "terminationGracePeriodSeconds": 90,
             "containers": [_container(service, image, args)],
             "volumes": [{"name": "platform", "configMap": {"name": CONFIG_MAP, "items": items}},
+                        {"name": "tls", "secret": {"secretName": TLS_SECRET, "optional": True}},
                         {"name": "work", "emptyDir": {}}],
         },
     }

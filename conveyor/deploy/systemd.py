@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from conveyor.config.loading import HOME_VARIABLE
 from conveyor.deploy.services import EnvRef, Service
 
 #: Where each unit reads its secrets (``${VAR}`` of platform.yaml): /etc/conveyor/<unit>.env.
@@ -47,6 +48,7 @@ def unit(service: Service, program: str, description: str) -> str:
         f"EnvironmentFile=-{ENV_DIR}/{service.name}.env\n"
         f"StateDirectory={state}\n"
         f"WorkingDirectory=%S/{state}\n"
+        f"Environment={HOME_VARIABLE}=%S/{state}\n"
         "Restart=on-failure\n"
         "RestartSec=5s\n"
         # SIGTERM drains (the gateway answers what it holds, the lake finishes its commit).

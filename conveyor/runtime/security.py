@@ -17,7 +17,7 @@ import ipaddress
 import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +93,20 @@ class LocalSecurity:
             write_private(self.server_key, _pem_key(key))
             self.server_cert.write_bytes(_pem_cert(cert))
         return self.server_cert, self.server_key
+
+    def edge_certificate_for(self, hosts: Sequence[str], cert: Path, key: Path) -> None:
+        """A certificate for edges at ``hosts`` (names or IP addresses) besides 127.0.0.1 and
+        localhost, issued by the local CA, written to ``cert`` and ``key`` (PEM): for edges on
+        addresses of their own, as the hosts of a deployment tried on one machine."""
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+        from cryptography.x509 import load_pem_x509_certificate
+
+        self.ensure()
+        ca_key = load_pem_private_key(self.ca_key.read_bytes(), password=None)
+        ca_cert = load_pem_x509_certificate(self.ca_cert.read_bytes())
+        made_key, made = _local_certificate(ca_key, ca_cert, "conveyor-edge", hosts)  # type: ignore[arg-type]
+        write_private(key, _pem_key(made_key))
+        cert.write_bytes(_pem_cert(made))
 
     @property
     def principals_file(self) -> Path:
@@ -182,9 +196,9 @@ def _certificate_authority() -> tuple[EllipticCurvePrivateKey, Certificate]:
     return key, cert
 
 
-def _local_certificate(ca_key: EllipticCurvePrivateKey, ca_cert: Certificate,
-                       common_name: str) -> tuple[EllipticCurvePrivateKey, Certificate]:
-    """A certificate for 127.0.0.1 and localhost, for serving and for mutual TLS."""
+def _local_certificate(ca_key: EllipticCurvePrivateKey, ca_cert: Certificate, common_name: str,
+                       hosts: Sequence[str] = ()) -> tuple[EllipticCurvePrivateKey, Certificate]:
+    """A certificate for 127.0.0.1, localhost and ``hosts``, for serving and for mutual TLS."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -192,7 +206,12 @@ def _local_certificate(ca_key: EllipticCurvePrivateKey, ca_cert: Certificate,
 
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.timezone.utc)
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
             .issuer_name(ca_cert.subject).public_key(key.public_key())

@@ -306,3 +306,10 @@ def test_a_cluster_s_purpose_sets_its_defaults_and_what_may_go_with_it() -> None
         parse_platform(data, root=ROOT)
     assert {p.path for p in err.value.problems} == {"clusters.logs.failover", "routes.into-logs.mode",
                                                     "routes.into-logs.topics"}
+
+
+def test_conveyor_home_is_a_deployed_service_s_runtime_home(monkeypatch, tmp_path):
+    path = ROOT / "platform.yaml"
+    assert load_platform(path).home == ROOT / ".conveyor"
+    monkeypatch.setenv("CONVEYOR_HOME", str(tmp_path / "work"))
+    assert load_platform(path).home == tmp_path / "work"

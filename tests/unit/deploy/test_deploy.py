@@ -62,6 +62,8 @@ def test_every_unit_passes_systemd_analyze_and_a_broken_one_does_not(written: tu
         assert (checked.returncode, checked.stdout + checked.stderr) == (0, ""), unit.name
         text = unit.read_text()
         assert "Restart=on-failure" in text and f"EnvironmentFile=-/etc/conveyor/{unit.stem}.env" in text
+        state = f"conveyor/{unit.stem.removeprefix('conveyor-')}"
+        assert f"StateDirectory={state}\n" in text and f"Environment=CONVEYOR_HOME=%S/{state}\n" in text
     broken = tmp_path / "conveyor-broken.service"
     broken.write_text(files[0].read_text().replace(PROGRAM, str(tmp_path / "no-such-conveyor")))
     assert _verify(broken).returncode != 0
@@ -81,6 +83,8 @@ def test_the_manifests_pass_kubernetes_validate_and_a_broken_one_does_not(writte
     container = gateway["spec"]["template"]["spec"]["containers"][0]
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 18080, "scheme": "HTTPS"}
     assert container["livenessProbe"]["tcpSocket"] == {"port": 18080}  # alive while its clusters are down
+    assert {"name": "CONVEYOR_HOME", "value": "/var/lib/conveyor"} in container["env"]  # its working folder
+    assert {"name": "tls", "mountPath": "/etc/conveyor/tls", "readOnly": True} in container["volumeMounts"]
     watcher = next(d for d in documents if d["metadata"]["name"] == "conveyor-watcher" and d["kind"] == "Deployment")
     assert watcher["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/healthz"
     broken = tmp_path / "broken.yaml"

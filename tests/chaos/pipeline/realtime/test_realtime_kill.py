@@ -154,7 +154,6 @@ def test_killed_real_time_mode_jobs_leave_every_counter_exact(realtime_case, tmp
                               "malformed": traffic.bad, "duplicates": len(traffic.good) - len(distinct)}, context
 
 
-# Last in the module: moto's server, started for it, keeps a core busy until the module ends.
 def test_jobs_killed_with_their_host_resume_from_a_checkpoint_on_s3_and_leave_every_counter_exact(
         realtime_case, s3_server, tmp_path):
     case = realtime_case(partitions=PARTITIONS, ctr_lateness="10m", interest_lateness="10m",
