@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import httpx
 import yaml
 
-from conveyor.config import load_platform
+from conveyor.config import Platform, load_platform
 from conveyor.config.resolved import read_resolved_view
 from conveyor.deploy.kubernetes import CONFIG_DIR, TLS_DIR, WORK_DIR
 from conveyor.runtime.security import local_security
@@ -144,6 +145,49 @@ def _expand(text: str, env: dict[str, str]) -> str:
                   lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
+#: The topic the deployed services carry, and the data centres it is published in.
+TOPIC = "deployed-events"
+DCS = ("dc1", "dc2")
+
+
+def deployed_case(platform_data: dict[str, Any], platform_file: Path, lake_database: Any, s3_server: Any,
+                  folder: Path, hosts: list[str]) -> tuple[Platform, Deployed, list[dict[str, Any]]]:
+    """The session's platform with a topic of its own (routed from both data centres to central,
+    landed by the lake, counted by the views), every edge on TLS, the lake's catalog on PostgreSQL
+    with its warehouse and the views' checkpoint on object storage: as the test process sees it
+    (its users and ACLs granted, its topics made), as deployed on ``hosts``, and its manifests."""
+    from conveyor.topics import provisioner
+    from tests.conftest import platform_variant
+    from tests.realtimekit import views_of
+    from tests.s3kit import ACCESS_KEY, SECRET_KEY
+
+    data = copy.deepcopy(platform_data)
+    for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
+        if spec.get("contract"):
+            spec["contract"] = str(platform_file.parent / spec["contract"])
+    data["topics"][TOPIC] = {**data["topics"]["ad-events"], "partitions": 3, "consumers": ["lake", "realtime"]}
+    data["topics"][f"{TOPIC}-rejects"] = {"partitions": 1, "retention": "7d", "clusters": ["central"]}
+    data["routes"] = {f"{dc}-deployed": {"source": dc, "destination": "central", "topics": [TOPIC]} for dc in DCS}
+    for edge in ("gateway", "dispatch", "ops"):  # every edge serves TLS, as the demo's do
+        data[edge] = {**data.get(edge, {}), "tls": {}}
+    data["ops"]["components"] = {}  # the session's pages are on addresses no pod serves
+    data["pipeline"] = {
+        "source": "central",
+        "catalog": {"type": "jdbc", "uri": lake_database.url,
+                    "warehouse": s3_server.warehouse(f"{folder.name}/warehouse"),
+                    "options": {"jdbc.user": lake_database.user, **s3_server.catalog_options(),
+                                "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY}},
+        "spark": {"master": "local[1]", "driver_memory": "640m", "shuffle_partitions": 2},
+        "lake": {"topics": [TOPIC]},
+        "realtime": {"checkpoint": s3_server.warehouse(f"{folder.name}/checkpoints"), "trigger": "2s",
+                     "rejects_topic": f"{TOPIC}-rejects", "views": views_of(TOPIC, "2m", "10m")},
+    }
+    variant = platform_variant(data, folder / "variant.yaml")
+    provisioner.apply(variant, provisioner.plan(variant))
+    deployed = deployed_platform(data, folder / "variant.yaml", folder / "deployed", hosts)
+    return variant, deployed, manifests(deployed, folder)
+
+
 class NotReady(Exception):
     """A readiness probe that did not pass, and what it got."""
 
@@ -160,6 +204,10 @@ class Pod:
     folder: Path
     #: Pod DNS names (a StatefulSet's ``<pod>.<service>``) -> the addresses that stand for them.
     dns: dict[str, str] = field(default_factory=dict)
+    #: Arguments after the container's (a one-off run of a service's pod spec).
+    extra: tuple[str, ...] = ()
+    #: Arguments in place of the container's: a one-off command in a pod of this spec.
+    args: tuple[str, ...] | None = None
     process: subprocess.Popen | None = None
 
     @property
@@ -193,20 +241,45 @@ class Pod:
         return env
 
     def argv(self, env: dict[str, str]) -> list[str]:
-        command, *rest = [self._mapped(_expand(word, env)) for word in
-                          self.container["command"] + self.container.get("args", [])]
+        args = self.container.get("args", []) if self.args is None else list(self.args)
+        command, *rest = [self._mapped(_expand(word, env)) for word in self.container["command"] + args]
         assert command == "conveyor", command
-        return [str(Path(sys.executable).parent / "conveyor"), *rest]
+        return [str(Path(sys.executable).parent / "conveyor"), *rest, *self.extra]
+
+    @property
+    def log_file(self) -> Path:
+        # Beside the host's folder, not in it: the pod's log outlives the host, as a cluster's logs do.
+        return self.folder.with_name(f"{self.folder.name}.log")
 
     def start(self) -> None:
         (self.folder / "work").mkdir(parents=True)
         env = self.environment()
-        with (self.folder / "pod.log").open("ab") as out:
+        with self.log_file.open("ab") as out:
             self.process = subprocess.Popen(self.argv(env), cwd=self._mapped(self.container["workingDir"]), env=env,
                                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
+    @property
+    def part(self) -> str:
+        return self.container["name"]
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def lose(self) -> bool:
+        """The host lost: SIGKILL to every process of the pod, its folder deleted; True when it was
+        running (the loss landed)."""
+        assert self.process is not None
+        landed = self.alive()
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(60)
+        shutil.rmtree(self.folder)
+        return landed
+
     def log(self) -> str:
-        return (self.folder / "pod.log").read_text(errors="replace")[-3000:]
+        return self.log_file.read_text(errors="replace")[-3000:]
 
     def ready(self) -> bool:
         """The container's readiness probe, as written, against this host; NotReady says why not."""
@@ -249,3 +322,71 @@ class Pod:
 def addresses(worker: int, count: int) -> list[str]:
     """Host addresses of one pytest-xdist worker: 127.77.<worker>.2 and on (all on the loopback)."""
     return [f"127.77.{worker}.{n}" for n in range(2, 2 + count)]
+
+
+class Fleet:
+    """Every pod of the manifests, and their replacements on hosts of their own: a lost pod of a
+    Deployment comes back under a new name, one of a StatefulSet under its own (its DNS name then
+    stands for the new address), each at the next free address, from an empty folder."""
+
+    def __init__(self, documents: list[dict[str, Any]], deployed: Deployed, hosts: list[str], folder: Path) -> None:
+        self.deployed, self.folder = deployed, folder
+        self._hosts = iter(hosts)
+        self.pods: list[Pod] = []
+        self.dns: dict[str, str] = {}
+        self.cronjob = next(d for d in documents if d["kind"] == "CronJob")
+        for document in documents:
+            if document["kind"] in ("Deployment", "StatefulSet"):
+                for i in range(document["spec"]["replicas"]):
+                    self.pods.append(self._pod(document, i))
+
+    def _pod(self, workload: dict[str, Any], ordinal: int | None = None, extra: tuple[str, ...] = (),
+             args: tuple[str, ...] | None = None) -> Pod:
+        name = workload["metadata"]["name"]
+        if workload["kind"] == "StatefulSet":
+            pod = f"{name}-{ordinal}"
+        else:
+            pod = f"{name}-{uuid.uuid4().hex[:5]}"
+        address = next(self._hosts)
+        if workload["kind"] == "StatefulSet":
+            self.dns[f"{pod}.{name}"] = address
+        return Pod(workload, pod, address, self.deployed, self.folder / pod / address, self.dns, extra, args)
+
+    def of(self, part: str) -> list[Pod]:
+        return [pod for pod in self.pods if pod.part == part]
+
+    def replace(self, lost: Pod) -> Pod:
+        """A pod in place of ``lost`` (already lost), started."""
+        ordinal = int(lost.name.rsplit("-", 1)[1]) if lost.workload["kind"] == "StatefulSet" else None
+        pod = self._pod(lost.workload, ordinal, lost.extra)
+        self.pods[self.pods.index(lost)] = pod
+        pod.start()
+        return pod
+
+    def run(self, workload: dict[str, Any], *extra: str, args: tuple[str, ...] | None = None) -> Pod:
+        """A one-off pod of ``workload``, started: a CronJob's run, a service's pod spec with ``extra``
+        arguments, or ``args`` in place of its own."""
+        pod = self._pod(workload, extra=extra, args=args)
+        pod.start()
+        return pod
+
+    def stop(self) -> None:
+        for pod in self.pods:
+            pod.stop()
+
+
+class ServiceTransport(httpx.HTTPTransport):
+    """A Kubernetes Service in front of a pool of pods: each request goes to one of the pool's
+    running pods, whatever host the client named; a pod lost on the way is the client's retry."""
+
+    def __init__(self, fleet: Fleet, part: str, workload: str, verify: Any) -> None:
+        super().__init__(verify=verify)
+        self.fleet, self.part, self.workload = fleet, part, workload
+        self._turn = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        pool = [p for p in self.fleet.of(self.part) if p.workload["metadata"]["name"] == self.workload and p.alive()]
+        if pool:
+            self._turn += 1
+            request.url = request.url.copy_with(host=pool[self._turn % len(pool)].address)
+        return super().handle_request(request)

@@ -159,10 +159,12 @@ class Generator:
     centre later (same event, same id), until stopped."""
 
     def __init__(self, urls: dict[str, str], topic: str, token: str, limit: int, rng: random.Random,
-                 ledger: Ledger, rate: float, ca: str | bool = True) -> None:
-        """``ca``: the CA file the gateways' certificates are checked against."""
+                 ledger: Ledger, rate: float, ca: str | bool = True,
+                 transports: dict[str, httpx.BaseTransport] | None = None) -> None:
+        """``ca``: the CA file the gateways' certificates are checked against; ``transports``: per
+        data centre, what carries the SDK's requests (a Service in front of a pool of gateways)."""
         self.urls, self.topic, self.token, self.limit, self.ledger, self.rate = urls, topic, token, limit, ledger, rate
-        self.ca = ca
+        self.ca, self.transports = ca, transports or {}
         self.rngs = {dc: random.Random(rng.randrange(1 << 32)) for dc in urls}
         self.failures: list[BaseException] = []
         self._sent: list[dict[str, Any]] = []
@@ -195,7 +197,7 @@ class Generator:
         other = next(d for d in self.urls if d != dc)
         try:
             with Publisher(self.urls[dc], self.token, max_attempts=200, backoff=0.1, max_backoff=2.0,
-                           timeout=60, verify=self.ca) as publisher:
+                           timeout=60, verify=self.ca, transport=self.transports.get(dc)) as publisher:
                 while not self._stop.is_set():
                     batch = [self.event(rng) for _ in range(rng.randint(1, 20))]
                     with self.ledger.lock:
