@@ -17,8 +17,9 @@ app = typer.Typer(help="Write systemd units or Kubernetes manifests for the plat
                   no_args_is_help=True)
 
 def _loaded(path: Path) -> Platform:
-    """platform.yaml as written: a deployed service reads nothing `conveyor up` writes."""
-    platform = load_platform(path)
+    """platform.yaml as written: a deployed service reads nothing `conveyor up` writes, and the
+    secrets stay references that each host resolves (none need be set where this runs)."""
+    platform = load_platform(path, resolve_secrets=False)
     for name, cluster in platform.clusters.items():
         if cluster.bootstrap is None:
             err_console.print(f"[yellow]clusters.{name} has no bootstrap: only `conveyor up` on this machine starts "

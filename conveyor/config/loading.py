@@ -65,19 +65,23 @@ def _without_broken_entries(data: dict[str, Any], errors: list[dict[str, Any]]) 
     return trimmed
 
 
-def parse_platform(data: Any, root: Path = Path("."), source: str | Path | None = None) -> Platform:
-    """Validate already-parsed YAML; raise :class:`ConfigError` listing every problem."""
+def parse_platform(data: Any, root: Path = Path("."), source: str | Path | None = None,
+                   resolve_secrets: bool = True) -> Platform:
+    """Validate already-parsed YAML; raise :class:`ConfigError` listing every problem.
+    ``resolve_secrets`` False keeps each ``${VAR}`` and ``file:PATH`` as written, for what describes
+    the platform to another host (conveyor deploy) rather than connects to it."""
     if not isinstance(data, dict):
         raise ConfigError([Problem("", "the file must hold a mapping (clusters:, topics:, ...)")], source)
+    context = {"root": root, "resolve_secrets": resolve_secrets}
     try:
-        platform = Platform.model_validate({**data, "root": root}, context={"root": root})
+        platform = Platform.model_validate({**data, "root": root}, context=context)
     except ValidationError as err:
         errors = err.errors()
         problems = [Problem(_path(e["loc"]), _message(e)) for e in errors]
         trimmed = _without_broken_entries(data, errors)
         if trimmed is not None:
             try:
-                partial = Platform.model_validate({**trimmed, "root": root}, context={"root": root})
+                partial = Platform.model_validate({**trimmed, "root": root}, context=context)
             except ValidationError:
                 pass  # a reference check needs a valid remainder; the shape errors stand alone
             else:
@@ -91,8 +95,9 @@ def parse_platform(data: Any, root: Path = Path("."), source: str | Path | None 
     return platform
 
 
-def load_platform(path: str | Path = DEFAULT_PLATFORM_FILE) -> Platform:
-    """Read and validate a platform file; ``CONVEYOR_HOME``, when set, is its runtime.home."""
+def load_platform(path: str | Path = DEFAULT_PLATFORM_FILE, resolve_secrets: bool = True) -> Platform:
+    """Read and validate a platform file; ``CONVEYOR_HOME``, when set, is its runtime.home
+    (``resolve_secrets``: :func:`parse_platform`'s)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -118,4 +123,4 @@ def load_platform(path: str | Path = DEFAULT_PLATFORM_FILE) -> Platform:
     home = os.environ.get(HOME_VARIABLE)
     if home and isinstance(data, dict):
         data = {**data, "runtime": {**(data.get("runtime") or {}), "home": home}}
-    return parse_platform(data, root=path.resolve().parent, source=path)
+    return parse_platform(data, root=path.resolve().parent, source=path, resolve_secrets=resolve_secrets)

@@ -143,3 +143,21 @@ def test_a_lake_schedule_no_cronjob_can_keep_is_refused_naming_the_setting(tmp_p
     lake = next(s for s in services(load_platform(path), "/etc/conveyor/platform.yaml", "0.0.0.0")
                 if s.part == "lake")
     assert lake.args[lake.args.index("--every") + 1] == "7m"  # a unit's --every takes any period
+
+
+def test_units_and_manifests_are_written_without_the_secrets_they_name(tmp_path: Path):
+    shutil.copytree(ROOT / "contracts", tmp_path / "contracts")
+    data = yaml.safe_load(PLATFORM.read_text())
+    central = data["clusters"]["central"]
+    central.pop("security", None)
+    central["bootstrap"] = "kafka-central:9092"
+    central["credentials"] = {"gateway": {"sasl.username": "gateway", "sasl.password": "${CONVEYOR_UNSET_PASSWORD}"}}
+    (tmp_path / "platform.yaml").write_text(yaml.safe_dump(data))
+    out = tmp_path / "conveyor.k8s.yaml"
+    run = _conveyor("deploy", "kubernetes", "--platform", str(tmp_path / "platform.yaml"), "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    config = next(d for d in yaml.safe_load_all(out.read_text()) if d["kind"] == "ConfigMap")
+    assert "${CONVEYOR_UNSET_PASSWORD}" in config["data"]["platform.yaml"]  # each host resolves it
+    run = _conveyor("deploy", "systemd", "--platform", str(tmp_path / "platform.yaml"), "--out", str(tmp_path / "u"),
+                    "--program", PROGRAM)
+    assert run.returncode == 0, run.stderr
