@@ -12,7 +12,7 @@ from conveyor.config.machines import Machines
 from conveyor.config.policies import RewindPolicy
 from conveyor.config.tls import Tls
 from conveyor.config.tokens import TokenHash
-from conveyor.config.units import Model, Name, Secret, Seconds, SizeBytes
+from conveyor.config.units import Model, Name, Secret, Seconds, SizeBytes, is_reference
 
 #: The offset judging's own defaults: ``amplification`` below only exposes it.
 _REWIND = RewindPolicy()
@@ -153,7 +153,8 @@ class Ops(Model):
     def _valid(self) -> Ops:
         if self.request_p99_warn > self.request_p99_alarm:
             raise ValueError("request_p99_warn must not be above request_p99_alarm")
-        if self.notify_url is not None and not self.notify_url.get_secret_value().startswith(("http://", "https://")):
+        if self.notify_url is not None and not is_reference(self.notify_url) \
+                and not self.notify_url.get_secret_value().startswith(("http://", "https://")):
             raise ValueError("notify_url must start with http:// or https://")
         for name, url in self.components.items():
             if not url.startswith(("http://", "https://", "file:")):

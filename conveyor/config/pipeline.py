@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, SecretStr, Tag, field_validator, model_validator
 
-from conveyor.config.units import TOPIC_NAME, Model, Name, Secret, Seconds, resolve_secret
+from conveyor.config.units import TOPIC_NAME, Model, Name, Secret, Seconds, is_reference, resolve_secret
 
 
 #: Spark settings that pipeline.spark gives keys of their own.
@@ -95,7 +95,7 @@ _REDIS_URL = re.compile(r"^rediss?://\S+$")
 
 
 def _redis_url(value: SecretStr) -> SecretStr:
-    if not _REDIS_URL.match(value.get_secret_value()):
+    if not is_reference(value) and not _REDIS_URL.match(value.get_secret_value()):
         raise ValueError("must be a redis:// or rediss:// URL")
     return value
 

@@ -110,6 +110,13 @@ def resolve_secret(value: Any, info: ValidationInfo) -> Any:
     return value
 
 
+def is_reference(value: SecretStr) -> bool:
+    """Whether a secret is still ``${VAR}`` or ``file:PATH`` (a file read without resolving them):
+    its shape cannot be checked here."""
+    text = value.get_secret_value()
+    return bool(_ENV_REFERENCE.match(text)) or text.startswith("file:")
+
+
 #: A password, token or key: written as is, or as ``${ENV_VAR}`` or ``file:PATH``; masked in every
 #: repr, log line and printout.
 Secret = Annotated[SecretStr, BeforeValidator(resolve_secret)]

@@ -152,6 +152,8 @@ def test_units_and_manifests_are_written_without_the_secrets_they_name(tmp_path:
     central.pop("security", None)
     central["bootstrap"] = "kafka-central:9092"
     central["credentials"] = {"gateway": {"sasl.username": "gateway", "sasl.password": "${CONVEYOR_UNSET_PASSWORD}"}}
+    data["pipeline"]["realtime"]["redis"] = "${CONVEYOR_UNSET_REDIS}"  # a URL, checked where it is resolved
+    data["ops"]["notify_url"] = "file:/etc/conveyor/no-such-hook"
     (tmp_path / "platform.yaml").write_text(yaml.safe_dump(data))
     out = tmp_path / "conveyor.k8s.yaml"
     run = _conveyor("deploy", "kubernetes", "--platform", str(tmp_path / "platform.yaml"), "--out", str(out))
