@@ -10,6 +10,10 @@ kubernetes` writes for it, each run as a process on a host of its own.
   arguments with ``$(VAR)`` expanded from its environment, the ConfigMap's files and the Secret's
   mounted as folders, an empty working folder. What a pod's network gives it, the test maps: the
   host's address (127.77.<worker>.<n>) for ``0.0.0.0``, and for a StatefulSet pod's DNS name.
+- :class:`Fleet`: every pod of the manifests, their replacements after a host's loss, and one-off
+  pods of a spec (a CronJob's run, `conveyor verify`); :class:`ServiceTransport` stands for a
+  Service in front of a pool of pods.
+- :func:`deployed_case`: the platform both deploy tests run, with a topic of its own.
 """
 
 from __future__ import annotations

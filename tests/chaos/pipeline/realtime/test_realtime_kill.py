@@ -156,8 +156,10 @@ def test_killed_real_time_mode_jobs_leave_every_counter_exact(realtime_case, tmp
 
 def test_jobs_killed_with_their_host_resume_from_a_checkpoint_on_s3_and_leave_every_counter_exact(
         realtime_case, s3_server, tmp_path):
+    # A batch every 2 s: each one's checkpoint files go to S3 through S3A (a rename is a copy there).
     case = realtime_case(partitions=PARTITIONS, ctr_lateness="10m", interest_lateness="10m",
-                         spark={"conf": s3_server.s3a_conf()}, checkpoint=s3_server.warehouse(tmp_path.name))
+                         spark={"conf": s3_server.s3a_conf()}, checkpoint=s3_server.warehouse(tmp_path.name),
+                         trigger="2s")
     traffic, context = _killed_and_drained(case, tmp_path, duplicates=False, hosts=tmp_path / "hosts")
     job = job_id(job_views(case.platform))
     # Every run logged its batches there: the killed ones at least one each, the last one more.
