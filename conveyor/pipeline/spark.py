@@ -57,7 +57,8 @@ def pipeline_jars() -> list[str]:
 
 def session_jars(platform: Platform) -> list[str]:
     """The pipelines' jars a session of ``platform`` needs."""
-    return [jar for jar in pipeline_jars() if needs_s3(platform) or Path(jar).parents[1].name not in S3_JARS]
+    on_s3 = needs_s3(platform)
+    return [jar for jar in pipeline_jars() if on_s3 or Path(jar).parents[1].name not in S3_JARS]
 
 
 def session_conf(platform: Platform, app_name: str, jars: list[str]) -> dict[str, str]:

@@ -32,7 +32,6 @@ import ssl
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
