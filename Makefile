@@ -84,14 +84,15 @@ demo: setup
 # the seed is printed, replay it with CONVEYOR_CHAOS_SEED. The benches' smoke tests marked
 # bench_smoke (a platform each, 11 minutes together on two workers) run in make bench-smoke, not
 # here: they would add those 11 minutes to the suite's 35-45 on a fresh clone. The host-loss test
-# (tests/chaos/deploy, marked soak: every service from its manifest, whole hosts lost, 14 minutes)
-# runs in make soak.
+# (tests/chaos/deploy: every service from its manifest, whole hosts lost) is the first chaos file,
+# so it starts beside the system test.
 test: setup
-	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile --no-loadscope-reorder -m "not bench_smoke and not soak"
+	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile --no-loadscope-reorder -m "not bench_smoke"
 
 CONVEYOR_SOAK_MINUTES ?= 30
+CONVEYOR_HOST_LOSSES ?= 21
 soak: setup
-	CONVEYOR_SOAK_MINUTES=$(CONVEYOR_SOAK_MINUTES) $(BIN)/python -m pytest tests/system tests/chaos/deploy -q -s
+	CONVEYOR_SOAK_MINUTES=$(CONVEYOR_SOAK_MINUTES) CONVEYOR_HOST_LOSSES=$(CONVEYOR_HOST_LOSSES) $(BIN)/python -m pytest tests/system tests/chaos/deploy -q -s
 
 test-unit: setup
 	$(BIN)/python -m pytest tests/unit -q
