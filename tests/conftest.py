@@ -107,6 +107,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         report.sections.append(("chaos seed", f"seed {seeds[0]}: replay with CONVEYOR_CHAOS_SEED={seeds[0]}"))
 
 
+#: Test files that each run every service of a platform under faults. They share one pytest-xdist
+#: worker, one after the other: side by side, with the other worker's tests, their dozens of
+#: processes and JVMs starve the two cores (a lake run then took minutes to start).
+WHOLE_PLATFORM = ("tests/system/test_promise.py", "tests/chaos/deploy/test_host_loss.py")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (make test) with the files of WHOLE_PLATFORM as one unit of work."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class WholePlatformTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return WHOLE_PLATFORM[0] if scope in WHOLE_PLATFORM else scope
+
+    return WholePlatformTogether(config, log)
+
+
 def base_port() -> int:
     """The session's first port: CONVEYOR_TEST_BASE_PORT (default 29092), 2,000 lower for each
     further pytest-xdist worker, so that parallel workers' clusters never share a port. A session

@@ -30,6 +30,7 @@ from conveyor.service import serve
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from rich.console import Console
 
     from conveyor.pipeline.audit import HourAudit
     from conveyor.pipeline.lake import RunSummary, TopicRun
@@ -49,14 +50,14 @@ TopicsOption = Annotated[
 
 
 @contextmanager
-def _progress(spark: SparkSession, output: OutputFormat) -> Iterator[Callable[[str, str], None]]:
+def _progress(spark: SparkSession, drawn_on: Console) -> Iterator[Callable[[str, str], None]]:
     """A step callback drawing one line per topic, with the running Spark tasks."""
     from conveyor.pipeline.progress import SparkTasks
 
     tasks: dict[str, int] = {}
     current = {"topic": "", "step": ""}
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console if output is OutputFormat.table else err_console, transient=True) as progress:
+                  console=drawn_on, transient=True) as progress:
         def step(topic: str, what: str) -> None:
             if topic not in tasks:
                 tasks[topic] = progress.add_task(topic)
@@ -143,8 +144,10 @@ def run(
     lake_topics(model, topics)  # refuse unknown topics before Spark starts
     from conveyor.pipeline.spark import start_spark
     spark = start_spark(model, "conveyor-lake", err_console.status)
-    # A service has no terminal to draw on: its steps go to its log, where a slow run shows its time.
-    progress = partial(_progress, spark, output) if interval is None else _logged_steps
+    # A service, or a run with no terminal to draw on (a CronJob's pod, a pipe), logs its steps
+    # instead: its log shows where a slow run spent its time.
+    drawn_on = console if output is OutputFormat.table else err_console
+    progress = partial(_progress, spark, drawn_on) if interval is None and drawn_on.is_terminal else _logged_steps
     job = LakeJob(spark, LakeConfig(model, topics, metrics_file), progress,
                   partial(print_summary, output=output))
     if interval is None:
