@@ -84,8 +84,8 @@ demo: setup
 # the seed is printed, replay it with CONVEYOR_CHAOS_SEED. The benches' smoke tests marked
 # bench_smoke (a platform each, 11 minutes together on two workers) run in make bench-smoke, not
 # here: they would add those 11 minutes to the suite's 35-45 on a fresh clone. The host-loss test
-# (tests/chaos/deploy: every service from its manifest, whole hosts lost) is the first chaos file,
-# so it starts beside the system test.
+# (tests/chaos/deploy: every service from its manifest, whole hosts lost) runs on the system test's
+# worker, after it (tests/conftest.py, WHOLE_PLATFORM): side by side they starve the two cores.
 test: setup
 	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile --no-loadscope-reorder -m "not bench_smoke"
 
