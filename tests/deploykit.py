@@ -183,7 +183,7 @@ def deployed_case(platform_data: dict[str, Any], platform_file: Path, lake_datab
                                 "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY}},
         "spark": {"master": "local[1]", "driver_memory": "640m", "shuffle_partitions": 2},
         "lake": {"topics": [TOPIC]},
-        "realtime": {"checkpoint": s3_server.warehouse(f"{folder.name}/checkpoints"), "trigger": "2s",
+        "realtime": {"checkpoint": s3_server.warehouse(f"{folder.name}/checkpoints"), "trigger": "5s",
                      "rejects_topic": f"{TOPIC}-rejects", "views": views_of(TOPIC, "2m", "10m")},
     }
     variant = platform_variant(data, folder / "variant.yaml")

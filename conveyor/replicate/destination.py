@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from conveyor import kafka
 from conveyor.config import Platform, Route, Topic
 from conveyor.replicate.topic_configs import (
     MIN_INSYNC,
@@ -66,7 +65,8 @@ def _mirrored(platform: Platform, route: Route, name: str, source: Mapping[str, 
     return factor, mirror_configs(name, source, route.destination, factor, cluster.default_min_insync)
 
 
-def sync_topics(platform: Platform, route: Route, counts: Mapping[str, int], source_admin: AdminClient) -> TopicSync:
+def sync_topics(platform: Platform, route: Route, counts: Mapping[str, int], source_admin: AdminClient,
+                destination_admin: AdminClient) -> TopicSync:
     """Create or grow every topic of ``counts`` (name -> source partitions) on the destination, and
     bring the configs of undeclared ones to their source's."""
     cluster = platform.cluster(route.destination)
@@ -74,7 +74,7 @@ def sync_topics(platform: Platform, route: Route, counts: Mapping[str, int], sou
     undeclared = sorted(name for name in counts if name not in declared)
     source_configs = read_configs(source_admin, undeclared, MIRRORED)
     managed = set(MIRRORED) | {key for topic in declared.values() for key in topic.kafka_configs(cluster)}
-    snap = snapshot(platform, route.destination, kafka.admin(platform, route.destination), managed, only=set(counts))
+    snap = snapshot(platform, route.destination, destination_admin, managed, only=set(counts))
 
     specs = {name: topic.model_copy(update={"partitions": max(counts[name], topic.partitions), "clusters": None})
              for name, topic in declared.items()}

@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from conveyor import kafka
 from conveyor.bus.registry import Registry
@@ -64,6 +65,10 @@ class Worker:
         self._pause_pending = False
         #: Per undeclared topic, the source configs its copy does not have (logged when they change).
         self.differences: dict[str, tuple[ConfigDifference, ...]] = {}
+        #: Discovery's admin clients of the source and the destination, kept for the worker's life:
+        #: a new secured client every discovery (each 2 s by default) cost a TLS handshake and a
+        #: SCRAM exchange with a broker each time, most of an idle worker's CPU.
+        self._admins: tuple[AdminClient, AdminClient] | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -93,18 +98,20 @@ class Worker:
                 self.state.platform = self.state.platform.with_requested(requested)
                 self._requested = requested
         platform, route = self.state.platform, self.route
-        source_admin = kafka.admin(platform, route.source)
+        if self._admins is None:
+            self._admins = kafka.admin(platform, route.source), kafka.admin(platform, route.destination)
+        source_admin, destination_admin = self._admins
         metadata = source_admin.list_topics(timeout=10)
         counts = {name: len(t.partitions) for name, t in metadata.topics.items()
                   if not t.error and platform.copies(self.state.name, name)}
         differences = {}
         if counts:
-            synced = sync_topics(platform, route, counts, source_admin)
+            synced = sync_topics(platform, route, counts, source_admin, destination_admin)
             for change in synced.changes:
                 log.info("%s: destination %s: %s %s", self.state.name, change.topic, change.kind.value, change.detail)
             differences = synced.differences
         self._report(differences)
-        destination = kafka.admin(platform, route.destination).list_topics(timeout=10)
+        destination = destination_admin.list_topics(timeout=10)
         with self.state.lock:
             self.state.source_counts = counts
             self.state.destination_counts = {name: len(destination.topics[name].partitions)
