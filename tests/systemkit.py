@@ -96,6 +96,19 @@ class Proc:
                 self.process.wait(30)
 
 
+class Phases:
+    """Seconds each phase of a long test took, printed with its outcome: where a slow run spent its
+    time. ``mark(name)`` ends the phase ``name``, begun where the last one ended."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic()
+        self.seconds[name], self._last = round(now - self._last), now
+
+
 def pause_pid(pid: int, seconds: float) -> None:
     os.kill(pid, signal.SIGSTOP)
     try:

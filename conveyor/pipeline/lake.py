@@ -59,6 +59,10 @@ CONTRACT_HEADER_COLUMN = "contract_header"
 #: The gateway's mark of fields outside the contract version (kafka_source.EXTRA_FIELDS_SQL).
 EXTRA_FIELDS_COLUMN = "extra_fields"
 
+#: The step a run reports as it starts reading the range and writing its rows (a run with no
+#: terminal logs each step: where it is in a run can be read from its log).
+WRITING_ROWS = "reading, parsing and committing rows"
+
 #: Called with (topic, what the run is doing now) for progress display.
 StepCallback = Callable[[str, str], None]
 
@@ -389,7 +393,7 @@ class _TopicLanding:
         checked = "read" if not jvm_only else "needing"  # needing is 0 once a JVM-only commit stands
         try:
             if self.data in stale:
-                self.step("reading, parsing and committing rows")
+                self.step(WRITING_ROWS)
                 window = dedup_window(self.platform, self.topic)
                 since = listed_at - timedelta(seconds=window) if window > 0 else None
                 raw = col("raw_value")

@@ -50,7 +50,7 @@ from tests.dispatchkit import MAILER_TOKEN
 from tests.lakekit import lake_database, postgres_server, racing_run, read_back, read_back_columns  # noqa: F401
 from tests.realtimekit import views_of
 from tests.replicatekit import read_records
-from tests.systemkit import Generator, Ledger, Proc, conveyor, http_ready, pause_pid
+from tests.systemkit import Generator, Ledger, Phases, Proc, conveyor, http_ready, pause_pid
 
 pytestmark = pytest.mark.system
 
@@ -286,25 +286,19 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(  # noq
     faults = Faults(random.Random(chaos_rng.randrange(1 << 32)), procs, local, postgres_server)
     urls = {dc: f"https://127.0.0.1:{ports[f'gateway-{dc}']}" for dc in DCS}
     limit = event_limit(2**20, BROKER_DEFAULT_MAX)
-    #: Seconds each phase took, printed with the figures: where a slow run spent its time.
-    phases: dict[str, float] = {}
-    last = [time.monotonic()]
-
-    def phase(name: str) -> None:
-        now = time.monotonic()
-        phases[name], last[0] = round(now - last[0]), now
+    phases = Phases()
 
     try:
         for proc in procs.values():
             proc.start()
         subscriber.start()
-        phase("start")
+        phases.mark("start")
         contract = Contract(platform, urls, ca)
         with Generator(urls, TOPIC, "demo-adserver-token", limit, chaos_rng, ledger, RATE, ca) as generator:
             registering = contract.register_at(time.monotonic() + MINUTES * 30)
             faults.run(time.monotonic() + MINUTES * 60)
         registering.join(300)
-        phase("traffic")
+        phases.mark("traffic")
         assert contract.answer is not None and contract.answer["version"] == 2, contract.tries
         assert faults.error is None, (faults.log, faults.error)
         assert not generator.failures, generator.failures
@@ -334,7 +328,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(  # noq
         # Leaders move after restarts; the lake's table may not exist yet when first looked at.
         eventually(on_central, 600, "every accepted event on central", errors=(KafkaException,))
         eventually(in_the_lake, 900, "every accepted event in the lake", errors=(NoSuchTableError,), interval=5)
-        phase("central and lake")
+        phases.mark("central and lake")
         for runner in ("lake-a", "lake-b"):
             procs[runner].stop()
         landed, lost_commits, lineage = read_back(lake_database, warehouse, TOPIC)
@@ -355,14 +349,14 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(  # noq
         eventually(lambda: dispatch_check(platform, TOPIC, GROUP).backlog == 0, 600,
                    "the dispatcher group acked to the end", errors=(KafkaException, ConveyorError))
         assert accepted <= set(delivered)
-        phase("dispatcher")
+        phases.mark("dispatcher")
 
         # The views: stopped, then finished over what central holds now.
         procs["views"].stop()
         finish = subprocess.run(conveyor("views", "run", "--available-now", "--platform", str(path)),
                                 capture_output=True, text=True, timeout=900)
         assert finish.returncode == 0, finish.stderr[-3000:]
-        phase("views")
+        phases.mark("views")
 
         # One checker of every sink: the lake against the accepted ids, the audit per hour (a resend
         # through the other data centre is counted by both gateways and dropped once by the lake),
@@ -373,7 +367,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(  # noq
         verify = subprocess.run(conveyor("verify", "--platform", str(path), "--accepted", str(accepted_file),
                                          "--dispatch-group", f"{TOPIC}:{GROUP}", "--min-events", "1", "-o", "json"),
                                 capture_output=True, text=True, timeout=900)
-        phase("verify")
+        phases.mark("verify")
         checks = json.loads(verify.stdout[:verify.stdout.rindex("}") + 1])["checks"]
         assert verify.returncode == 0, [c for c in checks if c["verdict"] != "PASS"]
         checked = {check["invariant"] for check in checks if check["verdict"] == "PASS"}
@@ -401,7 +395,7 @@ def test_every_accepted_event_is_counted_once_in_every_sink_under_faults(  # noq
     finally:
         if faults.crashes:
             print(f"processes that ended on their own: {faults.crashes}")
-        print(f"seconds per phase: {phases}")
+        print(f"seconds per phase: {phases.seconds}")
         subscriber.stop()
         for proc in procs.values():
             proc.stop()

@@ -38,21 +38,19 @@ from confluent_kafka import KafkaException
 from pyiceberg.exceptions import NoSuchTableError
 
 from conveyor.limits import BROKER_DEFAULT_MAX, event_limit
+from conveyor.pipeline.lake import WRITING_ROWS
 from tests.conftest import eventually
 from tests.deploykit import DCS, TOPIC, Fleet, NotReady, Pod, ServiceTransport, addresses, deployed_case
 from tests.lakekit import lake_database, postgres_server, read_back  # noqa: F401
 from tests.replicatekit import read_records
 from tests.s3kit import s3_server  # noqa: F401
-from tests.systemkit import Generator, Ledger
+from tests.systemkit import Generator, Ledger, Phases
 
 pytestmark = pytest.mark.chaos
 
 TOKEN = "demo-adserver-token"
 #: Events a second per data centre: the hosts, not the rate, are what this test puts under strain.
 RATE = 20.0
-#: What a lake run logs as it starts writing its rows (`lake run` logs its steps with no terminal to
-#: draw them on): a loss after it lands mid-write.
-WRITING = "reading, parsing and committing rows"
 KINDS = ("gateway", "replicator", "registrar", "dispatcher", "views", "watcher", "lake")
 LOSSES = int(os.environ.get("CONVEYOR_HOST_LOSSES", len(KINDS)))
 
@@ -94,7 +92,7 @@ class LakeSchedule:
         run = self.current
         if run is None or not run.alive():
             return None
-        return run if WRITING in run.log_file.read_text(errors="replace") else None
+        return run if WRITING_ROWS in run.log_file.read_text(errors="replace") else None
 
     def stop(self, finish: bool = True) -> None:
         """No run after the current one, which is let finish, or lost (``finish`` False)."""
@@ -123,20 +121,14 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
     ledger = Ledger()
     losses: list[str] = []
     schedule = LakeSchedule(fleet)
-    #: Seconds each phase took, printed: where a slow run spent its time.
-    phases: dict[str, float] = {}
-    last = [time.monotonic()]
-
-    def phase(name: str) -> None:
-        now = time.monotonic()
-        phases[name], last[0] = round(now - last[0]), now
+    phases = Phases()
 
     try:
         for pod in fleet.pods:
             pod.start()
         for pod in fleet.pods:
             _ready(pod)
-            phase(f"ready {pod.part}")
+            phases.mark(f"ready {pod.part}")
         ports = {pod.workload["metadata"]["name"]: pod.container["ports"][0]["containerPort"]
                  for pod in fleet.of("gateway")}
         urls = {dc: f"https://conveyor-gateway-{dc}:{ports[f'conveyor-gateway-{dc}']}" for dc in DCS}
@@ -156,13 +148,13 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
                     else:
                         raise AssertionError("five lake runs ended before their loss")
                     losses.append(f"lake {run.name} while writing")
-                    phase("lose lake")
+                    phases.mark("lose lake")
                     continue
                 lost = chaos_rng.choice(fleet.of(kind))
                 assert lost.ready() and lost.lose(), f"{lost.name} was not serving: {lost.log()}"
                 losses.append(f"{kind} {lost.name} at {lost.address}")
                 _ready(fleet.replace(lost))
-                phase(f"lose {kind}")
+                phases.mark(f"lose {kind}")
         context = f"hosts lost: {losses}"
         assert not generator.failures, (generator.failures, context)
         assert {loss.split()[0] for loss in losses} == set(KINDS), context
@@ -176,7 +168,7 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
         # The schedule goes on until the lake holds them.
         eventually(lambda: set(read_back(lake_database, warehouse, TOPIC, reader)[0]) >= accepted, 600,
                    f"every accepted event in the lake ({context})", errors=(NoSuchTableError,), interval=5)
-        phase("central and lake")
+        phases.mark("central and lake")
         schedule.stop()
         assert not schedule.failed, (schedule.failed, context)
         landed, _, lineage = read_back(lake_database, warehouse, TOPIC, reader)
@@ -187,7 +179,7 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
         views.stop()
         finish = fleet.run(views.workload, "--available-now")
         assert finish.process is not None and finish.process.wait(600) == 0, finish.log()
-        phase("views finished")
+        phases.mark("views finished")
 
         # The checker on a host of its own, with a pod's platform file, secrets and empty folder.
         accepted_file = tmp_path / "accepted.ndjson"
@@ -201,11 +193,11 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
         first = next(i for i, line in enumerate(lines) if line.startswith("{"))  # its logs come before
         text = "\n".join(lines[first:])
         checks = json.loads(text[:text.rindex("}") + 1])["checks"]
-        phase("verify")
+        phases.mark("verify")
         assert verify.process.returncode == 0, [c for c in checks if c["verdict"] != "PASS"]
         assert {c["invariant"] for c in checks if c["verdict"] == "PASS"} == {"lake", "audit", "views", "replication"}
         print(f"{len(accepted)} events accepted, {schedule.runs} lake runs; {context}")
     finally:
-        print(f"seconds per phase: {phases}")
+        print(f"seconds per phase: {phases.seconds}")
         schedule.stop(finish=False)
         fleet.stop()
