@@ -306,7 +306,12 @@ class Registry:
                 return result
             except KafkaException as err:
                 error = err.args[0]
-                if attempt == ATTEMPTS or not (error.retriable() or error.code() in _FENCED):
+                # Writers of the one transactional id fence each other: one fenced in the middle of
+                # its commit may get a fatal or abortable error instead of a fencing code (gateways
+                # starting together saw "EndTxn commit failed: Unknown broker error"). Each attempt
+                # is a new producer, and reads the registry again, so it is safe to go again.
+                again = error.retriable() or error.code() in _FENCED or error.fatal() or error.txn_requires_abort()
+                if attempt == ATTEMPTS or not again:
                     raise RegistryUnavailable(f"{what} failed: {error.str()}") from None
                 log.info("%s: fenced or interrupted (%s); trying again", what, error.str())
         raise AssertionError("unreachable")
