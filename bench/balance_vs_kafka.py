@@ -113,10 +113,10 @@ def _create(platform: Platform, rng: random.Random, scale: float) -> None:
 
 
 class Traffic:
-    """Producers at each topic's rate and consumer groups tailing them, in threads."""
+    """Producers at ``scale`` times each topic's rate and consumer groups tailing them, in threads."""
 
-    def __init__(self, platform: Platform) -> None:
-        self.platform, self.stop = platform, threading.Event()
+    def __init__(self, platform: Platform, scale: float = 1.0) -> None:
+        self.platform, self.stop, self.scale = platform, threading.Event(), scale
         self.threads = [threading.Thread(target=self._produce, daemon=True)]
         for name, (_, _, fanout, _) in TOPICS.items():
             self.threads += [threading.Thread(target=self._consume, args=(name, g), daemon=True) for g in range(fanout)]
@@ -127,7 +127,7 @@ class Traffic:
         while not self.stop.is_set():
             started = time.monotonic()
             for name, (_, rate, _, _) in TOPICS.items():
-                for _ in range(max(rate // 10_000, 1)):  # 1 KB messages, a tenth of a second's worth
+                for _ in range(max(round(rate * self.scale) // 10_000, 1)):  # 1 KB messages, a tenth of a second's worth
                     try:
                         producer.produce(name, payload)
                     except BufferError:
@@ -268,7 +268,8 @@ def main() -> None:
                         help=f"traffic measuring window (at least {3 * SCRAPE_SECONDS} s: three scrapes)")
     parser.add_argument("--throttle", type=int, default=2 * 2**20, help="bytes/s for the throttled move")
     parser.add_argument("--scale", type=float, default=1.0,
-                        help="share of each topic's preloaded data (the bytes the moves carry shrink with it)")
+                        help="share of each topic's preloaded data and of its traffic (the bytes the moves carry "
+                             "shrink with it)")
     args = parser.parse_args()
     args.seconds = max(args.seconds, 3 * SCRAPE_SECONDS)
     if not 0 < args.scale <= 1:
@@ -284,7 +285,7 @@ def main() -> None:
             platform = local.clients
             with console.status("creating skewed topics and preloading data"):
                 _create(platform, random.Random(5), args.scale)
-            with Traffic(platform):
+            with Traffic(platform, args.scale):
                 with console.status(f"measuring traffic for {args.seconds:g} s and planning"):
                     comparison = compare(platform, console, args.seconds)
                 with console.status("scale-out: throttled and unthrottled moves onto a 6th broker"):

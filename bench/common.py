@@ -55,13 +55,18 @@ def write_results(name: str, document: Mapping[str, Any], show: bool = False) ->
     return path
 
 
-def demo_data() -> dict[str, Any]:
-    """platform.yaml's content without the demo's Prometheus and Alertmanager: a bench runs a
-    platform of its own on ports of its own, and its measurements share the cores with no scraper."""
-    data = yaml.safe_load(DEMO_PLATFORM.read_text())
-    for monitor in ("prometheus", "alertmanager"):
+def without_monitoring(data: dict[str, Any]) -> dict[str, Any]:
+    """A platform file's ``data`` without the demo's Prometheus, Alertmanager and node_exporter: a
+    bench runs a platform of its own on ports of its own (theirs are fixed, and would clash with a
+    demo's or another bench's), and its measurements share the cores with no scraper."""
+    for monitor in ("prometheus", "alertmanager", "node_exporter"):
         data["runtime"].pop(monitor, None)
     return data
+
+
+def demo_data() -> dict[str, Any]:
+    """platform.yaml's content, without its monitoring (:func:`without_monitoring`)."""
+    return without_monitoring(yaml.safe_load(DEMO_PLATFORM.read_text()))
 
 
 def in_clear(data: dict[str, Any]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ import yaml
 from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
-from bench.common import in_clear, write_results
+from bench.common import in_clear, without_monitoring, write_results
 from conveyor import kafka
 from conveyor.config import Platform, load_platform, load_resolved_platform
 from conveyor_sdk.subscriber import Message, Subscriber
@@ -60,10 +60,9 @@ def _with_topics(source: Path, folder: Path, base_port: int | None, topics: list
                  backend: str = "classic") -> Path:
     data = in_clear(yaml.safe_load(source.read_text()))
     data["dispatch"] = {**(data.get("dispatch") or {}), "backend": backend}
-    if base_port is not None:  # a platform of its own, without the demo's Prometheus and Alertmanager
+    if base_port is not None:  # a platform of its own
         data["runtime"].update(home=str(folder / "home"), base_port=base_port)
-        for monitor in ("prometheus", "alertmanager"):
-            data["runtime"].pop(monitor, None)
+        without_monitoring(data)
     for topic in data["topics"].values():  # the file is written elsewhere: keep contracts findable
         if "contract" in topic:
             topic["contract"] = str(source.parent / topic["contract"])
