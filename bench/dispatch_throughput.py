@@ -306,8 +306,8 @@ def backend_scenarios(platform: Platform, node: str, topics: dict[str, str], lab
 
 
 def run(platform_path: Path, quick: bool, node_port: int) -> dict[str, Any]:
-    counts = (1_500, 30_000) if quick else (4_500, 200_000)
-    paced = (1_000, 10) if quick else (2_000, 20)  # messages/s, seconds
+    counts = (600, 10_000) if quick else (4_500, 200_000)
+    paced = (500, 4) if quick else (2_000, 20)  # messages/s, seconds
     scenario_topics = ("slow", "fast-sub", "fast-frame", "latency")
     names = {k: f"bench-dispatch-{k}-{uuid.uuid4().hex[:6]}" for k in ("plain", "share", "plain-latency")}
     backends = {backend: {k: f"bench-dispatch-{backend}-{k}-{uuid.uuid4().hex[:6]}" for k in scenario_topics}

@@ -6,9 +6,9 @@ split into files by part so that pytest-xdist spreads them over its workers; tho
 ``bench_smoke`` (a platform each) run in ``make bench-smoke`` only, the rest in ``make test`` too.
 
 Ports: a bench's platform starts 700 above the session's first port. A session holds ports from
-its first port - 600 to + 610 (tests/conftest.base_port), and the next worker's sessions begin
-1,400 above, so a bench may use up to about +690 from its own first port (the largest offset a
-bench adds is 501, a gateway's; the dispatcher bench's node takes +400 to +403).
+its first port - 600 to + 661 (tests/conftest.base_port), and the next worker's sessions begin
+2,000 below, so a bench may use up to about +690 from its own first port (the largest offset a
+bench adds is 640, the balance bench's Prometheus; the dispatcher bench's node takes +400 to +403).
 """
 
 from __future__ import annotations

@@ -63,6 +63,9 @@ EXTRA_FIELDS_COLUMN = "extra_fields"
 #: terminal logs each step: where it is in a run can be read from its log).
 WRITING_ROWS = "reading, parsing and committing rows"
 
+#: The step of a run that found columns in a contract version the table does not have yet.
+ADDING_COLUMNS = "adding the columns of new contract versions"
+
 #: Called with (topic, what the run is doing now) for progress display.
 StepCallback = Callable[[str, str], None]
 
@@ -316,11 +319,12 @@ class _TopicLanding:
         self.versions = tuple((v.version, v.id, v.schema) for v in versions)
         self.schema_text = versions[-1].schema
         columns = versions_columns(self.topic, [v.parsed for v in versions])
-        if columns != self.columns:
-            self.step("adding the columns of new contract versions")
+        # As a set: the registry keeps a schema's properties sorted, the contract file in its own order.
+        if not set(columns) <= set(self.columns):
+            self.step(ADDING_COLUMNS)
             with guard.conflicts(self.data):
                 ensure_tables(self.spark, self.topic, columns)
-            self.columns = columns
+        self.columns = columns
 
     def _land(
         self, plan: RangePlan, stale: list[str], commit: _CommitPlan, listed_at: datetime, bad_before: bool
