@@ -19,7 +19,7 @@ from conveyor.replicate.metrics import ReplicateMetrics
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 #: The watcher's counters (built on each scrape, beside its state's gauges).
 _OPS_COUNTERS = ("conveyor_ops_rounds", "conveyor_ops_round_errors", "conveyor_ops_admin_calls",
-                 "conveyor_ops_offset_findings", "conveyor_ops_sample_failures")
+                 "conveyor_ops_offset_findings", "conveyor_ops_sample_failures", "conveyor_ops_cluster_leader_moves")
 
 
 def _names(registry: CollectorRegistry) -> set[str]:

@@ -70,13 +70,16 @@ class OpsCollector(Collector):
                                        "behind the log start seen", labels=["cluster", "group", "kind"])
         sample_failures = CounterMetricFamily("conveyor_ops_sample_failures", "Rounds in which a cluster could "
                                               "not be sampled", labels=["cluster"])
+        leader_moves = CounterMetricFamily("conveyor_ops_cluster_leader_moves", "Partitions whose leader moved, "
+                                           "round to round, by cluster metadata", labels=["cluster"])
         for cw in watcher.clusters:
             for call, n in sorted(cw.calls_total.items()):
                 calls.add_metric([cw.cluster, call], n)
             for (group, kind), n in sorted(cw.findings_total.items()):
                 findings.add_metric([cw.cluster, group, kind], n)
             sample_failures.add_metric([cw.cluster], cw.failures)
-        yield from (calls, findings, sample_failures)
+            leader_moves.add_metric([cw.cluster], cw.leader_moves_total)
+        yield from (calls, findings, sample_failures, leader_moves)
         state = watcher.state
         if state is not None:
             yield from self._state(state)

@@ -157,6 +157,9 @@ class ClusterWatch:
         #: Distinct offset findings seen since start, by (group, kind): each counted once.
         self.findings_total: Counter[tuple[str, str]] = Counter()
         self.calls_total: Counter[str] = Counter()
+        #: Partitions whose leader moved, round to round, since start: a counter, which a scrape
+        #: cannot miss, where the window's count is back to 0 a few rounds after the move.
+        self.leader_moves_total = 0
         self.failures = 0
 
     def cycle(self) -> ClusterReport:
@@ -177,7 +180,9 @@ class ClusterWatch:
             self.tracker.push(snapshot)
             self.calls_total.update(snapshot.calls)
             leaders = snapshot.leaders()
-            self._changes.append((at, leader_moves(self._leaders, leaders) if self._leaders is not None else 0))
+            moved = leader_moves(self._leaders, leaders) if self._leaders is not None else 0
+            self._changes.append((at, moved))
+            self.leader_moves_total += moved
             self._leaders = leaders
         groups = self.tracker.evaluate(at, self.lag_policy, self.rewind_policy, self.schedules)
         self._count_findings(groups)

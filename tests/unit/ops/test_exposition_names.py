@@ -98,7 +98,8 @@ def _watcher() -> CollectorRegistry:
                            metadata=MetadataCounts(under_replicated=1, offline=0))
     watcher = SimpleNamespace(cycles=3, cycle_errors=0, state=OpsState("demo", at, 5.0, (report,), ()),
                               clusters=[SimpleNamespace(cluster="central", calls_total={"metadata": 3},
-                                                        findings_total={("mailer", "rewind"): 1}, failures=0)])
+                                                        findings_total={("mailer", "rewind"): 1}, failures=0,
+                                                        leader_moves_total=2)])
     registry = CollectorRegistry()
     registry.register(OpsCollector(watcher))  # type: ignore[arg-type]
     return _with(registry, EdgeGuard("dashboard", Connections()))
