@@ -124,7 +124,7 @@ def broker_rules(ops: Ops) -> list[AlertRule]:
                   + " > 0", "warning", "in-sync replica sets shrank on {{ $labels.node }} in the last 5 minutes", "0s",
                   "the followers' network, disk and GC pauses, a broker going down, replica.lag.time.max.ms"),
         # From the watcher's counter, not its window's gauge: the gauge is back to 0 a few rounds
-        # after a move, and a scrape between those rounds missed it (seen in tests/integration/ops).
+        # after a move, and a scrape between those rounds would miss it.
         AlertRule("KafkaLeaderChanges", "increase(conveyor_ops_cluster_leader_moves_total[5m]) > 0", "warning",
                   "partition leaders moved on {{ $labels.cluster }} in the last 5 minutes", "0s",
                   "brokers restarting or fenced (session timeouts), leaders flapping between brokers; with acks=1 "
