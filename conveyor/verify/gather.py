@@ -99,30 +99,41 @@ def _against_source(spark: SparkSession, platform: Platform, topic: str, rows: D
 def lake_once(spark: SparkSession, platform: Platform, topic: str, accepted: set[str] | None) -> LakeOnce:
     """The topic's table against itself, against the topic's records on the source cluster and,
     given them, the accepted ids (all compared in Spark)."""
-    from pyspark.sql.functions import col, count, count_distinct, lit
-
     with spark_failures(f"verify {topic}"):
         if not table_exists(spark, data_table(topic)):
             rows = spark.createDataFrame([], "event_id string, kafka_partition int, kafka_offset bigint")
         else:
-            rows = spark.table(data_table(topic)).select("event_id", "kafka_partition", "kafka_offset")
-        ids = rows.select("event_id")
-        totals = ids.agg(count(lit(1)).alias("rows"), count_distinct("event_id").alias("distinct")).first()
-        duplicated = _sample(ids.groupBy("event_id").count().where(col("count") > 1))
-        found = LakeOnce(topic, int(totals["rows"]), int(totals["distinct"]), duplicated,
-                         **_against_source(spark, platform, topic, rows))
-        if accepted is None:
-            return found
-        wanted = spark.createDataFrame([(i,) for i in sorted(accepted)], "event_id string")
-        landed = ids.distinct()
-        missing, unexpected = (wanted.join(landed, "event_id", "left_anti").cache(),
-                               landed.join(wanted, "event_id", "left_anti").cache())
+            # Read once, then compared six ways: each scan of a lake of small files (an hour's
+            # partition per run and late hour) costs a request per file to the object store.
+            rows = spark.table(data_table(topic)).select("event_id", "kafka_partition", "kafka_offset").cache()
         try:
-            return replace(found, accepted=len(accepted), missing=missing.count(), missing_ids=_sample(missing),
-                           unexpected=unexpected.count(), unexpected_ids=_sample(unexpected))
+            return _lake_once(spark, platform, topic, accepted, rows)
         finally:
-            missing.unpersist()
-            unexpected.unpersist()
+            rows.unpersist()
+
+
+def _lake_once(spark: SparkSession, platform: Platform, topic: str, accepted: set[str] | None,
+               rows: DataFrame) -> LakeOnce:
+    """:func:`lake_once` on the table's ``rows``."""
+    from pyspark.sql.functions import col, count, count_distinct, lit
+
+    ids = rows.select("event_id")
+    totals = ids.agg(count(lit(1)).alias("rows"), count_distinct("event_id").alias("distinct")).first()
+    duplicated = _sample(ids.groupBy("event_id").count().where(col("count") > 1))
+    found = LakeOnce(topic, int(totals["rows"]), int(totals["distinct"]), duplicated,
+                     **_against_source(spark, platform, topic, rows))
+    if accepted is None:
+        return found
+    wanted = spark.createDataFrame([(i,) for i in sorted(accepted)], "event_id string")
+    landed = ids.distinct()
+    missing, unexpected = (wanted.join(landed, "event_id", "left_anti").cache(),
+                           landed.join(wanted, "event_id", "left_anti").cache())
+    try:
+        return replace(found, accepted=len(accepted), missing=missing.count(), missing_ids=_sample(missing),
+                       unexpected=unexpected.count(), unexpected_ids=_sample(unexpected))
+    finally:
+        missing.unpersist()
+        unexpected.unpersist()
 
 
 # --- 2. audit ----------------------------------------------------------------------------------
