@@ -149,9 +149,14 @@ def _expand(text: str, env: dict[str, str]) -> str:
                   lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
-#: The topic the deployed services carry, and the data centres it is published in.
-TOPIC = "deployed-events"
+#: The data centres the deployed topic is published in.
 DCS = ("dc1", "dc2")
+
+
+def case_topic(folder: Path) -> str:
+    """The topic the services of the case in ``folder`` carry: the case's own, so that a case run
+    after another on the session's clusters reads none of its records, copies or counters."""
+    return f"deployed-{uuid.uuid5(uuid.NAMESPACE_URL, str(folder)).hex[:10]}"
 
 
 def deployed_case(platform_data: dict[str, Any], platform_file: Path, lake_database: Any, s3_server: Any,
@@ -165,13 +170,14 @@ def deployed_case(platform_data: dict[str, Any], platform_file: Path, lake_datab
     from tests.realtimekit import views_of
     from tests.s3kit import ACCESS_KEY, SECRET_KEY
 
+    topic = case_topic(folder)
     data = copy.deepcopy(platform_data)
     for spec in data["topics"].values():  # the file is written elsewhere: keep contracts found
         if spec.get("contract"):
             spec["contract"] = str(platform_file.parent / spec["contract"])
-    data["topics"][TOPIC] = {**data["topics"]["ad-events"], "partitions": 3, "consumers": ["lake", "realtime"]}
-    data["topics"][f"{TOPIC}-rejects"] = {"partitions": 1, "retention": "7d", "clusters": ["central"]}
-    data["routes"] = {f"{dc}-deployed": {"source": dc, "destination": "central", "topics": [TOPIC]} for dc in DCS}
+    data["topics"][topic] = {**data["topics"]["ad-events"], "partitions": 3, "consumers": ["lake", "realtime"]}
+    data["topics"][f"{topic}-rejects"] = {"partitions": 1, "retention": "7d", "clusters": ["central"]}
+    data["routes"] = {f"{dc}-deployed": {"source": dc, "destination": "central", "topics": [topic]} for dc in DCS}
     for edge in ("gateway", "dispatch", "ops"):  # every edge serves TLS, as the demo's do
         data[edge] = {**data.get(edge, {}), "tls": {}}
     data["ops"]["components"] = {}  # the session's pages are on addresses no pod serves
@@ -182,9 +188,9 @@ def deployed_case(platform_data: dict[str, Any], platform_file: Path, lake_datab
                     "options": {"jdbc.user": lake_database.user, **s3_server.catalog_options(),
                                 "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY}},
         "spark": {"master": "local[2]", "driver_memory": "640m", "shuffle_partitions": 2},
-        "lake": {"topics": [TOPIC]},
+        "lake": {"topics": [topic]},
         "realtime": {"checkpoint": s3_server.warehouse(f"{folder.name}/checkpoints"), "trigger": "5s",
-                     "rejects_topic": f"{TOPIC}-rejects", "views": views_of(TOPIC, "2m", "10m")},
+                     "rejects_topic": f"{topic}-rejects", "views": views_of(topic, "2m", "10m")},
     }
     variant = platform_variant(data, folder / "variant.yaml")
     provisioner.apply(variant, provisioner.plan(variant))

@@ -40,7 +40,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from conveyor.limits import BROKER_DEFAULT_MAX, event_limit
 from conveyor.pipeline.lake import WRITING_ROWS
 from tests.conftest import eventually
-from tests.deploykit import DCS, TOPIC, Fleet, NotReady, Pod, ServiceTransport, addresses, deployed_case
+from tests.deploykit import DCS, Fleet, NotReady, Pod, ServiceTransport, addresses, case_topic, deployed_case
 from tests.lakekit import lake_database, postgres_server, read_back  # noqa: F401
 from tests.replicatekit import read_records
 from tests.s3kit import s3_server  # noqa: F401
@@ -110,6 +110,7 @@ def _ready(pod: Pod) -> None:
 def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_manifest(  # noqa: F811
         provisioned, platform_data, platform_file, lake_database, s3_server, tmp_path, chaos_rng):
     hosts = addresses(int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")), 40 + 2 * LOSSES)
+    topic = case_topic(tmp_path)
     variant, deployed, documents = deployed_case(platform_data, platform_file, lake_database, s3_server, tmp_path,
                                                  hosts)
     fleet = Fleet(documents, deployed, hosts, tmp_path / "hosts")
@@ -133,7 +134,7 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
                  for pod in fleet.of("gateway")}
         urls = {dc: f"https://conveyor-gateway-{dc}:{ports[f'conveyor-gateway-{dc}']}" for dc in DCS}
         schedule.start()
-        with Generator(urls, TOPIC, TOKEN, event_limit(2**20, BROKER_DEFAULT_MAX), chaos_rng, ledger, RATE,
+        with Generator(urls, topic, TOKEN, event_limit(2**20, BROKER_DEFAULT_MAX), chaos_rng, ledger, RATE,
                        str(deployed.ca), services) as generator:
             due = chaos_rng.sample(KINDS, len(KINDS))
             for n in range(LOSSES):
@@ -163,15 +164,15 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
         assert len(accepted) > 100, context
         warehouse = s3_server.warehouse(f"{tmp_path.name}/warehouse")
         reader = s3_server.reader_properties()
-        eventually(lambda: accepted <= {v["event_id"] for _, _, _, v in read_records(variant, [TOPIC])}, 300,
+        eventually(lambda: accepted <= {v["event_id"] for _, _, _, v in read_records(variant, [topic])}, 300,
                    f"every accepted event on central ({context})", errors=(KafkaException,))
         # The schedule goes on until the lake holds them.
-        eventually(lambda: set(read_back(lake_database, warehouse, TOPIC, reader)[0]) >= accepted, 600,
+        eventually(lambda: set(read_back(lake_database, warehouse, topic, reader)[0]) >= accepted, 600,
                    f"every accepted event in the lake ({context})", errors=(NoSuchTableError,), interval=5)
         phases.mark("central and lake")
         schedule.stop()
         assert not schedule.failed, (schedule.failed, context)
-        landed, _, lineage = read_back(lake_database, warehouse, TOPIC, reader)
+        landed, _, lineage = read_back(lake_database, warehouse, topic, reader)
         assert Counter(landed) == Counter(accepted), (context, lineage)
 
         # The views: stopped, then finished over what central holds now, from the same pod spec.
@@ -183,7 +184,7 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
 
         # The checker on a host of its own, with a pod's platform file, secrets and empty folder.
         accepted_file = tmp_path / "accepted.ndjson"
-        ledger.write(accepted_file, TOPIC)
+        ledger.write(accepted_file, topic)
         verify = fleet.run(views.workload, args=(
             "verify", "--platform", "/etc/conveyor/platform.yaml", "--accepted", str(accepted_file), "--min-events",
             "1", "-o", "json", *(f"--only={check}" for check in ("lake", "audit", "views", "replication"))))

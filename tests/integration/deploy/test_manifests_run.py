@@ -23,7 +23,7 @@ import pytest
 
 from conveyor_sdk.publisher import Publisher
 from tests.conftest import eventually
-from tests.deploykit import TOPIC, Fleet, NotReady, addresses, deployed_case
+from tests.deploykit import Fleet, NotReady, addresses, case_topic, deployed_case
 from tests.lakekit import lake_database, postgres_server, read_back  # noqa: F401
 from tests.realtimekit import counters_in_redis, event_at, expected_counters
 from tests.replicatekit import read_records
@@ -38,6 +38,7 @@ TOKEN = "demo-adserver-token"
 def test_every_pod_starts_from_its_manifest_alone_and_serves(provisioned, platform_data, platform_file,  # noqa: F811
                                                              lake_database, s3_server, tmp_path):  # noqa: F811
     hosts = addresses(int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")), 16)
+    topic = case_topic(tmp_path)
     variant, deployed, documents = deployed_case(platform_data, platform_file, lake_database, s3_server, tmp_path,
                                                  hosts)
     fleet = Fleet(documents, deployed, hosts, tmp_path / "hosts")
@@ -56,26 +57,26 @@ def test_every_pod_starts_from_its_manifest_alone_and_serves(provisioned, platfo
             batch = [event_at(time.time(), ("impression", "click")[i % 2], f"user-{i % 5}", f"banner-{i % 3}", 1000)
                      for i in range(EVENTS_PER_GATEWAY)]
             with Publisher(f"https://{pod.address}:{port}", TOKEN, timeout=30, verify=str(deployed.ca)) as publisher:
-                publisher.publish(TOPIC, batch)
+                publisher.publish(topic, batch)
             events += batch
         sent = [e["event_id"] for e in events]
 
         def copied() -> Counter:
-            return Counter(value["event_id"] for _, _, _, value in read_records(variant, [TOPIC]))
+            return Counter(value["event_id"] for _, _, _, value in read_records(variant, [topic]))
 
         eventually(lambda: set(copied()) >= set(sent), 180, "the replicator pods to copy every event to central")
         assert copied() == Counter(sent)
 
         lake_run = fleet.run(fleet.cronjob)
         assert lake_run.process is not None and lake_run.process.wait(600) == 0, lake_run.log()
-        landed, _, _ = read_back(lake_database, s3_server.warehouse(f"{tmp_path.name}/warehouse"), TOPIC,
+        landed, _, _ = read_back(lake_database, s3_server.warehouse(f"{tmp_path.name}/warehouse"), topic,
                                  s3_server.reader_properties())
         assert Counter(landed) == Counter(sent)
         # Each Spark driver kept its log in its own working folder, not beside the platform file.
         for pod in (lake_run, *fleet.of("views")):
             assert (pod.folder / "work" / "logs" / "spark.log").stat().st_size > 0, pod.name
 
-        ctr, interests = f"ctr-{TOPIC}", f"interests-{TOPIC}"
+        ctr, interests = f"ctr-{topic}", f"interests-{topic}"
         expected = expected_counters(events, ctr, interests)
         eventually(lambda: (counters_in_redis(variant, ctr), counters_in_redis(variant, interests)) == expected, 300,
                    "the views pod to count every event once")
