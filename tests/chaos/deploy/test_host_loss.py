@@ -19,7 +19,7 @@ own name). Each loss must land on a running pod that had written to its folder. 
 verify` (run on a host of its own too) must pass the lake, the audit, the views and the routes over
 the accepted events, and the lake must hold exactly them.
 
-It takes about 6 minutes alone on the 2-core machine; the seconds of each phase are printed.
+It takes 4 to 6 minutes alone on the 2-core machine; the seconds of each phase are printed.
 CONVEYOR_HOST_LOSSES sets how many hosts are lost (default: one of each kind, 7; `make soak` loses
 21); CONVEYOR_CHAOS_SEED the seed.
 """
