@@ -187,6 +187,7 @@ def deployed_case(platform_data: dict[str, Any], platform_file: Path, lake_datab
                     "warehouse": s3_server.warehouse(f"{folder.name}/warehouse"),
                     "options": {"jdbc.user": lake_database.user, **s3_server.catalog_options(),
                                 "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY}},
+        # Two tasks at once, as the demo runs: a lake run's tasks mostly wait on S3, a small file each.
         "spark": {"master": "local[2]", "driver_memory": "640m", "shuffle_partitions": 2},
         "lake": {"topics": [topic]},
         "realtime": {"checkpoint": s3_server.warehouse(f"{folder.name}/checkpoints"), "trigger": "5s",
