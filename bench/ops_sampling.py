@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
@@ -81,22 +81,8 @@ def _populate(platform: Platform, topics: list[str], console: Console) -> None:
         if not owned:  # fewer new topics than groups: these groups own none of them
             continue
         consumer = kafka.consumer(platform, CLUSTER, group, "ops-bench")
-        _commit(consumer, [TopicPartition(t, 0, 5) for t in owned])
+        kafka.commit_settled(consumer, [TopicPartition(t, 0, 5) for t in owned])
         consumer.close()
-
-
-def _commit(consumer: Consumer, offsets: list[TopicPartition], timeout: float = 60.0) -> None:
-    """Commit ``offsets``, again while the broker answers with a retriable error: a new group's
-    coordinator can still be loading its offsets partition ("Not coordinator", seen on a loaded machine)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            consumer.commit(offsets=offsets, asynchronous=False)
-            return
-        except KafkaException as failed:
-            if not failed.args[0].retriable() or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 def _groups(topics: list[str]) -> dict[str, list[str]]:

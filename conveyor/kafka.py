@@ -8,6 +8,7 @@ the message is processed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -130,6 +131,21 @@ def share_consumer(
     return ShareConsumer(client_config(platform, cluster_name, {
         "group.id": group, "client.id": client_id, "share.acknowledgement.mode": "explicit", "logger": LIBRDKAFKA,
         **(overrides or {})}))
+
+
+def commit_settled(consumer: Consumer, offsets: Sequence[TopicPartition], timeout: float = 60.0) -> None:
+    """Commit ``offsets`` synchronously, again while the broker answers with a retriable error, for
+    up to ``timeout`` seconds: a group's new coordinator can still be loading its offsets partition
+    and answer NOT_COORDINATOR (seen on a loaded machine). Raises KafkaException otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            consumer.commit(offsets=list(offsets), asynchronous=False)
+            return
+        except KafkaException as failed:
+            if not failed.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def admin(platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None) -> AdminClient:

@@ -108,7 +108,7 @@ def test_a_group_id_taken_by_a_consumer_group_is_refused_with_a_clear_status(set
     nodes.append(node)
     group = f"mailer.{uuid.uuid4().hex[:6]}"
     consumer = kafka.consumer(platform, "central", group, "classic-user")
-    consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)  # now a consumer group
+    kafka.commit_settled(consumer, [TopicPartition(topic, 0, 0)])  # now a consumer group
     consumer.close()
     with pytest.raises(SubscriberError) as refused:
         locate([node.advertise], topic, group, MAILER_TOKEN)

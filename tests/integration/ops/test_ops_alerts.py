@@ -133,7 +133,7 @@ def commit(platform: Platform, group: str, offsets: dict[tuple[str, int], int]) 
     """Commit as the group's consumer would (a consumer that is no member commits as the group)."""
     consumer = kafka.consumer(platform, "central", group, "ops-test")
     try:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+        kafka.commit_settled(consumer, [TopicPartition(t, p, o) for (t, p), o in offsets.items()])
     finally:
         consumer.close()
 
@@ -294,8 +294,14 @@ def test_a_hung_central_broker_pages_through_alertmanager_and_clears_when_it_ans
 
             stack.await_alert("KafkaBrokerDown", 150, node=node)
             stack.await_alert("KafkaLeaderChanges", 150, cluster="central")
-            eventually(lambda: "KafkaUnderReplicatedPartitions" in stack.prometheus_alerts(cluster="central"), 30,
-                       "KafkaUnderReplicatedPartitions pending in Prometheus", interval=1)
+            try:
+                eventually(lambda: "KafkaUnderReplicatedPartitions" in stack.prometheus_alerts(cluster="central"),
+                           150, "KafkaUnderReplicatedPartitions pending in Prometheus", interval=1)
+            except AssertionError as timed_out:
+                raise AssertionError(f"{timed_out}; the watcher's figures Prometheus holds: " + ", ".join(
+                    f"{expr} = {stack.query(expr)}" for expr in (
+                        'conveyor_ops_cluster_under_replicated_partitions{cluster="central"}',
+                        'conveyor_ops_round_seconds{cluster="central"}'))) from None
             eventually(lambda: stack.notified("KafkaBrokerDown", node=node), 30,
                        "KafkaBrokerDown at the notify_url receiver", interval=0.5)
             silenced = subprocess.run(conveyor("ops", "silence", "KafkaBrokerDown", "-m", f"node={node}",

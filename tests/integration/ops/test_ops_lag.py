@@ -58,7 +58,7 @@ def consume_and_commit(consumer: Consumer, topic: str, count: int) -> None:
         for message in consumer.consume(count, 1.0):
             assert message.error() is None, message.error()
             last, count = message.offset(), count - 1
-    consumer.commit(offsets=[TopicPartition(topic, 0, last + 1)], asynchronous=False)
+    kafka.commit_settled(consumer, [TopicPartition(topic, 0, last + 1)])
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ def test_resetting_offsets_backwards_raises_rewind(ops_platform, watch, topic_fa
     produce(kafka.producer(ops_platform, "central", "ops-test"), topic, 200, partitions=2)
     consumer = kafka.consumer(ops_platform, "central", group, "ops-test")
     for offset in (50, 80):
-        consumer.commit(offsets=[TopicPartition(topic, p, offset) for p in (0, 1)], asynchronous=False)
+        kafka.commit_settled(consumer, [TopicPartition(topic, p, offset) for p in (0, 1)])
         report = watch.cycle()
     consumer.close()
     assert group_in(report, group).status.status is Status.OK
@@ -170,7 +170,7 @@ def test_rewind_evidence_outlives_the_watcher_and_a_rewind_while_none_ran_is_fou
     admin = kafka.admin(ops_platform, "central")
 
     def commit(*offsets: tuple[int, int]) -> None:
-        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets], asynchronous=False)
+        kafka.commit_settled(consumer, [TopicPartition(topic, p, o) for p, o in offsets])
 
     def reset(partition: int, offset: int) -> None:
         moved = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition, offset)])]

@@ -86,10 +86,10 @@ def test_dashboard_shows_clusters_groups_and_panels(ops_url, topic_factory, tmp_
         producer.produce(topic, b"x" * 100)
     assert producer.flush(30) == 0
     consumer = kafka.consumer(platform, "central", group, "dash-test")
-    consumer.commit(offsets=[TopicPartition(topic, 0, 20)], asynchronous=False)
+    kafka.commit_settled(consumer, [TopicPartition(topic, 0, 20)])
     consumer.close()
     consumer = kafka.consumer(platform, "central", hostile, "dash-test")
-    consumer.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
+    kafka.commit_settled(consumer, [TopicPartition(topic, 0, 10)])
     consumer.close()
 
     def sampled() -> dict | None:
