@@ -16,7 +16,9 @@ are taken in order.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,8 +45,12 @@ log = logging.getLogger("conveyor.registry")
 
 #: Seconds a registration waits for the coordinator, the topic's end, or its own record.
 TIMEOUT = 30.0
-#: Registrations fenced by another in flight are tried again this many times.
-ATTEMPTS = 5
+#: Seconds a write fenced by others in flight goes on trying: gateways started together each
+#: register their contracts at once, and each attempt fences whichever is in flight.
+WRITE_DEADLINE = 120.0
+#: The longest pause between two attempts; each pause is random up to a bound that doubles from
+#: 0.1 s, so writers that fenced each other come back apart instead of in step.
+BACKOFF_CAP = 2.0
 T = TypeVar("T")
 
 
@@ -289,7 +295,8 @@ class Registry:
         """Run ``step`` on the registry read to its end under the registry's one transactional id
         (which fences any writer still in flight elsewhere), then write the records it returns in
         one transaction; a step fenced or interrupted is run again from the start."""
-        for attempt in range(1, ATTEMPTS + 1):
+        deadline = time.monotonic() + WRITE_DEADLINE
+        for attempt in itertools.count():
             producer = kafka.producer(self.platform, self.cluster, self.client_id,
                                       {"transactional.id": REGISTRY_TRANSACTIONAL_ID, "transaction.timeout.ms": 60_000})
             try:
@@ -311,9 +318,11 @@ class Registry:
                 # starting together saw "EndTxn commit failed: Unknown broker error"). Each attempt
                 # is a new producer, and reads the registry again, so it is safe to go again.
                 again = error.retriable() or error.code() in _FENCED or error.fatal() or error.txn_requires_abort()
-                if attempt == ATTEMPTS or not again:
+                pause = random.uniform(0, min(BACKOFF_CAP, 0.1 * 2 ** attempt))
+                if not again or time.monotonic() + pause > deadline:
                     raise RegistryUnavailable(f"{what} failed: {error.str()}") from None
-                log.info("%s: fenced or interrupted (%s); trying again", what, error.str())
+                log.info("%s: fenced or interrupted (%s); trying again in %.2f s", what, error.str(), pause)
+                time.sleep(pause)
         raise AssertionError("unreachable")
 
     def set_rule(self, subject: str | None, rule: Compatibility) -> None:
