@@ -55,7 +55,9 @@ def _platform(home: Path, base_port: int) -> Platform:
 
 def _requests(metrics_url: str) -> Counter[str]:
     """Requests the broker served since it started, per request type (all versions)."""
-    page = httpx.get(metrics_url, timeout=10).text
+    # The exporter walks every MBean of every topic: seconds alone, and past 10 s on a loaded machine
+    # (seen with 60 topics in a suite). The scrape is outside the measured time.
+    page = httpx.get(metrics_url, timeout=60).text
     served: Counter[str] = Counter()
     for sample in (s for f in text_string_to_metric_families(page) for s in f.samples):
         if sample.name == REQUESTS and "request" in sample.labels:
