@@ -9,8 +9,8 @@ the message is processed.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -21,6 +21,7 @@ from conveyor.kafka_logs import LIBRDKAFKA
 
 #: Kafka's internal topic of consumer group commits.
 OFFSETS_TOPIC = "__consumer_offsets"
+T = TypeVar("T")
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "acks": "all",
@@ -133,19 +134,32 @@ def share_consumer(
         **(overrides or {})}))
 
 
-def commit_settled(consumer: Consumer, offsets: Sequence[TopicPartition], timeout: float = 60.0) -> None:
-    """Commit ``offsets`` synchronously, again while the broker answers with a retriable error, for
-    up to ``timeout`` seconds: a group's new coordinator can still be loading its offsets partition
-    and answer NOT_COORDINATOR (seen on a loaded machine). Raises KafkaException otherwise."""
+#: Errors that pass on their own: a request caught by a broker restarting (its handle torn down,
+#: its connection dropped) or a broker not answering yet. librdkafka flags none of them retriable.
+_PASSING = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                      KafkaError._ALL_BROKERS_DOWN})
+
+
+def settled(ask: Callable[[], T], timeout: float = 60.0, interval: float = 0.5) -> T:
+    """``ask()``, asked again while it raises a KafkaException that is retriable or passes on its
+    own (``_PASSING``), for up to ``timeout`` seconds; any other error, or one that outlasts the
+    timeout, is raised."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            consumer.commit(offsets=list(offsets), asynchronous=False)
-            return
+            return ask()
         except KafkaException as failed:
-            if not failed.args[0].retriable() or time.monotonic() > deadline:
+            error = failed.args[0] if failed.args and isinstance(failed.args[0], KafkaError) else None
+            passing = error is not None and (error.retriable() or error.code() in _PASSING)
+            if not passing or time.monotonic() > deadline:
                 raise
-            time.sleep(0.5)
+            time.sleep(interval)
+
+
+def commit_settled(consumer: Consumer, offsets: Sequence[TopicPartition], timeout: float = 60.0) -> None:
+    """Commit ``offsets`` synchronously (:func:`settled`): a group's new coordinator can still be
+    loading its offsets partition and answer NOT_COORDINATOR (seen on a loaded machine)."""
+    settled(lambda: consumer.commit(offsets=list(offsets), asynchronous=False), timeout)
 
 
 def admin(platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None) -> AdminClient:

@@ -33,6 +33,9 @@ from conveyor.config import Platform
 from conveyor.errors import ConveyorError
 
 _TIMEOUT = 15.0
+#: Seconds reads are asked again while a broker restarts (kafka.settled): a cluster that is down
+#: entirely is reported after two timeouts.
+_SETTLE = 30.0
 #: Iterations of SCRAM's key derivation; Kafka's minimum is 4096.
 _SCRAM_ITERATIONS = 8192
 
@@ -84,7 +87,8 @@ def plan(platform: Platform, clusters: Iterable[str] | None = None, prune: bool 
             continue
         admin = kafka.admin(platform, name)
         try:
-            grants, users = live_grants(admin), live_users(admin)
+            # Read again while a broker restarts under it: a rolling restart is when ACLs get applied.
+            grants, users = kafka.settled(lambda: (live_grants(admin), live_users(admin)), timeout=_SETTLE)
         except KafkaException as exc:
             raise _failed(name, "reading ACLs and users", exc) from None
         want_grants, _ = wanted(platform, name)
