@@ -12,6 +12,7 @@ from conveyor.ops.lag import Status
 from conveyor.ops.rewind import MOVED_BACK
 from conveyor.pipeline.catalog import CATALOG
 from conveyor.pipeline.completeness import floor_hour
+from conveyor.pipeline.kafka_source import java_client_options
 from conveyor.pipeline.lake import run_once
 from conveyor.pipeline.lake_positions import publish_position
 from conveyor.pipeline.status import topic_status
@@ -210,3 +211,12 @@ def test_status_counts_the_rows_a_reader_sees_after_a_merge_on_read_delete(lake_
 
     assert topic_status(lake_spark, case.platform, case.topic).rows == lake_spark.table(table).count() == 4
     assert current_commit(lake_spark, table).records == 4
+
+
+def test_ranges_are_read_through_the_kafka_connector_s_v2_batch_source(lake_spark, lake_case):
+    # Spark's V1 Kafka relation turns each record into an external Row and back (conveyor.pipeline.spark).
+    case = lake_case(partitions=1)
+    frame = (lake_spark.read.format("kafka").options(**java_client_options(case.platform, "central"))
+             .option("subscribe", case.topic).load())
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    assert "BatchScan" in plan and "KafkaRelation" not in plan, plan
