@@ -36,7 +36,7 @@ workers and the bench's own Python, or the Connect JVM's, over the run. The plat
 central cluster alone (3 brokers, RF 3) on its own ports and folder.
 
     python -m bench.lake_ingest [--events 200000[,1000000,...]] [--rounds 3] [--paths user_job,iceberg_sink,...]
-                                [--base-port 31700] [--stages]
+                                [--base-port 31700] [--stages] [--jfr DIR]
 
 With several sizes the topic grows to each in turn (to 1,000,000 events, then to 5,000,000...),
 and every path reads all of it at each size.
@@ -69,6 +69,7 @@ from rich.table import Table
 
 from bench.common import Round, cpu_since, demo_data, host, provision, tree_cpu, write_results
 from bench.iceberg_sink import ConnectWorker
+from bench.jfr_profile import spark_recording
 from conveyor import kafka
 from conveyor.bus.registry import Registry
 from conveyor_sdk.contract import CONTRACT_HEADER
@@ -351,10 +352,11 @@ def size_result(events: int, event_bytes: int, rounds: dict[str, list[Round]], l
 
 def run(sizes: list[int], size: int, rounds: int, base_port: int, paths: tuple[str, ...] = PATHS,
         stages: bool = False, progress: Callable[[str], None] = print,
-        measured_size: Callable[[list[dict]], None] = lambda _: None) -> list[dict]:
+        measured_size: Callable[[list[dict]], None] = lambda _: None, jfr: Path | None = None) -> list[dict]:
     """Every path at each of ``sizes`` (ascending): the topic grows to each size in turn and each
     path reads all of it, ``rounds`` times; one result per size, each also handed to
-    ``measured_size`` with those before it as soon as it is measured."""
+    ``measured_size`` with those before it as soon as it is measured. ``jfr``: a folder for a JFR
+    recording of the Spark JVM over each round of a Spark path (bench.jfr_profile)."""
     results = []
     with tempfile.TemporaryDirectory(prefix="conveyor-lake-bench-") as tmp, ExitStack() as stack:
         folder = Path(tmp)
@@ -392,7 +394,10 @@ def run(sizes: list[int], size: int, rounds: int, base_port: int, paths: tuple[s
             measured: dict[str, list[Round]] = {}
             for name in paths:
                 for i in range(rounds):
-                    measured.setdefault(name, []).append(measures[name](events))
+                    # The sink runs in a JVM of its own.
+                    with spark_recording(spark, jfr if name != "iceberg_sink" else None,
+                                         f"{name}-{events}-round{i + 1}.jfr"):
+                        measured.setdefault(name, []).append(measures[name](events))
                     progress(f"{events:,} events, {name} round {i + 1}: {measured[name][-1]}")
             breakdown = _breakdown(spark, platform, no_dedup, events, rounds) if stages else {}
             results.append(size_result(events, round(produced_bytes / events), measured, librdkafka, breakdown))
@@ -475,6 +480,9 @@ def main() -> None:
                         help="also time Spark's read alone, with the values sent to Python, with the parser, and each "
                              "step of one more lake run with de-duplication and one without; and the lake without "
                              "de-duplication with from_json in place of its parser and check (lake_no_dedup_unchecked)")
+    parser.add_argument("--jfr", type=Path, metavar="DIR",
+                        help="record each round of a Spark path with Java Flight Recorder into DIR; "
+                             "`python -m bench.jfr_profile DIR/*.jfr` shows where their samples go")
     args = parser.parse_args()
 
     def written(sizes: list[dict]) -> None:  # each size as soon as it is measured: a long run keeps what it did
@@ -482,7 +490,8 @@ def main() -> None:
                                       "host": host()})
         _show(sizes[-1])
 
-    run(args.events, args.size, args.rounds, args.base_port, args.paths, args.stages, measured_size=written)
+    run(args.events, args.size, args.rounds, args.base_port, args.paths, args.stages, measured_size=written,
+        jfr=args.jfr)
 
 
 if __name__ == "__main__":
