@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import os
 import random
-import subprocess
 import shutil
 import socket
 import time
@@ -28,6 +27,7 @@ from confluent_kafka.admin import NewTopic
 from conveyor import kafka
 from conveyor.config import Platform, load_platform, load_resolved_platform
 from conveyor.runtime.local import LocalPlatform
+from tests.processkit import stop_survivors
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTERNAL = os.environ.get("CONVEYOR_TEST_PLATFORM")
@@ -63,34 +63,10 @@ def eventually(check: Callable[[], T], timeout: float, what: str,
         time.sleep(interval)
 
 
-#: Service processes tests start (:func:`outlived_by_nothing` stops those still running after their test).
-_CHILDREN: list[subprocess.Popen] = []
-
-
-def track(process: subprocess.Popen) -> subprocess.Popen:
-    """``process``, stopped at the end of the test that started it if it still runs then (a test
-    that fails half-way leaves no worker copying, and loading the machine, for the tests after it)."""
-    _CHILDREN.append(process)
-    return process
-
-
 @pytest.fixture(autouse=True)
 def outlived_by_nothing() -> Iterator[None]:
     yield
-    left = [p for p in _CHILDREN if p.poll() is None]
-    _CHILDREN.clear()
-    for process in left:
-        stop_process(process)
-
-
-def stop_process(process: subprocess.Popen, timeout: float = 60.0) -> None:
-    """SIGTERM ``process`` and wait for it; SIGKILL after ``timeout`` seconds (a loaded machine)."""
-    process.terminate()
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    stop_survivors()
 
 
 @pytest.fixture

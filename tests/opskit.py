@@ -81,7 +81,8 @@ def monitored(platform_data: dict[str, Any], platform_file: Path, folder: Path, 
     watch service (`conveyor ops watch`) of a variant of the session's platform with these ``ops:``
     settings, the watcher every second and Prometheus every 3 s (the demo: 15 s and 5 s): the variant's
     file and platform. ``watcher=False``: the monitors alone, for the readers that ask Prometheus."""
-    from tests.conftest import platform_variant, stop_process
+    from tests.conftest import platform_variant
+    from tests.processkit import stop_process
     from tests.systemkit import Proc, conveyor, http_ready
 
     base = platform_data["runtime"]["base_port"]

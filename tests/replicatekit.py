@@ -27,7 +27,8 @@ from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
 from conveyor.config import Platform
-from tests.conftest import eventually, platform_variant, track
+from tests.conftest import eventually, platform_variant
+from tests.processkit import track
 
 ROUTES = ("dc1-central", "dc2-central")
 BASE = "rep-base"
