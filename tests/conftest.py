@@ -22,12 +22,18 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, settings
 from confluent_kafka.admin import NewTopic
 
 from conveyor import kafka
 from conveyor.config import Platform, load_platform, load_resolved_platform
 from conveyor.runtime.local import LocalPlatform
 from tests.processkit import stop_survivors
+
+# No property test is timed: on two cores shared with brokers and Spark, an example can take
+# 300 ms where it takes 2 alone (a deadline of 200 ms failed CI once).
+settings.register_profile("conveyor", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("conveyor")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTERNAL = os.environ.get("CONVEYOR_TEST_PLATFORM")

@@ -23,7 +23,8 @@ class Answers:
             raise KafkaException(self.errors.pop(0))
 
 
-NOT_COORDINATOR = KafkaError(KafkaError.NOT_COORDINATOR, "Broker: Not coordinator", retriable=True)
+# As a commit's result carries it: librdkafka answers a bare code, never flagged retriable.
+NOT_COORDINATOR = KafkaError(KafkaError.NOT_COORDINATOR, "Broker: Not coordinator")
 OFFSETS = [TopicPartition("t", 0, 5)]
 
 
