@@ -135,12 +135,9 @@ def share_consumer(
 
 
 #: Errors that pass on their own: a request caught by a broker restarting (its handle torn down,
-#: its connection dropped), a broker not answering yet, a group's coordinator moving or still
-#: loading its offsets. librdkafka flags none of them retriable where it answers with a bare error
-#: code (a commit's result among them).
+#: its connection dropped) or a broker not answering yet. librdkafka flags none of them retriable.
 _PASSING = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-                      KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_COORDINATOR,
-                      KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE})
+                      KafkaError._ALL_BROKERS_DOWN})
 
 
 def settled(ask: Callable[[], T], timeout: float = 60.0, interval: float = 0.5) -> T:

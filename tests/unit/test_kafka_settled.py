@@ -23,8 +23,7 @@ class Answers:
             raise KafkaException(self.errors.pop(0))
 
 
-# As a commit's result carries it: librdkafka answers a bare code, never flagged retriable.
-NOT_COORDINATOR = KafkaError(KafkaError.NOT_COORDINATOR, "Broker: Not coordinator")
+NOT_COORDINATOR = KafkaError(KafkaError.NOT_COORDINATOR, "Broker: Not coordinator", retriable=True)
 OFFSETS = [TopicPartition("t", 0, 5)]
 
 
