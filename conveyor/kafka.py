@@ -157,8 +157,8 @@ def settled(ask: Callable[[], T], timeout: float = 60.0, interval: float = 0.5) 
 
 
 def commit_settled(consumer: Consumer, offsets: Sequence[TopicPartition], timeout: float = 60.0) -> None:
-    """Commit ``offsets`` synchronously (:func:`settled`): a group's new coordinator can still be
-    loading its offsets partition and answer NOT_COORDINATOR (seen on a loaded machine)."""
+    """Commit ``offsets`` synchronously, again while :func:`settled` says the error passes. A
+    commit's NOT_COORDINATOR is a bare code librdkafka does not flag retriable, so it is raised."""
     settled(lambda: consumer.commit(offsets=list(offsets), asynchronous=False), timeout)
 
 
