@@ -74,10 +74,10 @@ def sync_topics(platform: Platform, route: Route, counts: Mapping[str, int], sou
     undeclared = sorted(name for name in counts if name not in declared)
     source_configs = read_configs(source_admin, undeclared, MIRRORED)
     managed = set(MIRRORED) | {key for topic in declared.values() for key in topic.kafka_configs(cluster)}
-    snap = snapshot(platform, route.destination, destination_admin, managed, only=set(counts))
-
     specs = {name: topic.model_copy(update={"partitions": max(counts[name], topic.partitions), "clusters": None})
              for name, topic in declared.items()}
+    # Undeclared topics are never isolated: only declared ones can need their replicas placed.
+    snap = snapshot(platform, route.destination, destination_admin, managed, only=set(counts), placing=specs)
     differences: dict[str, tuple[ConfigDifference, ...]] = {}
     for name in undeclared:
         if name not in source_configs:

@@ -8,6 +8,7 @@ in place) is a refusal with the reason, and a plan with refusals is never applie
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -108,6 +109,14 @@ def isolated_brokers(topic: Topic, cluster: Cluster, live_brokers: list[BrokerIn
         return None
     allowed = set(cluster.tags[topic.isolation])
     return [b for b in live_brokers if b.broker_id in allowed]
+
+
+def needs_placement(cluster: Cluster, desired: Mapping[str, Topic], live: Mapping[str, LiveTopic]) -> bool:
+    """Whether planning ``desired`` places replicas itself, and so needs the live brokers: an
+    isolated topic to create or to grow. Kafka places every other topic's replicas."""
+    return any(topic.isolation is not None and topic.isolation in cluster.tags
+               and (name not in live or topic.partitions > live[name].partitions)
+               for name, topic in desired.items())
 
 
 def plan_cluster(

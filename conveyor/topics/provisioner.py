@@ -8,7 +8,7 @@ by a mistake in the file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
@@ -25,8 +25,8 @@ from confluent_kafka.admin import (
 from conveyor import kafka
 from conveyor.config import Platform, Topic
 from conveyor.errors import ConveyorError
-from conveyor.topics.plan import (BrokerInfo, Change, ChangeKind, ClusterPlan, LiveTopic, plan_cluster,
-                                  within_budget)
+from conveyor.topics.plan import (BrokerInfo, Change, ChangeKind, ClusterPlan, LiveTopic, needs_placement,
+                                  plan_cluster, within_budget)
 
 _TIMEOUT = 15.0
 
@@ -49,11 +49,15 @@ def _unreachable(platform: Platform, cluster: str, exc: KafkaException) -> Provi
 
 
 def snapshot(platform: Platform, cluster: str, admin: AdminClient, managed_configs: Iterable[str],
-             only: set[str] | None = None) -> ClusterSnapshot:
-    """The cluster's brokers and topics (or just ``only``), with the values of the configs
-    Conveyor manages."""
+             only: set[str] | None = None, placing: Mapping[str, Topic] | None = None) -> ClusterSnapshot:
+    """The cluster's topics (or just ``only``), with the values of the configs Conveyor manages,
+    and its live brokers when one of ``placing`` needs its replicas placed (empty otherwise).
+
+    The brokers come from DescribeCluster, which services run on a timer could not afford: when a
+    broker answers it with metadata librdkafka cannot use (one restarting, a handle closing),
+    librdkafka's parser returns neither a result nor an error and the process aborts on
+    ``rd_kafka_admin_response_parse: Assertion `rko_result' failed``."""
     try:
-        description = admin.describe_cluster(request_timeout=_TIMEOUT).result()
         metadata = admin.list_topics(timeout=_TIMEOUT)
         names = [name for name in metadata.topics
                  if not metadata.topics[name].error and (only is None or name in only)]
@@ -71,7 +75,13 @@ def snapshot(platform: Platform, cluster: str, admin: AdminClient, managed_confi
         factor = max((len(p.replicas) for p in partitions.values()), default=0)
         values = {k: v for k, v in configs.get(name, {}).items() if k in managed and v is not None}
         topics[name] = LiveTopic(name, len(partitions), factor, values)
-    brokers = [BrokerInfo(node.id, node.rack) for node in description.nodes]
+    brokers = []
+    if needs_placement(platform.cluster(cluster), placing or {}, topics):
+        try:
+            description = admin.describe_cluster(request_timeout=_TIMEOUT).result()
+        except KafkaException as exc:
+            raise _unreachable(platform, cluster, exc) from None
+        brokers = [BrokerInfo(node.id, node.rack) for node in description.nodes]
     return ClusterSnapshot(topics, brokers)
 
 
@@ -81,7 +91,7 @@ def plan(platform: Platform, clusters: Iterable[str] | None = None, prune: bool 
         cluster = platform.cluster(name)
         desired = platform.topics_on(name)
         managed = {key for topic in desired.values() for key in topic.kafka_configs(cluster)}
-        snap = snapshot(platform, name, kafka.admin(platform, name), managed)
+        snap = snapshot(platform, name, kafka.admin(platform, name), managed, placing=desired)
         plans.append(within_budget(plan_cluster(name, cluster, desired, snap.topics, snap.brokers, prune), cluster,
                                    snap.topics))
     return plans
@@ -93,7 +103,8 @@ def ensure_topics(platform: Platform, cluster_name: str, specs: dict[str, Topic]
     time (the replicator's copies of pattern-matched topics, their own bookkeeping topics)."""
     cluster = platform.cluster(cluster_name)
     managed = {key for topic in specs.values() for key in topic.kafka_configs(cluster)}
-    snap = snapshot(platform, cluster_name, kafka.admin(platform, cluster_name), managed, only=set(specs))
+    snap = snapshot(platform, cluster_name, kafka.admin(platform, cluster_name), managed, only=set(specs),
+                    placing=specs)
     cluster_plan = plan_cluster(cluster_name, cluster, specs, snap.topics, snap.brokers)
     return [change for _, change in apply(platform, [cluster_plan])]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conveyor.config import Cluster, ClusterRole, Topic
-from conveyor.topics.plan import (BrokerInfo, Budget, ChangeKind, LiveTopic, place_replicas, plan_cluster,
-                                  within_budget)
+from conveyor.topics.plan import (BrokerInfo, Budget, ChangeKind, LiveTopic, needs_placement, place_replicas,
+                                  plan_cluster, within_budget)
 
 CENTRAL = Cluster(role=ClusterRole.read, brokers=3, racks=["r1", "r2", "r3"], tags={"ads": [1, 2]})
 BROKERS = [BrokerInfo(1, "r1"), BrokerInfo(2, "r2"), BrokerInfo(3, "r3")]
@@ -75,6 +75,14 @@ def test_isolated_topic_is_placed_only_on_tagged_brokers():
     assert all(set(replicas) <= {1, 2} for replicas in change.replica_assignment)
     leaders = [replicas[0] for replicas in change.replica_assignment]
     assert sorted(leaders) == [1, 1, 2, 2]
+
+
+def test_only_an_isolated_topic_created_or_grown_needs_the_live_brokers():
+    isolated = Topic(partitions=4, replication_factor=2, isolation="ads")
+    assert not needs_placement(CENTRAL, {"ad-events": EVENTS}, {})  # Kafka places it
+    assert needs_placement(CENTRAL, {"ads-only": isolated}, {})
+    assert needs_placement(CENTRAL, {"ads-only": isolated}, live_of(isolated, name="ads-only", partitions=2))
+    assert not needs_placement(CENTRAL, {"ads-only": isolated}, live_of(isolated, name="ads-only"))
 
 
 def test_isolated_topic_with_too_few_live_tagged_brokers_is_refused():
