@@ -82,9 +82,7 @@ def _populate(platform: Platform, topics: list[str], console: Console) -> None:
     for group, owned in _groups(topics).items():
         if not owned:  # fewer new topics than groups: these groups own none of them
             continue
-        consumer = kafka.consumer(platform, CLUSTER, group, "ops-bench")
-        kafka.commit_settled(consumer, [TopicPartition(t, 0, 5) for t in owned])
-        consumer.close()
+        kafka.commit_as(platform, CLUSTER, group, [TopicPartition(t, 0, 5) for t in owned])
 
 
 def _groups(topics: list[str]) -> dict[str, list[str]]:

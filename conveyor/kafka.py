@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
+from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, ShareConsumer,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient
 
 from conveyor.config import Platform, Purpose
@@ -138,28 +139,45 @@ def share_consumer(
 #: its connection dropped) or a broker not answering yet. librdkafka flags none of them retriable.
 _PASSING = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
                       KafkaError._ALL_BROKERS_DOWN})
+#: A group's coordinator moving or loading: an offset commit's bare error code, never flagged
+#: retriable, that passes once the coordinator is found again.
+COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                                KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
 
 
-def settled(ask: Callable[[], T], timeout: float = 60.0, interval: float = 0.5) -> T:
+def settled(ask: Callable[[], T], timeout: float = 60.0, interval: float = 0.5,
+            passing: frozenset[int] = frozenset()) -> T:
     """``ask()``, asked again while it raises a KafkaException that is retriable or passes on its
-    own (``_PASSING``), for up to ``timeout`` seconds; any other error, or one that outlasts the
-    timeout, is raised."""
+    own (``_PASSING``, and the request's own ``passing`` codes), for up to ``timeout`` seconds; any
+    other error, or one that outlasts the timeout, is raised."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             return ask()
         except KafkaException as failed:
             error = failed.args[0] if failed.args and isinstance(failed.args[0], KafkaError) else None
-            passing = error is not None and (error.retriable() or error.code() in _PASSING)
-            if not passing or time.monotonic() > deadline:
+            again = error is not None and (error.retriable() or error.code() in _PASSING or error.code() in passing)
+            if not again or time.monotonic() > deadline:
                 raise
             time.sleep(interval)
 
 
-def commit_settled(consumer: Consumer, offsets: Sequence[TopicPartition], timeout: float = 60.0) -> None:
-    """Commit ``offsets`` synchronously, again while :func:`settled` says the error passes. A
-    commit's NOT_COORDINATOR is a bare code librdkafka does not flag retriable, so it is raised."""
-    settled(lambda: consumer.commit(offsets=list(offsets), asynchronous=False), timeout)
+def commit_as(platform: Platform, cluster_name: str, group: str, offsets: Sequence[TopicPartition],
+              timeout: float = 60.0) -> None:
+    """Commit ``offsets`` for ``group`` as a consumer that is no member of it does (a bench's or a
+    test's group), through the admin API: each try ends within its request timeout, where a
+    consumer's synchronous commit can wait for ever on a coordinator that moved. Tried again while
+    the coordinator moves or a broker restarts."""
+    client = admin(platform, cluster_name)
+
+    def once() -> None:
+        request = ConsumerGroupTopicPartitions(group, list(offsets))
+        answer = client.alter_consumer_group_offsets([request], request_timeout=15)[group].result()
+        failed = [tp.error for tp in answer.topic_partitions or () if tp.error is not None]
+        if failed:
+            raise KafkaException(failed[0])
+
+    settled(once, timeout, passing=COORDINATOR_MOVING)
 
 
 def admin(platform: Platform, cluster_name: str, overrides: Mapping[str, Any] | None = None) -> AdminClient:

@@ -107,9 +107,7 @@ def test_a_group_id_taken_by_a_consumer_group_is_refused_with_a_clear_status(set
     node = start_node(platform)
     nodes.append(node)
     group = f"mailer.{uuid.uuid4().hex[:6]}"
-    consumer = kafka.consumer(platform, "central", group, "classic-user")
-    kafka.commit_settled(consumer, [TopicPartition(topic, 0, 0)])  # now a consumer group
-    consumer.close()
+    kafka.commit_as(platform, "central", group, [TopicPartition(topic, 0, 0)])  # now a consumer group
     with pytest.raises(SubscriberError) as refused:
         locate([node.advertise], topic, group, MAILER_TOKEN)
     assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION

@@ -131,11 +131,7 @@ def produce(producer: Producer, topic: str, count: int, partitions: int = 1) -> 
 
 def commit(platform: Platform, group: str, offsets: dict[tuple[str, int], int]) -> None:
     """Commit as the group's consumer would (a consumer that is no member commits as the group)."""
-    consumer = kafka.consumer(platform, "central", group, "ops-test")
-    try:
-        kafka.commit_settled(consumer, [TopicPartition(t, p, o) for (t, p), o in offsets.items()])
-    finally:
-        consumer.close()
+    kafka.commit_as(platform, "central", group, [TopicPartition(t, p, o) for (t, p), o in offsets.items()])
 
 
 def test_a_falling_behind_and_a_stopped_consumer_reach_alertmanager(stack: Stack, topic_factory) -> None:

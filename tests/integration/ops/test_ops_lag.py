@@ -51,14 +51,15 @@ def produce(producer: Producer, topic: str, count: int, partitions: int = 1) -> 
     assert producer.flush(30) == 0
 
 
-def consume_and_commit(consumer: Consumer, topic: str, count: int) -> None:
-    """Read ``count`` records of a one-partition topic and commit past them, as a consumer does."""
+def consume_and_commit(platform: Platform, group: str, consumer: Consumer, topic: str, count: int) -> None:
+    """Read ``count`` records of a one-partition topic and commit past them for ``group``, as its
+    consumer does."""
     last = None
     while count:
         for message in consumer.consume(count, 1.0):
             assert message.error() is None, message.error()
             last, count = message.offset(), count - 1
-    kafka.commit_settled(consumer, [TopicPartition(topic, 0, last + 1)])
+    kafka.commit_as(platform, "central", group, [TopicPartition(topic, 0, last + 1)])
 
 
 @pytest.fixture
@@ -82,7 +83,7 @@ def test_a_slow_consumer_goes_warn(ops_platform, watch, one_partition):
     statuses = []
     for _ in range(6):
         produce(producer, topic, 60)
-        consume_and_commit(consumer, topic, 20)  # reads a third of what is written
+        consume_and_commit(ops_platform, group, consumer, topic, 20)  # reads a third of what is written
         report = watch.cycle()
         statuses.append(group_in(report, group).status.status)
         if statuses[-1] is Status.WARN:
@@ -98,11 +99,11 @@ def test_a_slow_consumer_goes_warn(ops_platform, watch, one_partition):
     assert group in result.output and f"{topic}" in result.output
 
 
-def test_a_stopped_consumer_goes_stop(watch, one_partition):
+def test_a_stopped_consumer_goes_stop(ops_platform, watch, one_partition):
     topic, group, producer, consumer = one_partition
     for _ in range(3):
         produce(producer, topic, 40)
-        consume_and_commit(consumer, topic, 20)
+        consume_and_commit(ops_platform, group, consumer, topic, 20)
         last_commit_round = watch.cycle()
     consumer.unassign()  # the consumer stops; producers go on
     statuses = []
@@ -124,11 +125,9 @@ def test_resetting_offsets_backwards_raises_rewind(ops_platform, watch, topic_fa
     # mask disagree, so reading the commits proves the partition is the broker's.
     group = next(g for g in (f"ops-rewind-{uuid.uuid4().hex[:6]}" for _ in range(1000)) if java_hash(g) < 0)
     produce(kafka.producer(ops_platform, "central", "ops-test"), topic, 200, partitions=2)
-    consumer = kafka.consumer(ops_platform, "central", group, "ops-test")
     for offset in (50, 80):
-        kafka.commit_settled(consumer, [TopicPartition(topic, p, offset) for p in (0, 1)])
+        kafka.commit_as(ops_platform, "central", group, [TopicPartition(topic, p, offset) for p in (0, 1)])
         report = watch.cycle()
-    consumer.close()
     assert group_in(report, group).status.status is Status.OK
 
     # What `kafka-consumer-groups --reset-offsets` does: partition 0 back to 20, partition 1 to the start.
@@ -166,43 +165,39 @@ def test_rewind_evidence_outlives_the_watcher_and_a_rewind_while_none_ran_is_fou
     topic = topic_factory("central", partitions=2)
     group = f"ops-restart-{uuid.uuid4().hex[:6]}"
     produce(kafka.producer(ops_platform, "central", "ops-test"), topic, 200, partitions=2)
-    consumer = kafka.consumer(ops_platform, "central", group, "ops-test")
     admin = kafka.admin(ops_platform, "central")
 
     def commit(*offsets: tuple[int, int]) -> None:
-        kafka.commit_settled(consumer, [TopicPartition(topic, p, o) for p, o in offsets])
+        kafka.commit_as(ops_platform, "central", group, [TopicPartition(topic, p, o) for p, o in offsets])
 
     def reset(partition: int, offset: int) -> None:
         moved = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition, offset)])]
         admin.alter_consumer_group_offsets(moved)[group].result()
 
-    try:
-        # A watcher sees partition 0 rewound, keeps the evidence, and stops.
-        with cluster_watch(ops_platform) as first:
-            commit((0, 50), (1, 50))
-            first.cycle()
-            commit((0, 80), (1, 80))
-            first.cycle()
-            reset(0, 20)
-            first.cycle()
-            (watched,) = [e for e in first.rewinds if e.group == group]
-            assert (watched.found, watched.finding.from_offset, watched.finding.to_offset) == ("watched", 80, 20)
-            first.cycle()  # the offsets it last saw are kept: partition 0 at 20, 1 at 80
-        # While no watcher runs, partition 1 is rewound and then committed on past where it was.
-        commit((1, 90))
-        reset(1, 30)
-        commit((1, 120))
-        with cluster_watch(ops_platform) as second:
-            second.cycle()
-            kept = [e for e in second.rewinds if e.group == group]
-            assert [(e.found, e.finding.partition, e.finding.from_offset, e.finding.to_offset) for e in kept] == [
-                ("watched", 0, 80, 20), ("after a restart", 1, 90, 30)]
-            # The restored evidence is the one the first watcher read, commit records included.
-            assert kept[0].commit_log == watched.commit_log
-            assert [c.offset for c in kept[1].commit_log.commits if c.partition == 1][-3:] == [90, 30, 120]
-            assert second.findings_total[(group, "rewind")] == 1
-    finally:
-        consumer.close()
+    # A watcher sees partition 0 rewound, keeps the evidence, and stops.
+    with cluster_watch(ops_platform) as first:
+        commit((0, 50), (1, 50))
+        first.cycle()
+        commit((0, 80), (1, 80))
+        first.cycle()
+        reset(0, 20)
+        first.cycle()
+        (watched,) = [e for e in first.rewinds if e.group == group]
+        assert (watched.found, watched.finding.from_offset, watched.finding.to_offset) == ("watched", 80, 20)
+        first.cycle()  # the offsets it last saw are kept: partition 0 at 20, 1 at 80
+    # While no watcher runs, partition 1 is rewound and then committed on past where it was.
+    commit((1, 90))
+    reset(1, 30)
+    commit((1, 120))
+    with cluster_watch(ops_platform) as second:
+        second.cycle()
+        kept = [e for e in second.rewinds if e.group == group]
+        assert [(e.found, e.finding.partition, e.finding.from_offset, e.finding.to_offset) for e in kept] == [
+            ("watched", 0, 80, 20), ("after a restart", 1, 90, 30)]
+        # The restored evidence is the one the first watcher read, commit records included.
+        assert kept[0].commit_log == watched.commit_log
+        assert [c.offset for c in kept[1].commit_log.commits if c.partition == 1][-3:] == [90, 30, 120]
+        assert second.findings_total[(group, "rewind")] == 1
 
 
 def test_a_monitoring_group_shows_its_lag_and_a_published_rewind(ops_platform, watch, topic_factory):

@@ -85,12 +85,8 @@ def test_dashboard_shows_clusters_groups_and_panels(ops_url, topic_factory, tmp_
     for _ in range(50):
         producer.produce(topic, b"x" * 100)
     assert producer.flush(30) == 0
-    consumer = kafka.consumer(platform, "central", group, "dash-test")
-    kafka.commit_settled(consumer, [TopicPartition(topic, 0, 20)])
-    consumer.close()
-    consumer = kafka.consumer(platform, "central", hostile, "dash-test")
-    kafka.commit_settled(consumer, [TopicPartition(topic, 0, 10)])
-    consumer.close()
+    kafka.commit_as(platform, "central", group, [TopicPartition(topic, 0, 20)])
+    kafka.commit_as(platform, "central", hostile, [TopicPartition(topic, 0, 10)])
 
     def sampled() -> dict | None:
         """The groups shown, once the group is sampled; every panel says there is no Prometheus to ask."""
