@@ -166,9 +166,17 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
         reader = s3_server.reader_properties()
         eventually(lambda: accepted <= {v["event_id"] for _, _, _, v in read_records(variant, [topic])}, 300,
                    f"every accepted event on central ({context})", errors=(KafkaException,))
-        # The schedule goes on until the lake holds them.
-        eventually(lambda: set(read_back(lake_database, warehouse, topic, reader)[0]) >= accepted, 600,
-                   f"every accepted event in the lake ({context})", errors=(NoSuchTableError,), interval=5)
+        # The schedule goes on until the lake holds them; a run that failed fails the test at once.
+        def lake_holds_them() -> bool:
+            assert not schedule.failed, (schedule.failed, context)
+            return set(read_back(lake_database, warehouse, topic, reader)[0]) >= accepted
+
+        try:
+            eventually(lake_holds_them, 600, f"every accepted event in the lake ({context})",
+                       errors=(NoSuchTableError,), interval=5)
+        except AssertionError as failed:
+            current = schedule.current.log() if schedule.current is not None else "none"
+            raise AssertionError(f"{failed}; {schedule.runs} lake runs ended; the current run's log: {current}") from None
         phases.mark("central and lake")
         schedule.stop()
         assert not schedule.failed, (schedule.failed, context)

@@ -110,6 +110,11 @@ class Processes:
              "--token", MAILER_TOKEN, "--log", str(log), "--concurrency", "4", "--delay", "0.02"],
             stderr=(self.folder / f"client-{self._spawned}.err").open("ab")))
 
+    def tails(self) -> str:
+        """The end of each node's and client's log, to say why a stream stalled."""
+        logs = [*sorted(self.folder.glob("node-*.log")), *sorted(self.folder.glob("client-*.err"))]
+        return "\n".join(f"--- {path.name}:\n{path.read_text(errors='replace')[-1500:]}" for path in logs)
+
     def stop_all(self) -> None:
         for process in [*self.nodes, *self.clients]:
             if process is not None and process.poll() is None:
@@ -156,7 +161,11 @@ def test_killed_nodes_and_clients_lose_nothing_and_never_redeliver_committed_ack
             producer = threading.Thread(target=produce, args=(platform, topic, BATCH, BATCH * (round_ + 1)))
             producer.start()
             target = BATCH * round_ + BATCH // 3
-            eventually(lambda: len(logs.confirmed()) >= target, 120, f"{target} acks confirmed")
+            try:
+                eventually(lambda: len(logs.confirmed()) >= target, 120, f"{target} acks confirmed")
+            except AssertionError as slow:
+                raise AssertionError(f"{slow}: {len(logs.confirmed())} confirmed, {len(logs.delivered())} delivered; "
+                                     f"{procs.tails()}") from None
             victim = round_ % 2
             os.kill(procs.nodes[victim].pid, signal.SIGKILL)  # type: ignore[union-attr]
             for client in procs.clients[-2:]:
