@@ -6,8 +6,9 @@ exactly as the full check (conveyor.pipeline.records) does. Where the JVM cannot
 the same value, the record is flagged (``needs_check``) and the lake reads its range again through
 the full check:
 
-- an integer is read as its JSON text and cast: digits exactly, anything else (``1.0``, ``1e3``,
-  which JSON Schema counts as integers) through a double, as Python's ``int(float)`` does;
+- an integer is read by from_json as a bigint: a JSON integer that fits exactly; anything else
+  (``1.0``, ``1e3``, which JSON Schema counts as integers, or one past 64 bits) leaves the value
+  not read whole, so it is flagged and the full check places it;
 - an event time is cast only when it has RFC 3339's shape with at most microseconds (what the
   gateway's checks let through); any other text is flagged;
 - a field kept as its JSON text (an object, an array, a union) is flagged whenever it is present,
@@ -34,9 +35,8 @@ FAST = "_conveyor_fast"
 NEEDS_CHECK = "_conveyor_needs_check"
 #: RFC 3339 with at most microseconds, upper-cased: the times the JVM casts as Python parses them.
 RFC3339 = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"
-_INTEGER = r"^-?[0-9]+$"
 #: What from_json reads each kind as; the rest is cast after (see the module's docstring).
-_READ_AS = {Kind.string: "string", Kind.long: "string", Kind.double: "double", Kind.boolean: "boolean",
+_READ_AS = {Kind.string: "string", Kind.long: "bigint", Kind.double: "double", Kind.boolean: "boolean",
             Kind.timestamp: "string", Kind.json: "string"}
 
 
@@ -72,10 +72,6 @@ def placed(column: Column) -> SparkColumn:
     from pyspark.sql.functions import expr, upper, when
 
     text = _field(column)
-    if column.kind == Kind.long:
-        exact = expr(f"try_cast({FAST}.{quote(column.name)} AS bigint)")
-        through_double = expr(f"try_cast(try_cast({FAST}.{quote(column.name)} AS double) AS bigint)")
-        return when(text.rlike(_INTEGER), exact).otherwise(through_double)
     if column.kind == Kind.timestamp:
         return when(upper(text).rlike(RFC3339), expr(f"try_cast(upper({FAST}.{quote(column.name)}) AS timestamp)"))
     return text
@@ -90,6 +86,6 @@ def needs_check(trusted: SparkColumn, columns: tuple[Column, ...]) -> SparkColum
     for column in columns:
         if column.kind == Kind.json:
             doubtful = doubtful | _field(column).isNotNull()
-        elif column.kind in (Kind.long, Kind.timestamp):
+        elif column.kind == Kind.timestamp:
             doubtful = doubtful | (_field(column).isNotNull() & placed(column).isNull())
     return ~trusted | doubtful
