@@ -38,6 +38,7 @@ class ProvisionError(ConveyorError):
 @dataclass(frozen=True)
 class ClusterSnapshot:
     topics: dict[str, LiveTopic]
+    #: The live brokers, read only when the plan places replicas itself (see :func:`snapshot`).
     brokers: list[BrokerInfo]
 
 
@@ -75,7 +76,7 @@ def snapshot(platform: Platform, cluster: str, admin: AdminClient, managed_confi
         factor = max((len(p.replicas) for p in partitions.values()), default=0)
         values = {k: v for k, v in configs.get(name, {}).items() if k in managed and v is not None}
         topics[name] = LiveTopic(name, len(partitions), factor, values)
-    brokers = []
+    brokers: list[BrokerInfo] = []
     if needs_placement(platform.cluster(cluster), placing or {}, topics):
         try:
             description = admin.describe_cluster(request_timeout=_TIMEOUT).result()
