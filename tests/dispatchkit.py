@@ -102,6 +102,12 @@ class Ledger:
         with self._lock:
             self.confirmed.update(ids)
 
+    def counts(self) -> str:
+        """How far the clients got: to say where a stream stalled."""
+        with self._lock:
+            return (f"{len(self.values)} delivered ({sum(self.deliveries.values())} deliveries), "
+                    f"{len(self.confirmed)} confirmed")
+
     def confirmed_values(self) -> set[bytes]:
         with self._lock:
             return {self.values[i] for i in self.confirmed if i in self.values}
@@ -116,7 +122,10 @@ def thirty_clients_read_everything(sent: set[bytes], subscribe: Callable[[int, L
     for sub in subs:
         sub.start()
     try:
-        eventually(lambda: ledger.confirmed_values() >= sent, timeout, "every message acked and confirmed")
+        try:
+            eventually(lambda: ledger.confirmed_values() >= sent, timeout, "every message acked and confirmed")
+        except AssertionError as slow:
+            raise AssertionError(f"{slow}: of {len(sent)} sent, {ledger.counts()}") from None
     finally:
         for sub in subs:
             sub.stop()

@@ -53,7 +53,7 @@ def test_thirty_clients_on_two_share_nodes_get_every_message_once(setup, nodes) 
         return Subscriber(topic, group, lambda m: ledger.delivered(client, m.partition, m.offset, m.value),
                           nodes=seeds, token=MAILER_TOKEN, on_committed=ledger.committed, relocate_every=1.0)
 
-    thirty_clients_read_everything(sent, subscribe, 90)
+    thirty_clients_read_everything(sent, subscribe, 120)  # as long as the classic backend's
     delivered = {n.advertise: sample(n, "conveyor_dispatch_delivered_total", topic, group) for n in (a, b)}
     assert sum(delivered.values()) == len(sent)
     assert sum(sample(n, "conveyor_dispatch_acked_total", topic, group) for n in (a, b)) == len(sent)
