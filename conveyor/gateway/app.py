@@ -1,5 +1,6 @@
-"""The gateway's HTTP API (FastAPI): ``POST /v1/topics/{topic}/events``, ``/healthz``, ``/readyz``,
-``/metrics``.
+"""The gateway's HTTP API: ``POST /v1/topics/{topic}/events`` (plain ASGI,
+conveyor.gateway.events_route), and through FastAPI the topic requests, the contract registry,
+``/healthz``, ``/readyz`` and ``/metrics``.
 
 A request is all-or-nothing up to Kafka: it is authenticated and authorised before its body is
 read; the body is read up to the size limit and within a deadline, holding no place, so a slow
@@ -34,9 +35,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from conveyor.auth import SCRYPT_SLOTS, Authorizer, TooManyAttempts
 from conveyor.config import Part, Platform, read_contract
 from conveyor.errors import Refusal
-from conveyor.gateway.bodies import read_body
+from conveyor.gateway.bodies import request_body
+from conveyor.gateway.events_route import EventsFirst, refusal_headers
 from conveyor.gateway.bulkhead import Bulkheads
-from conveyor.gateway.errors import Overloaded, RequestTimeout, UnknownTopic
+from conveyor.gateway.errors import Overloaded, UnknownTopic
 from conveyor.gateway.limits import read_topic_maxima
 from conveyor.limits import batch_size, event_limit
 from conveyor.gateway.metrics import GatewayMetrics
@@ -291,13 +293,6 @@ class Gateway:
         return _answer(accepted)
 
 
-def _refusal_headers(err: Refusal) -> dict[str, str] | None:
-    if isinstance(err, (Overloaded, TooManyAttempts)):
-        return {"Retry-After": str(err.retry_after)}
-    # The rest of a late body may still come: the connection cannot carry another request.
-    return {"Connection": "close"} if isinstance(err, RequestTimeout) else None
-
-
 def _answer(accepted: Accepted) -> dict[str, Any]:
     counts: dict[str, Any] = {"accepted": accepted.size - len(accepted.shed)}
     if accepted.shed:
@@ -309,7 +304,8 @@ def _answer(accepted: Accepted) -> dict[str, Any]:
                                      for (c, p), (lo, hi, n) in sorted(accepted.spans.items())]}
 
 
-def create_app(gateway: Gateway) -> FastAPI:
+def create_app(gateway: Gateway) -> EventsFirst:
+    """The gateway's ASGI app: the events path (conveyor.gateway.events_route), then FastAPI's routes."""
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
@@ -328,25 +324,6 @@ def create_app(gateway: Gateway) -> FastAPI:
         return Response(orjson.dumps({"error": reason, "message": str(err.detail)}), err.status_code,
                         getattr(err, "headers", None), media_type="application/json")
 
-    @app.post("/v1/topics/{topic}/events")
-    async def publish(topic: str, request: Request) -> Response:
-        started = time.perf_counter()
-        label = topic if topic in gateway.platform.topics else "(unknown)"
-        try:
-            await gateway.authorize(topic, request.headers.get("authorization"),
-                                    request.client.host if request.client else "")
-            media = media_type(request.headers.get("content-type"))
-            body = await read_body(request, gateway.settings.max_request_bytes, gateway.settings.body_timeout)
-            with gateway.admission():
-                answer = await gateway.publish(topic, body, media)
-        except Refusal as err:
-            gateway.metrics.rejected.labels(label, err.reason).inc()
-            return Response(orjson.dumps(err.body()), err.status, _refusal_headers(err),
-                            media_type="application/json")
-        finally:
-            gateway.metrics.latency.labels(label).observe(time.perf_counter() - started)
-        return Response(orjson.dumps(answer), 200, media_type="application/json")
-
     @app.post("/v1/topics")
     async def request_topic(request: Request) -> Response:
         """Ask for a topic: its contract, expected rate and consumers; 201 with the clusters and
@@ -356,11 +333,11 @@ def create_app(gateway: Gateway) -> FastAPI:
                                                request.client.host if request.client else "")
             gateway.auth.check_requester(service)
             media_type(request.headers.get("content-type"))
-            body = await read_body(request, REQUEST_BODY_LIMIT, gateway.settings.body_timeout)
+            body = await request_body(request, REQUEST_BODY_LIMIT, gateway.settings.body_timeout)
             status, answer = await gateway.request_topic(service, body)
         except Refusal as err:
             gateway.metrics.topic_requests.labels(err.reason).inc()
-            return Response(orjson.dumps(err.body()), err.status, _refusal_headers(err), media_type="application/json")
+            return Response(orjson.dumps(err.body()), err.status, refusal_headers(err), media_type="application/json")
         gateway.metrics.topic_requests.labels("granted" if status < 202 else "pending").inc()
         app.openapi_schema = None  # the new topic's path
         headers = {"Location": answer["poll"]} if status == 202 else None
@@ -376,7 +353,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             gateway.auth.check_requester(service)
             answer = gateway.request_state(topic)
         except Refusal as err:
-            return Response(orjson.dumps(err.body()), err.status, _refusal_headers(err), media_type="application/json")
+            return Response(orjson.dumps(err.body()), err.status, refusal_headers(err), media_type="application/json")
         return Response(orjson.dumps(answer), 200, media_type="application/json")
 
     def openapi() -> dict[str, Any]:
@@ -420,5 +397,5 @@ def create_app(gateway: Gateway) -> FastAPI:
                 gateway.metrics.lane_occupied.labels(str(lane)).set(occupied)
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return app
+    return EventsFirst(app, gateway)
 

@@ -23,7 +23,7 @@ from conveyor.bus.registry import (IncompatibleContract, InvalidContract, Regist
 from conveyor.bus.registry_state import Version, canonical, subject_of, topic_of
 from conveyor.config import Compatibility
 from conveyor.errors import Refusal
-from conveyor.gateway.bodies import read_body
+from conveyor.gateway.bodies import request_body
 from conveyor.gateway.errors import MalformedBody
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def add_registry_routes(app: FastAPI, gateway: Gateway) -> None:
         return service
 
     async def raw(request: Request) -> bytes:
-        return await read_body(request, BODY_LIMIT, gateway.settings.body_timeout)
+        return await request_body(request, BODY_LIMIT, gateway.settings.body_timeout)
 
     async def body_of(request: Request) -> Any:
         return _schema_of(await raw(request))

@@ -126,6 +126,27 @@ def test_a_body_that_is_not_json_or_ndjson_gets_415(url, unchanged, content_type
     refused(post(url, TOPIC, demo_event(), content_type=content_type), 415, "unsupported_media_type")
 
 
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_a_method_other_than_post_on_the_events_path_gets_405_naming_post(url, unchanged, method):
+    answer = httpx.request(method, f"{url}/v1/topics/{TOPIC}/events", headers=ADSERVER)
+    refused(answer, 405, "method_not_allowed")
+    assert answer.headers["Allow"] == "POST"
+
+
+def test_a_client_gone_before_its_body_came_writes_nothing_and_the_next_request_lands(url, edge_platform):
+    before = end_offsets(edge_platform, "dc1", TOPIC)
+    host, port = url.removeprefix("http://").split(":")
+    body = orjson.dumps([demo_event()])
+    with socket.create_connection((host, int(port))) as gone:
+        gone.sendall(f"POST /v1/topics/{TOPIC}/events HTTP/1.1\r\nHost: {host}\r\n"
+                     f"Authorization: {ADSERVER['Authorization']}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body) + 100}\r\n\r\n".encode() + body)
+        time.sleep(0.5)
+    assert post(url, TOPIC, [demo_event()]).json()["accepted"] == 1
+    after = end_offsets(edge_platform, "dc1", TOPIC)
+    assert sum(after.values()) - sum(before.values()) == 1, (before, after)
+
+
 def _chunks(total: int, size: int = 1 << 20, pause: float = 0.0) -> Iterator[bytes]:
     sent = 0
     while sent < total:
