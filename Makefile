@@ -21,8 +21,8 @@ $(STAMP): pyproject.toml sdk/pyproject.toml
 # Debian packages the platform and the tests start, installed only where missing: redis-server
 # (the real-time views), postgresql (the Iceberg JDBC catalog), chromium (the dashboard test drives
 # it headless), prometheus, prometheus-alertmanager and prometheus-node-exporter (the demo's
-# monitoring; promtool checks the alert rules), wrk (the load of the gateway and security benches,
-# for make bench and make bench-smoke), systemd (systemd-analyze checks the units of `conveyor
+# monitoring; promtool checks the alert rules), wrk (the load of the gateway and security benches
+# in make test, make bench and make bench-smoke), systemd (systemd-analyze checks the units of `conveyor
 # deploy systemd`). Each is "<probe>:<package>".
 DEBIAN := redis-server:redis-server chromium:chromium /usr/lib/postgresql/*/bin/initdb:postgresql promtool:prometheus prometheus-alertmanager:prometheus-alertmanager prometheus-node-exporter:prometheus-node-exporter wrk:wrk systemd-analyze:systemd
 system-deps:
@@ -77,17 +77,18 @@ demo: setup
 # its own clusters on ports 2,000 apart (tests/conftest.py). Most of the suite's time is spent
 # waiting on brokers and Spark, so two workers on two cores nearly halve it (three took longer: 33
 # minutes against 24, the load average past 30, and timed bench windows missed their events). The
-# files go out in the order given, longest first (the system test, then the chaos and integration
-# tests), and the unit tests fill the gaps at the end: xdist would otherwise send the files with the
-# most tests first, and the one-test system file last. The system test runs the whole platform
-# under faults for CONVEYOR_SOAK_MINUTES (1 here, 30 for make soak), then one checker of every sink;
-# the seed is printed, replay it with CONVEYOR_CHAOS_SEED. The benches' smoke tests marked
-# bench_smoke (a platform each, 11 minutes together on two workers) run in make bench-smoke, not
-# here: they would add those 11 minutes to the suite's 35-45 on a fresh clone. The host-loss test
-# (tests/chaos/deploy: every service from its manifest, whole hosts lost) runs on the system test's
-# worker, after it (tests/conftest.py, WHOLE_PLATFORM): side by side they starve the two cores.
+# benches' smoke tests (tests/integration/bench: every bench at its smallest size, its peer
+# included, a platform each) go out first, before either worker has started its session platform,
+# which would idle beside them (tests/conftest.py); then the files in the order given, longest
+# first (the system test, then the chaos and integration tests), and the unit tests fill the gaps
+# at the end: xdist would otherwise send the files with the most tests first, and the one-test
+# system file last. The system test runs the whole platform under faults for CONVEYOR_SOAK_MINUTES
+# (1 here, 30 for make soak), then one checker of every sink; the seed is printed, replay it with
+# CONVEYOR_CHAOS_SEED. The host-loss test (tests/chaos/deploy: every service from its manifest,
+# whole hosts lost) runs on the system test's worker, after it (tests/conftest.py, WHOLE_PLATFORM):
+# side by side they starve the two cores.
 test: setup
-	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile --no-loadscope-reorder -m "not bench_smoke"
+	$(BIN)/python -m pytest tests/system tests/chaos tests/integration tests/unit -q -n 2 --dist loadfile --no-loadscope-reorder
 
 CONVEYOR_SOAK_MINUTES ?= 30
 CONVEYOR_HOST_LOSSES ?= 21
@@ -100,7 +101,7 @@ test-unit: setup
 # Every benchmark; each writes bench/results/<name>.json.
 BENCHES := runtime_startup broker_recovery gateway_throughput replicate_vs_mm2 replicate_failover lag_eval ops_sampling dispatch_throughput balance_plan balance_vs_kafka lake_ingest realtime_views spark_cluster security_cost
 
-# Every bench at its smallest size, its peer included (tests/integration/bench).
+# Every bench at its smallest size, its peer included (tests/integration/bench), alone; make test runs them too.
 bench-smoke: setup
 	$(BIN)/python -m pytest tests/integration/bench -q -n 2 --dist loadfile
 

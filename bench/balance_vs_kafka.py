@@ -235,10 +235,10 @@ def _planned(platform: Platform, name: str, throttle: int | None) -> Execution:
     return new_execution(CLUSTER, plan(live.model), live.assignment(), name, throttle, max_partitions=20)
 
 
-def scale_out(platform: Platform, grown: Platform, console: Console, throttle: int) -> dict:
+def scale_out(platform: Platform, grown: Platform, console: Console, throttle: int, baseline: float) -> dict:
     """Balance first (unmeasured: a scale-out starts from an even cluster), add a 6th broker, plan
     once, and apply that plan twice from the same state, throttled then unthrottled (moved back in
-    between, unmeasured), under the probe."""
+    between, unmeasured), under the probe, after ``baseline`` seconds of it with nothing moving."""
     _run(platform, _planned(platform, "balance", None))
     grown_local = LocalPlatform(grown)
     _up(grown_local)
@@ -248,14 +248,15 @@ def scale_out(platform: Platform, grown: Platform, console: Console, throttle: i
     probe.thread.start()
     time.sleep(5)  # the probe's producer connects and gets its producer id first
     start = time.monotonic()
-    time.sleep(20)
-    runs = {"baseline": {**probe.window(start, time.monotonic()), "seconds": 20}}
+    time.sleep(baseline)
+    runs = {"baseline": {**probe.window(start, time.monotonic()), "seconds": baseline}}
     for name, rate in (("throttled", throttle), ("unthrottled", None)):
         start, end = _run(grown, replace(scale, throttle=rate, created_at=name))
         runs[name] = {**probe.window(start, end), "seconds": round(end - start, 1), "throttle": rate,
                       "bytes_moved": scale.bytes_to_move, "batches": len(scale.batches)}
         console.print(f"{name}: {runs[name]}")
-        reassign_and_wait(grown, CLUSTER, dict(scale.before))  # back to the same starting state, unmeasured
+        if rate is not None:  # back to the same starting state for the unthrottled run, unmeasured
+            reassign_and_wait(grown, CLUSTER, dict(scale.before))
     probe.stop.set()
     probe.thread.join(30)
     return runs
@@ -265,7 +266,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.balance_vs_kafka", description=__doc__.split("\n")[0])
     parser.add_argument("--base-port", type=int, default=int(os.environ.get("CONVEYOR_BENCH_BASE_PORT", "13300")))
     parser.add_argument("--seconds", type=float, default=20.0,
-                        help=f"traffic measuring window (at least {3 * SCRAPE_SECONDS} s: three scrapes)")
+                        help=f"traffic measuring window (at least {3 * SCRAPE_SECONDS} s: three scrapes), and the "
+                             "producer latency's baseline before the moves")
     parser.add_argument("--throttle", type=int, default=2 * 2**20, help="bytes/s for the throttled move")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="share of each topic's preloaded data and of its traffic (the bytes the moves carry "
@@ -289,7 +291,7 @@ def main() -> None:
                 with console.status(f"measuring traffic for {args.seconds:g} s and planning"):
                     comparison = compare(platform, console, args.seconds)
                 with console.status("scale-out: throttled and unthrottled moves onto a 6th broker"):
-                    moves = scale_out(platform, grown, console, args.throttle)
+                    moves = scale_out(platform, grown, console, args.throttle, args.seconds)
         finally:
             LocalPlatform(grown).down()
     table = Table(title="producer latency (acks=all) while add-broker moves replicas")

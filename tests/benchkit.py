@@ -2,8 +2,8 @@
 smallest size, from this checkout. Each starts its own platform, measures Conveyor's path and its
 peer's (or the goal's measure, where the peer is a figure), and writes its figures to a folder of
 the test's (CONVEYOR_BENCH_RESULTS), so bench/results keeps the real runs. The smoke tests are
-split into files by part so that pytest-xdist spreads them over its workers; those marked
-``bench_smoke`` (a platform each) run in ``make bench-smoke`` only, the rest in ``make test`` too.
+split into files by part so that pytest-xdist spreads them over its workers; ``make test`` runs
+them all, so a bench that breaks fails the suite, and ``make bench-smoke`` runs them alone.
 
 Ports: a bench's platform starts 700 above the session's first port. A session holds ports from
 its first port - 600 to + 661 (tests/conftest.base_port), and the next worker's sessions begin

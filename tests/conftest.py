@@ -99,6 +99,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 WHOLE_PLATFORM = ("tests/system/test_promise.py", "tests/chaos/deploy/test_host_loss.py")
 
 
+#: The benches' smoke tests: each starts a platform of its own and none uses the session's.
+BENCHES = "tests/integration/bench/"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The benches first: a worker starts its session platform at its first test that needs it and
+    keeps it to the end, idling at a sixth of a core (docs/benchmarks.md, the suite's time); the
+    benches, run before any, leave both cores to their own platforms."""
+    items.sort(key=lambda item: not item.nodeid.startswith(BENCHES))
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile`` (make test) with the files of WHOLE_PLATFORM as one unit of work."""
     if config.getoption("dist") != "loadfile":

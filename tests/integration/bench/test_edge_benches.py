@@ -11,7 +11,6 @@ from tests.benchkit import bench_port, refusal, run_bench
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.bench_smoke
 def test_gateway_bench_measures_the_direct_producer_beside_the_gateway(tmp_path):
     result = run_bench("gateway_throughput", tmp_path, "--seconds", "2", "--runs", "1", "--warmup", "1")
     assert result["direct_ceiling"]["events_per_s"] > 0, result
@@ -31,7 +30,6 @@ def test_gateway_bench_without_wrk_says_in_one_line_how_to_get_it(tmp_path):
     assert not (tmp_path / "gateway_throughput.json").exists()
 
 
-@pytest.mark.bench_smoke
 def test_security_bench_measures_plaintext_beside_secured(tmp_path):
     result = run_bench("security_cost", tmp_path, "--seconds", "2", "--runs", "1", "--warmup", "1",
                        "--records", "2000")
@@ -42,7 +40,6 @@ def test_security_bench_measures_plaintext_beside_secured(tmp_path):
     assert result["replicator"]["secured_share_per_cpu_s"] > 0, result
 
 
-@pytest.mark.bench_smoke
 def test_dispatcher_bench_measures_the_plain_group_and_share_group_beside_the_dispatcher(tmp_path):
     result = run_bench("dispatch_throughput", tmp_path, "--quick", "--node-port", str(bench_port(400)))
     assert result["plain_group_3_consumers"]["messages_per_s"] > 0, result

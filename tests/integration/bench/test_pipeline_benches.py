@@ -9,7 +9,6 @@ from tests.benchkit import run_bench
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.bench_smoke
 def test_lake_bench_lands_the_users_job_icebergs_sink_and_the_lake_and_writes_their_figures(tmp_path):
     result = run_bench("lake_ingest", tmp_path, "--events", "2000", "--rounds", "1",
                        "--paths", "user_job,iceberg_sink,lake")
@@ -21,7 +20,6 @@ def test_lake_bench_lands_the_users_job_icebergs_sink_and_the_lake_and_writes_th
     assert "lake: " in result["stdout"] and "x Iceberg's sink's events per CPU-second" in result["stdout"]
 
 
-@pytest.mark.bench_smoke
 def test_views_bench_measures_both_modes_beside_the_naive_consumer(tmp_path):
     result = run_bench("realtime_views", tmp_path, "--rate", "500", "--duration", "5", "--warmup", "5",
                        "--paths", "realtime,rtm,naive", "--rtm-rows", "20")
@@ -29,7 +27,6 @@ def test_views_bench_measures_both_modes_beside_the_naive_consumer(tmp_path):
         assert result[path]["events"] > 0 and result[path]["latency_p99_seconds"] is not None, (path, result[path])
 
 
-@pytest.mark.bench_smoke
 def test_spark_cluster_bench_measures_local_beside_the_standalone_cluster(tmp_path):
     result = run_bench("spark_cluster", tmp_path, "--events", "2000", "--rounds", "1", "--rate", "500",
                        "--duration", "5", "--warmup", "5")

@@ -9,7 +9,6 @@ from tests.benchkit import refusal, run_bench
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.bench_smoke
 def test_replicator_bench_measures_mirrormaker_2_beside_the_replicator(tmp_path):
     result = run_bench("replicate_vs_mm2", tmp_path, "--records", "2000", "--rate", "200", "--seconds", "5")
     for tool in ("ours", "mm2"):
@@ -17,7 +16,6 @@ def test_replicator_bench_measures_mirrormaker_2_beside_the_replicator(tmp_path)
         assert result["latency"][tool]["records"] == result["latency"][tool]["sent"] > 0, result
 
 
-@pytest.mark.bench_smoke
 def test_failover_bench_times_every_bucket_before_and_after_a_workers_kill(tmp_path):
     (run,) = run_bench("replicate_failover", tmp_path, "--runs", "1", "--seconds", "10", "--rate", "50")["runs"]
     for window in ("before_kill", "after_kill_survivor_buckets", "after_kill_moved_buckets"):
