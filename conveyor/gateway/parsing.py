@@ -14,7 +14,7 @@ import orjson
 
 from conveyor.gateway.errors import ContractViolation, MalformedBody, TooLarge, UnsupportedMediaType
 from conveyor.gateway.writer import Record
-from conveyor.topics.contracts import Contract, event_hour
+from conveyor.topics.contracts import Contract, parse_event_time
 
 JSON_TYPES = ("application/json",)
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")
@@ -82,7 +82,7 @@ def prepare(body: bytes, content_type: str, contract: Contract, max_event_bytes:
             raise ContractViolation(f"event {index}: {violation.message}", index=index,
                                     field=violation.field, rule=violation.rule)
         try:
-            event_hour(event)  # the lake and the audit file each event under its hour
+            parse_event_time(event["event_time"])  # the lake and the views place each event in time
         except ValueError as err:
             raise ContractViolation(f"event {index}: event_time {event['event_time']!r} cannot be placed in "
                                     f"time ({err})", index=index, field="event_time", rule="format") from None

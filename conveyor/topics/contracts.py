@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
 from typing import Any
 
 import jsonschema_rs
@@ -116,23 +115,6 @@ def parse_event_time(text: Any) -> datetime:
         except OverflowError:
             raise ValueError(f"{text} is outside years 1 to 9999 once in UTC") from None
     return moment
-
-
-def event_hour(event: dict[str, Any]) -> datetime:
-    """The start of the event's hour in UTC (audit counts are kept per event hour)."""
-    text: str = event["event_time"]
-    # Nearly every event is stamped in UTC, and the events of a request share a few hours: the
-    # hour of "YYYY-MM-DDTHH...Z" is its first 13 characters, parsed once per hour, not per event.
-    # The whole text is still parsed once, so a time the lake could not parse is refused here.
-    if text[-1:] in "Zz" and text[10:11] in "Tt":
-        parse_event_time(text)
-        return _utc_hour(text[:13])
-    return parse_event_time(text).astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
-
-
-@lru_cache(maxsize=1024)
-def _utc_hour(prefix: str) -> datetime:
-    return datetime.fromisoformat(prefix.upper() + ":00:00+00:00")
 
 
 def _check_and_bound(schema: Any, where: str, problems: list[str]) -> Any:
