@@ -36,9 +36,9 @@ from conveyor.auth import SCRYPT_SLOTS, Authorizer, TooManyAttempts
 from conveyor.config import Part, Platform, read_contract
 from conveyor.errors import Refusal
 from conveyor.gateway.bodies import request_body
-from conveyor.gateway.events_route import EventsFirst, refusal_headers
+from conveyor.gateway.events_route import EventsFirst
 from conveyor.gateway.bulkhead import Bulkheads
-from conveyor.gateway.errors import Overloaded, UnknownTopic
+from conveyor.gateway.errors import Overloaded, UnknownTopic, refusal_headers
 from conveyor.gateway.limits import read_topic_maxima
 from conveyor.limits import batch_size, event_limit
 from conveyor.gateway.metrics import GatewayMetrics

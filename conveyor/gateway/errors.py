@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from conveyor.auth import TooManyAttempts
 from conveyor.errors import Refusal
 
 
@@ -56,3 +57,11 @@ class Unavailable(Rejection):
     """No writable cluster acknowledged the events in time; nothing was acknowledged to the caller."""
 
     status, reason = 503, "unavailable"
+
+
+def refusal_headers(err: Refusal) -> dict[str, str]:
+    """A refusal's headers beyond its body's type, on whichever route refuses it."""
+    if isinstance(err, (Overloaded, TooManyAttempts)):
+        return {"Retry-After": str(err.retry_after)}
+    # The rest of a late body may still come: the connection cannot carry another request.
+    return {"Connection": "close"} if isinstance(err, RequestTimeout) else {}

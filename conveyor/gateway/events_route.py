@@ -18,10 +18,9 @@ import orjson
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from conveyor.auth import TooManyAttempts
 from conveyor.errors import Refusal
 from conveyor.gateway.bodies import read_body
-from conveyor.gateway.errors import Overloaded, RequestTimeout
+from conveyor.gateway.errors import refusal_headers
 from conveyor.gateway.parsing import media_type
 
 if TYPE_CHECKING:
@@ -32,15 +31,7 @@ EVENTS_PATH = re.compile(r"/v1/topics/([^/]+)/events")
 _JSON = (b"content-type", b"application/json")
 
 
-def refusal_headers(err: Refusal) -> dict[str, str]:
-    """A refusal's headers beyond its body's type (every route's refusals carry them)."""
-    if isinstance(err, (Overloaded, TooManyAttempts)):
-        return {"Retry-After": str(err.retry_after)}
-    # The rest of a late body may still come: the connection cannot carry another request.
-    return {"Connection": "close"} if isinstance(err, RequestTimeout) else {}
-
-
-async def _answer(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+async def _send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [_JSON, (b"content-length", str(len(body)).encode()),
                             *((name.lower().encode(), value.encode()) for name, value in (headers or {}).items())]})
@@ -59,7 +50,7 @@ class EventsFirst:
         if match is None:
             await self.app(scope, receive, send)
         elif scope["method"] != "POST":
-            await _answer(send, 405, b'{"error":"method_not_allowed","message":"Method Not Allowed"}',
+            await _send_json(send, 405, b'{"error":"method_not_allowed","message":"Method Not Allowed"}',
                           {"Allow": "POST"})
         else:
             await self.publish(match[1], scope, receive, send)
@@ -80,10 +71,10 @@ class EventsFirst:
                 answer = await gateway.publish(topic, body, media)
         except Refusal as err:
             gateway.metrics.rejected.labels(label, err.reason).inc()
-            await _answer(send, err.status, orjson.dumps(err.body()), refusal_headers(err))
+            await _send_json(send, err.status, orjson.dumps(err.body()), refusal_headers(err))
             return
         except ClientDisconnect:  # gone before its body came: no one to answer, nothing was written
             return
         finally:
             gateway.metrics.latency.labels(label).observe(time.perf_counter() - started)
-        await _answer(send, 200, orjson.dumps(answer))
+        await _send_json(send, 200, orjson.dumps(answer))
