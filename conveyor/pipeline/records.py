@@ -154,11 +154,16 @@ class RecordParser:
 
     def parse(self, value: bytes | None, header: bytes | None = None) -> tuple[Any, ...]:
         """``(None, *column values)`` for a good record, ``(reason, None, ...)`` for a bad one."""
+        reason, event = self.event(value, header)
+        return (reason, *self._nothing) if reason is not None else (None, *[event.get(name) for name in self._names])
+
+    def event(self, value: bytes | None, header: bytes | None = None) -> tuple[str | None, dict[str, Any]]:
+        """``(None, event)`` for a good record, its fields converted to their columns' types (fields
+        outside the contract as they came); ``(reason, {})`` for a bad one."""
         try:
-            event = self._event(value, header)
+            return None, self._event(value, header)
         except _Reject as reject:
-            return (reject.args[0], *self._nothing)
-        return (None, *[event.get(name) for name in self._names])
+            return reject.args[0], _NO_EVENT
 
     def columns(self, values: list[bytes | None], headers: list[bytes | None] | None = None) -> list[list[Any]]:
         """The verdicts of ``values``, the contract's columns, and whether each event has fields

@@ -126,9 +126,11 @@ class Partial:
     def __init__(self, plan: BatchPlan, claims: Claims | None, per_record: bool = False) -> None:
         self.plan = plan
         self.per_record = per_record
-        self.parsers = {t.topic: (RecordParser(t.topic, t.schema_text, t.columns, t.versions),
-                                  [c.name for c in t.columns]) for t in plan.topics}
-        self.views = [(v, wm) for v, wm in zip(plan.views, plan.watermarks, strict=True)]
+        self.parsers = {t.topic: RecordParser(t.topic, t.schema_text, t.columns, t.versions) for t in plan.topics}
+        #: topic -> its views, each with its watermark.
+        self.views: dict[str, list[tuple[ViewPlan, int | None]]] = {t.topic: [] for t in plan.topics}
+        for view, watermark in zip(plan.views, plan.watermarks, strict=True):
+            self.views[view.topic].append((view, watermark))
         self.claims = claims
         #: topic -> events waiting for their ids' claims: (event, event_ms, record).
         self.unclaimed: dict[str, list[tuple[dict[str, Any], int, Source]]] = defaultdict(list)
@@ -143,16 +145,15 @@ class Partial:
     def add(self, record: Source, kafka_ms: int, header: bytes | None = None) -> None:
         """``header``: the record's contract header (None: it has none)."""
         topic = record[0]
-        parser, names = self.parsers[topic]
+        parser = self.parsers[topic]
         read_ms = self.plan.versions_read_ms
         if read_ms is not None and kafka_ms > read_ms - CLOCK_SKEW_MS and parser.names_unheld(header):
             raise ContractBehindError(f"{topic} {record[1]}:{record[2]} names contract version {header!r}, "
                                       "registered after the plan was read")
         self.records += 1
-        reason, *values = parser.parse(record[4], header)
+        reason, event = parser.event(record[4], header)
         if reason is not None:
             return self._reject("malformed", reason, record)
-        event = dict(zip(names, values, strict=True))
         event_ms = epoch_ms(event["event_time"])
         if event_ms > kafka_ms + self.plan.future_tolerance_ms:
             return self._reject("future", f"event_time {event['event_time'].isoformat()} is more than "
@@ -181,12 +182,12 @@ class Partial:
 
     def _apply(self, record: Source, event: dict[str, Any], event_ms: int) -> None:
         applied = False
-        for view, watermark in self.views:
-            if view.topic != record[0] or not matches(view.filter, event):
+        for view, watermark in self.views[record[0]]:
+            if not matches(view.filter, event):
                 continue
-            missing = [g for g in view.group_by if event.get(g) is None]
-            if missing:
-                self._reject("incomplete", f"group-by field {missing[0]} is missing", record, view.name)
+            missing = next((g for g in view.group_by if event.get(g) is None), None)
+            if missing is not None:
+                self._reject("incomplete", f"group-by field {missing} is missing", record, view.name)
             elif watermark is not None and event_ms < watermark:
                 self._reject("late", f"event_time {event['event_time'].isoformat()} is before the view's watermark "
                              f"{datetime.fromtimestamp(watermark / 1000, timezone.utc).isoformat()}",
@@ -199,10 +200,11 @@ class Partial:
 
     def _count(self, view: ViewPlan, event: dict[str, Any], event_ms: int, offset: int) -> None:
         key = view.key(event, view.window_start(event_ms))
+        suffix = view.field_suffix(event)
         for metric in view.metrics:
-            if matches(metric.where, event):
+            if not metric.where or matches(metric.where, event):
                 amount = 1 if metric.sum is None else (event.get(metric.sum) or 0)
-                self.sums[(view.name, key, view.field(metric.name, event), offset)] += amount
+                self.sums[(view.name, key, metric.name + suffix, offset)] += amount
 
     def deltas(self) -> dict[tuple[str, str, int], dict[str, int]]:
         """(view, key, offset) -> {hash field: delta}, in the order the sums were first made."""

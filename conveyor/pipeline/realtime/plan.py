@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from conveyor.config import FieldMatch, Platform, RealtimeView
@@ -106,8 +107,24 @@ class ViewPlan:
     def window_start(self, event_ms: int) -> int:
         return event_ms - event_ms % self.window_ms
 
+    @cached_property
+    def _key_template(self) -> tuple[str, tuple[str, ...]]:
+        """The key layout as a positional format string with the view's name in place, and the
+        placeholders its positions stand for: a key is then built without a dict per event."""
+        text, names = [], []
+        for literal, name, _, _ in string.Formatter().parse(self.key_layout):
+            text.append(_braces(literal))
+            if name == "view":
+                text.append(_braces(self.name))
+            elif name is not None:  # the config allows only plain names: view, window_start, group-by fields
+                text.append("{}")
+                names.append(name)
+        return "".join(text), tuple(names)
+
     def key(self, values: Mapping[str, Any], window_start_ms: int) -> str:
-        return self.key_layout.format_map({**values, "view": self.name, "window_start": window_label(window_start_ms)})
+        template, names = self._key_template
+        label = window_label(window_start_ms)
+        return template.format(*[label if n == "window_start" else values[n] for n in names])
 
     def key_pattern(self) -> str:
         """A Redis SCAN pattern that matches every key of this view (glob characters of the layout escaped)."""
@@ -115,7 +132,15 @@ class ViewPlan:
         return layout.format_map({**dict.fromkeys(self.group_by, "*"), "view": self.name, "window_start": "*"})
 
     def field(self, metric: str, values: Mapping[str, Any]) -> str:
-        return ":".join([metric, *(str(values[g]) for g in self.field_parts)])
+        return metric + self.field_suffix(values)
+
+    def field_suffix(self, values: Mapping[str, Any]) -> str:
+        """What follows a metric's name in the hash field of the event with these ``values``."""
+        return "".join([f":{values[g]}" for g in self.field_parts])
+
+
+def _braces(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def job_views(platform: Platform, names: list[str] | None = None) -> dict[str, RealtimeView]:

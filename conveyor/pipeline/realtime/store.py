@@ -34,6 +34,7 @@ from functools import lru_cache
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
+import orjson
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
@@ -60,15 +61,20 @@ Client: TypeAlias = "redis.Redis | RedisCluster"
 #: A view key's write: (key, position, ttl seconds, {hash field: delta}).
 Entry = tuple[str, int, int, Mapping[str, int]]
 
-# ARGV: the fence field, then per key: its position (a batch id, or an offset of the fence's
-# partition), ttl seconds, field count, field/delta pairs (deltas within 64 bits). A key applies only
-# past its fence; a key may come again later in the call with a later position. Returns per key: 0
-# (skipped: that position or a later one wrote it), 1 (written) or 2 (written, and a delta or a sum
-# reached a 64-bit bound). Everything is read and checked before the first write: a Redis error after
-# it would leave the chunk half-applied, its keys' fences unset, and a replay adding the written half again.
+# ARGV: the fence field, then one JSON array with an entry per key: [its position (a batch id, or an
+# offset of the fence's partition), ttl seconds, [field, delta, field, delta, ...]], every number a
+# string (Lua's numbers are doubles: a 64-bit delta would lose digits, and a large offset would print
+# in exponent notation). One argument per call, not several per key: redis-py packs each argument at
+# a cost, and a JSON text halves the driver's CPU for a batch's writes. A key applies
+# only past its fence; a key may come again later in the call with a later position. Returns per
+# key: 0 (skipped: that position or a later one wrote it), 1 (written) or 2 (written, and a delta or
+# a sum reached a 64-bit bound). Everything is read and checked before the first write: a Redis error
+# after it would leave the chunk half-applied, its keys' fences unset, and a replay adding the
+# written half again.
 _APPLY = """
 local MAX, MIN = '9223372036854775807', '-9223372036854775808'
 local function int64(s)  -- exactly what HINCRBY accepts (Redis' string2ll)
+  if type(s) ~= 'string' then return false end
   if s == '0' then return true end
   local digits = s
   if s:sub(1, 1) == '-' then digits = s:sub(2) end
@@ -77,30 +83,30 @@ local function int64(s)  -- exactly what HINCRBY accepts (Redis' string2ll)
   return digits <= (digits == s and MAX or MIN:sub(2))
 end
 local fence = ARGV[1]
-local status, todo, i = {}, {}, 3
+local entries = cjson.decode(ARGV[2])
+local status, todo = {}, {}
 for k = 1, #KEYS do
-  local n = tonumber(ARGV[i + 1])
+  local position, fields = entries[k][1], entries[k][3]
   local names = {fence}
-  for j = 1, n do names[j + 1] = ARGV[i + 2 * j] end
+  for j = 1, #fields, 2 do names[#names + 1] = fields[j] end
   local held = redis.call('HMGET', KEYS[k], unpack(names))
   status[k] = 0
-  if tonumber(ARGV[i - 1]) > tonumber(held[1] or '-1') then
-    for j = 1, n do
-      local old, delta = held[j + 1], ARGV[i + 2 * j + 1]
+  if tonumber(position) > tonumber(held[1] or '-1') then
+    for j = 2, #names do
+      local old, delta = held[j], fields[2 * j - 2]
       if (old and not int64(old)) or not int64(delta) then
-        return redis.error_reply('conveyor: ' .. KEYS[k] .. ' field ' .. names[j + 1] .. ' holds ' .. tostring(old) ..
-          ', delta ' .. delta .. ': not a 64-bit integer; nothing of this call was written')
+        return redis.error_reply('conveyor: ' .. KEYS[k] .. ' field ' .. names[j] .. ' holds ' .. tostring(old) ..
+          ', delta ' .. tostring(delta) .. ': not a 64-bit integer; nothing of this call was written')
       end
     end
-    todo[#todo + 1] = {k, i, n}
+    todo[#todo + 1] = k
   end
-  i = i + 3 + 2 * n
 end
-for _, t in ipairs(todo) do
-  local k, at, n = t[1], t[2], t[3]
+for _, k in ipairs(todo) do
+  local position, ttl, fields = entries[k][1], entries[k][2], entries[k][3]
   status[k] = 1
-  for j = 1, n do
-    local name, delta = ARGV[at + 2 * j], ARGV[at + 2 * j + 1]
+  for j = 1, #fields, 2 do
+    local name, delta = fields[j], fields[j + 1]
     if delta == MAX or delta == MIN then status[k] = 2 end
     if type(redis.pcall('HINCRBY', KEYS[k], name, delta)) == 'table' then
       -- Both numbers passed the check: the only error left is a sum beyond 64 bits.
@@ -108,8 +114,8 @@ for _, t in ipairs(todo) do
       status[k] = 2
     end
   end
-  redis.call('HSET', KEYS[k], fence, ARGV[at - 1])
-  redis.call('EXPIRE', KEYS[k], ARGV[at])
+  redis.call('HSET', KEYS[k], fence, position)
+  redis.call('EXPIRE', KEYS[k], ttl)
 end
 return status
 """
@@ -380,13 +386,10 @@ class ViewStore:
         for group in _by_slot([e[0] for e in entries], self.cluster):
             for start in range(0, len(group), CHUNK):
                 chunk = group[start:start + CHUNK]
-                args: list[str | int] = [fence]
-                for i in chunk:
-                    _, position, ttl, fields = entries[i]
-                    args += [position, ttl, len(fields)]
-                    for name, delta in fields.items():
-                        args += [name, saturate(delta)]
-                _run(pipe, self._apply, [entries[i][0] for i in chunk], args)
+                packed = orjson.dumps([[str(position), str(ttl), [part for name, delta in fields.items()
+                                                                  for part in (name, str(saturate(delta)))]]
+                                       for _, position, ttl, fields in (entries[i] for i in chunk)])
+                _run(pipe, self._apply, [entries[i][0] for i in chunk], [fence, packed])
                 order += chunk
         replies = pipe.execute()
         if before is not None and not self.cluster:

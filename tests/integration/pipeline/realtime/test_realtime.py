@@ -229,6 +229,19 @@ def test_an_increment_beyond_int64_never_half_applies_a_batch(views_redis):
     assert [store.client.hget(k, "clicks") for k in (k1, k2, k3)] == ["2", "2", "2"]
 
 
+def test_deltas_beyond_what_lua_s_numbers_hold_and_a_key_twice_in_one_call_stay_exact(views_redis):
+    # A chunk travels as one JSON text; Lua's numbers are doubles, exact only below 2**53. A key may
+    # come twice in one call (the real-time mode's per-offset writes).
+    store = ViewStore(connect_to(views_redis), f"lua-{time.time_ns()}")
+    key = f"t:lua-exact:{time.time_ns()}"
+    start = {"a": 2**52 - 1, "b": 2**53 - 1, "c": -(2**52) + 1, "d": 7, "e": 2**62}
+    store.write("_at", [(key, 1, 3600, start)])
+    store.write("_at", [(key, 2, 3600, {"a": 1, "b": 2, "c": -2, "d": 2**52, "e": 1}),
+                        (key, 3, 3600, {"a": 1, "b": 1, "d": -(2**52) - 9, "f": 5})])
+    assert store.client.hgetall(key) == {"a": str(2**52 + 1), "b": str(2**53 + 2), "c": str(-(2**52) - 1),
+                                         "d": "-2", "e": str(2**62 + 1), "f": "5", "_at": "3"}
+
+
 def _distinct(events: list[dict]) -> list[dict]:
     return list({e["event_id"]: e for e in events}.values())
 
