@@ -18,7 +18,7 @@ import pyarrow as pa
 from conveyor_sdk.contract import CONTRACT_HEADER, read_contract
 
 from conveyor.pipeline.schema import OUTSIDE, REASON, Column, Kind
-from conveyor.pipeline.worker_path import drop_jars
+from conveyor.pipeline.worker_path import forget_archives
 from conveyor.topics.contracts import Contract, compile_contract, parse_event_time
 
 #: The columns of a Kafka range that land as they are: our name -> the name Spark's Kafka connector
@@ -210,7 +210,7 @@ def values_parser(topic: str, schema_text: str, columns: tuple[Column, ...],
     schema = arrow_schema(columns)
 
     def parse(values: pa.Array, headers: pa.Array) -> pa.Array:
-        drop_jars()
+        forget_archives()
         parser = RecordParser(topic, schema_text, columns, versions)
         built = parser.columns(values.to_pylist(), headers.to_pylist())
         arrays = [pa.array(column, type=field.type) for column, field in zip(built, schema, strict=True)]

@@ -34,7 +34,7 @@ from conveyor.gctune import tune_for_throughput
 from conveyor.pipeline.realtime.plan import INT64_MAX, INT64_MIN, ViewPlan, epoch_ms, matches
 from conveyor.pipeline.records import RecordParser, VersionText
 from conveyor.pipeline.schema import Column
-from conveyor.pipeline.worker_path import drop_jars
+from conveyor.pipeline.worker_path import forget_archives
 
 #: What a task returns, one row per: key field delta, distinct applied event time, rejected record.
 #: ``big`` holds a delta beyond 64 bits as decimal text (``value`` is then null).
@@ -267,7 +267,7 @@ def project(batches: Iterator[pa.RecordBatch], plan: BatchPlan,
     the contract header): one batch of partial sums per task; with ``claims``, each event_id
     counted once."""
     tune_for_throughput()  # the partial sums grow to a dict per key, which the collector would walk again and again
-    drop_jars()
+    forget_archives()
     partial = Partial(plan, claims)
     for batch in batches:
         for record, stamp, header in kafka_rows(batch):

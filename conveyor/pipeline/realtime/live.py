@@ -38,7 +38,7 @@ from conveyor.gctune import tune_for_throughput
 from conveyor.pipeline.realtime.deltas import BatchPlan, Partial, Row, kafka_rows, latencies
 from conveyor.pipeline.realtime.rejects import RejectsOutput
 from conveyor.pipeline.realtime.store import Client, EventClaims, RedisTarget, ViewStore, connect_to, state_key
-from conveyor.pipeline.worker_path import drop_jars
+from conveyor.pipeline.worker_path import forget_archives
 
 #: Seconds the diagnostics hash lives past its last write.
 DIAGNOSTICS_TTL = 86_400
@@ -130,7 +130,7 @@ def write_live(batches: Iterator[pa.RecordBatch], work: LiveWork) -> Iterator[pa
     """mapInArrow over Kafka rows (topic, partition, offset, timestamp, key, value): each Arrow
     batch written to the views before the next is read; one row per batch, its record count."""
     tune_for_throughput()
-    drop_jars()
+    forget_archives()
     store = _store(work.target, work.job)
     known: dict[tuple[str, int], Position] = {}
     batch_id = _batch_id()
