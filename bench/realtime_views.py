@@ -14,7 +14,7 @@ Each path gets the same live traffic: realistic ad events (:class:`~conveyor.gat
 produced straight to central at ``--rate`` events/s, each stamped with the time it is produced;
 latency is Redis write time minus event time, over every event of the measured ``--duration`` s.
 Spark's start is excluded (the query runs before the traffic starts), and so is the job's cold
-catch-up: the traffic flows until the job is within 10 s of the stream, then ``--duration`` s more
+catch-up: the traffic flows until the job is within 5 s of the stream, then ``--duration`` s more
 are measured. A job that never catches up is measured all the same and said to be so, with its
 capacity (records applied per second while it was behind). The platform is the demo's central
 cluster (3 brokers, RF 3) and a Redis on their own ports and folder. The ``rtm`` path is measured
@@ -66,10 +66,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 6
 TOPICS = {"realtime": "bench-rt-spark", "rtm": "bench-rt-rtm", "naive": "bench-rt-naive"}
 #: The warm-up ends when the job is this many seconds of traffic behind the stream, or less: about
-#: two batches' time in steady state (batches of 2.5-3 s at 20,000/s). Neither a tighter bound (3 s
-#: was never reached) nor one scaled by the last batch (a cold batch of 30 s passed it at once) nor
-#: a batch reading less than its cap (one did with 18 s of records waiting) told a cold start apart.
-_CAUGHT_UP = 10.0
+#: two batches' time in steady state (batches of 2-2.6 s at 20,000/s), and the goal's p99. From
+#: within 10 s, the bound before, a job with 15 % to spare spent most of the measured minute
+#: draining that lag. Neither a bound scaled by the last batch (a cold batch of 30 s passed it at
+#: once) nor a batch reading less than its cap (one did with 18 s of records waiting) told a cold
+#: start apart.
+_CAUGHT_UP = 5.0
 #: ...or this many seconds after ``--warmup``, whichever comes first.
 _WARMUP_LIMIT = 240.0
 #: The rtm path's warm-up ends within this many seconds of the stream instead: a path that applies
