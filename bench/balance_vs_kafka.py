@@ -17,6 +17,7 @@ same real cluster state, and producer p99 during a throttled and an unthrottled 
    (acks=all, fixed rate) records its latency: p50/p99 before and during each move.
 
     python -m bench.balance_vs_kafka [--base-port 13300] [--seconds 20] [--throttle 2097152] [--scale 1.0]
+                                     [--batch-partitions 20]
 
 Writes ``bench/results/balance_vs_kafka.json``.
 """
@@ -230,20 +231,21 @@ def _run(platform: Platform, execution: Execution) -> tuple[float, float]:
     return started, time.monotonic()
 
 
-def _planned(platform: Platform, name: str, throttle: int | None) -> Execution:
+def _planned(platform: Platform, name: str, throttle: int | None, batch_partitions: int) -> Execution:
     live = live_cluster(platform, CLUSTER, [*TOPICS, ISOLATED], window_seconds=3 * SCRAPE_SECONDS)
-    return new_execution(CLUSTER, plan(live.model), live.assignment(), name, throttle, max_partitions=20)
+    return new_execution(CLUSTER, plan(live.model), live.assignment(), name, throttle, max_partitions=batch_partitions)
 
 
-def scale_out(platform: Platform, grown: Platform, console: Console, throttle: int, baseline: float) -> dict:
+def scale_out(platform: Platform, grown: Platform, console: Console, throttle: int, baseline: float,
+              batch_partitions: int) -> dict:
     """Balance first (unmeasured: a scale-out starts from an even cluster), add a 6th broker, plan
     once, and apply that plan twice from the same state, throttled then unthrottled (moved back in
     between, unmeasured), under the probe, after ``baseline`` seconds of it with nothing moving."""
-    _run(platform, _planned(platform, "balance", None))
+    _run(platform, _planned(platform, "balance", None, batch_partitions))
     grown_local = LocalPlatform(grown)
     _up(grown_local)
     grown = grown_local.clients
-    scale = _planned(grown, "throttled", throttle)
+    scale = _planned(grown, "throttled", throttle, batch_partitions)
     probe = Probe(platform, "t9")
     probe.thread.start()
     time.sleep(5)  # the probe's producer connects and gets its producer id first
@@ -272,10 +274,15 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="share of each topic's preloaded data and of its traffic (the bytes the moves carry "
                              "shrink with it)")
+    parser.add_argument("--batch-partitions", type=int, default=20,
+                        help="partitions per batch of moves (each batch is two starts of Kafka's reassignment "
+                             "tool: fewer, larger batches finish sooner and move more at once)")
     args = parser.parse_args()
     args.seconds = max(args.seconds, 3 * SCRAPE_SECONDS)
     if not 0 < args.scale <= 1:
         parser.error("--scale must be above 0 and at most 1")
+    if args.batch_partitions < 1:
+        parser.error("--batch-partitions must be at least 1")
     console = Console()
     with tempfile.TemporaryDirectory(prefix="conveyor-balance-bench-") as tmp:
         home = Path(tmp) / "home"
@@ -291,7 +298,7 @@ def main() -> None:
                 with console.status(f"measuring traffic for {args.seconds:g} s and planning"):
                     comparison = compare(platform, console, args.seconds)
                 with console.status("scale-out: throttled and unthrottled moves onto a 6th broker"):
-                    moves = scale_out(platform, grown, console, args.throttle, args.seconds)
+                    moves = scale_out(platform, grown, console, args.throttle, args.seconds, args.batch_partitions)
         finally:
             LocalPlatform(grown).down()
     table = Table(title="producer latency (acks=all) while add-broker moves replicas")

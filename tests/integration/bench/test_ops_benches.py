@@ -21,7 +21,8 @@ def test_recovery_bench_times_a_killed_brokers_alarm_and_the_writes_resuming(tmp
 
 
 def test_balance_bench_scores_its_plan_beside_kafkas_generator_and_moves_a_broker_in(tmp_path):
-    result = run_bench("balance_vs_kafka", tmp_path, "--seconds", "2", "--scale", "0.05", "--throttle", str(8 << 20))
+    result = run_bench("balance_vs_kafka", tmp_path, "--seconds", "2", "--scale", "0.05", "--throttle", str(8 << 20),
+                       "--batch-partitions", "200")
     assert {"conveyor", "kafka_generate"} <= set(result["comparison"]), result["comparison"]
     # Both plans scored on loads read from the bench's Prometheus, not on counts alone.
     assert not result["comparison"]["notes"] and result["comparison"]["bytes_total"] > 0, result["comparison"]
@@ -48,6 +49,7 @@ def test_lag_bench_times_the_window_beside_a_single_value_check(tmp_path):
 @pytest.mark.parametrize(("bench", "args", "line"), [
     ("ops_sampling", ["--topics", "20"], "--topics must be more than 50"),
     ("balance_vs_kafka", ["--scale", "0"], "--scale must be above 0"),
+    ("balance_vs_kafka", ["--batch-partitions", "0"], "--batch-partitions must be at least 1"),
 ])
 def test_a_size_a_bench_cannot_measure_is_refused_in_one_line(bench, args, line):
     done = refusal(bench, *args)
