@@ -214,6 +214,9 @@ class Timeline:
     #: Events the measured part applied, and its seconds.
     events: int
     seconds: float
+    #: Records the path applied over the whole run, warm-up included: whether it works at all, where
+    #: a stall (its query starved of the cores) left the measured part with none.
+    applied: int
 
 
 def _live(traffic: Traffic, rate: int, duration: float, warmup_seconds: float, applied: Callable[[], int],
@@ -250,14 +253,14 @@ def _live(traffic: Traffic, rate: int, duration: float, warmup_seconds: float, a
             assert alive(), "the path's query stopped"
             time.sleep(0.2)
         events, seconds = traffic.sent - sent_before, time.monotonic() - started
-    return Timeline(caught_up, round(warmed, 1), round(catch_up_rate), events, seconds)
+    return Timeline(caught_up, round(warmed, 1), round(catch_up_rate), events, seconds, applied())
 
 
 def _result(latency_ms: Counter[int], traffic: Traffic, timeline: Timeline) -> dict:
     result = _summary(latency_ms, timeline.events, timeline.seconds, traffic)
     # Not caught up: the latencies are a backlog's, and the rate it drained at is the path's capacity.
     result.update(warmup_seconds=timeline.warmup_seconds, caught_up=timeline.caught_up,
-                  catch_up_records_per_second=timeline.catch_up_records_per_second)
+                  catch_up_records_per_second=timeline.catch_up_records_per_second, applied_records=timeline.applied)
     return result
 
 
