@@ -45,7 +45,7 @@ from conveyor.config import Platform, parse_platform
 from conveyor.ops.balance import plan
 from conveyor.ops.balance.execution import Execution, new_execution
 from conveyor.ops.balance.executor import Executor
-from conveyor.ops.balance.live import live_cluster
+from conveyor.ops.balance.live import LiveCluster, live_cluster
 from conveyor.kafka_tools import KafkaTools
 from conveyor.runtime.local import LocalPlatform
 from tests.balancekit import preload, reassign_and_wait, wait_ports_free
@@ -194,10 +194,21 @@ class _Quiet:
     def note(self, _: str) -> None: ...
 
 
+def _measured(platform: Platform, topics: list[str], seconds: float, patience: float = 120.0) -> LiveCluster:
+    """The cluster and its loads over the last ``seconds``, once Prometheus holds figures of every
+    broker or ``patience`` s have passed: on a loaded machine a broker's large page can miss its
+    scrape's timeout, and a plan that counts a broker idle would not score what the bench means to."""
+    deadline = time.monotonic() + patience
+    while (live := live_cluster(platform, CLUSTER, topics, window_seconds=seconds)).notes \
+            and time.monotonic() < deadline:
+        time.sleep(SCRAPE_SECONDS)
+    return live
+
+
 def compare(platform: Platform, console: Console, seconds: float) -> dict:
     topics = [*TOPICS, ISOLATED]
     time.sleep(seconds)  # Prometheus's window of the traffic
-    live = live_cluster(platform, CLUSTER, topics, window_seconds=seconds)
+    live = _measured(platform, topics, seconds)
     started = time.process_time()
     ours = plan(live.model)
     ours_cpu = time.process_time() - started

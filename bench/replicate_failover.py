@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bench.common import arguments, host, routes_platform, write_results
 from bench.replicate_vs_mm2 import _create
@@ -41,6 +41,8 @@ DCS = ("dc1", "dc2")
 PARTITIONS, BUCKETS = 12, 8
 #: The shortest window that sees the dead worker's buckets copied again (session timeout and takeover).
 MIN_WINDOW = 10
+#: How long after the last window the records still on their way are waited for.
+DRAIN_SECONDS = 120
 
 
 def _platform(tmp: Path, base_port: int) -> tuple[Platform, Path]:
@@ -91,11 +93,19 @@ def _settle(platform: Platform, timeout: float = 120.0) -> None:
     raise TimeoutError(f"the workers' buckets did not settle within {timeout:.0f} s: {last}")
 
 
-def _produce(platform: Platform, dc: str, topic: str, rate: int, stop: threading.Event) -> None:
+def _produce(platform: Platform, dc: str, topic: str, rate: int, stop: threading.Event,
+             delivered: list[int]) -> None:
+    """Records at ``rate`` until ``stop``; each one its source acknowledged counts in ``delivered``."""
     producer = kafka.producer(platform, dc, f"bench-fo-{dc}")
     i, started = 0, time.time()
+
+    def acked(err: object, _: object) -> None:
+        if err is None:
+            delivered.append(1)
+
     while not stop.is_set():
-        producer.produce(topic, orjson.dumps({"sent": time.time(), "dc": dc}), f"k{i % 500}".encode())
+        producer.produce(topic, orjson.dumps({"sent": time.time(), "dc": dc}), f"k{i % 500}".encode(),
+                         on_delivery=acked)
         producer.poll(0)
         i += 1
         time.sleep(max(0.0, started + i / rate - time.time()))
@@ -108,6 +118,15 @@ def _percentiles(values: list[float]) -> dict[str, float | int]:
     values = sorted(values)
     return {"records": len(values), "p50_ms": round(values[len(values) // 2] * 1000, 1),
             "p99_ms": round(values[int(len(values) * 0.99)] * 1000, 1), "max_ms": round(values[-1] * 1000, 1)}
+
+
+def _arrive(consumer: Consumer, topic: str, arrivals: list[tuple[float, float, tuple[str, int]]]) -> None:
+    """The records copied since the last call, as (sent, latency, (route, bucket)) in ``arrivals``."""
+    for message in consumer.consume(1000, 0.2):
+        if message.error() is None:
+            value = orjson.loads(message.value())
+            bucket = plan.bucket_of(topic, message.partition(), BUCKETS)  # same partition as the source's
+            arrivals.append((value["sent"], time.time() - value["sent"], (f"fo-{value['dc']}", bucket)))
 
 
 def one_run(platform: Platform, path: Path, tmp: Path, run: int, rate: int, seconds: int,
@@ -123,7 +142,8 @@ def one_run(platform: Platform, path: Path, tmp: Path, run: int, rate: int, seco
         time.sleep(0.5)
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     stop = threading.Event()
-    producers = [threading.Thread(target=_produce, args=(platform, dc, topic, rate, stop)) for dc in DCS]
+    delivered: list[int] = []
+    producers = [threading.Thread(target=_produce, args=(platform, dc, topic, rate, stop, delivered)) for dc in DCS]
     for thread in producers:
         thread.start()
     arrivals: list[tuple[float, float, tuple[str, int]]] = []  # (sent, latency, (route, bucket))
@@ -135,14 +155,15 @@ def one_run(platform: Platform, path: Path, tmp: Path, run: int, rate: int, seco
             procs[victim].kill()
             procs[victim].wait()
             killed_at = time.time()
-        for message in consumer.consume(1000, 0.2):
-            if message.error() is None:
-                value = orjson.loads(message.value())
-                bucket = plan.bucket_of(topic, message.partition(), BUCKETS)  # same partition as the source's
-                arrivals.append((value["sent"], time.time() - value["sent"], (f"fo-{value['dc']}", bucket)))
+        _arrive(consumer, topic, arrivals)
     stop.set()
     for thread in producers:
         thread.join()
+    # Every record sent is timed: the dead worker's buckets wait out its session and a takeover,
+    # which on a loaded machine ends after the window, and their records come then.
+    deadline = time.monotonic() + DRAIN_SECONDS
+    while len(arrivals) < len(delivered) and time.monotonic() < deadline:
+        _arrive(consumer, topic, arrivals)
     consumer.close()
     procs[victim] = _worker(path, victim, tmp / f"{victim}.log")  # back for the next run
     assert killed_at is not None and held is not None
@@ -150,7 +171,8 @@ def one_run(platform: Platform, path: Path, tmp: Path, run: int, rate: int, seco
     before = [lat for sent, lat, _ in arrivals if killed_at - seconds <= sent < killed_at]
     after_kept = [lat for sent, lat, where in arrivals if sent >= killed_at and where in held]
     after_moved = [lat for sent, lat, where in arrivals if sent >= killed_at and where not in held]
-    return {"killed": victim, "survivor_buckets": sorted(f"{r}/{b}" for r, b in held), "before_kill": _percentiles(before),
+    return {"killed": victim, "sent": len(delivered), "copied": len(arrivals),
+            "survivor_buckets": sorted(f"{r}/{b}" for r, b in held), "before_kill": _percentiles(before),
             "after_kill_survivor_buckets": _percentiles(after_kept),
             "after_kill_moved_buckets": _percentiles(after_moved)}
 

@@ -102,10 +102,20 @@ def holding(url: str, verify: object, edge: str, connections: int, timeout: floa
     return eventually(check, timeout, f"{edge} to hold {connections} connections", errors=(httpx.TransportError,))
 
 
+def _open(sock: socket.socket) -> bool:
+    """Whether the server still holds ``sock`` open: nothing to read yet, neither a reset nor an end."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True
+    except ConnectionResetError:
+        return False
+
 
 def _all_tried_most_connected(held: Held) -> None:
     # A loaded machine resets a few connects when the accept queue overflows (284 of 20,000 seen).
     assert held.attempted == PROCESSES * PER_PROCESS and held.connected > 0.95 * held.attempted, held
+
 
 def test_a_flood_of_idle_connections_leaves_the_gateway_serving(provisioned: Platform, serve_gateway):
     connections = Connections(handshake_timeout=HANDSHAKE, first_request_timeout=HANDSHAKE + 5)
@@ -274,8 +284,6 @@ def test_past_the_overall_cap_every_address_is_refused_until_the_deadline_frees_
                                        first_request_timeout=HANDSHAKE + 5)
     url = serve_dashboard(connections, SMALL_DASHBOARD)
     verify = trusted(provisioned)
-    # Read so that the dashboard has let this scrape's place go before the flood: a place it frees
-    # only after admitting the flood would be the one the request below finds.
     before = metrics_closed_by_the_server(SMALL_DASHBOARD, verify)
     socks = []
     try:
@@ -288,11 +296,18 @@ def test_past_the_overall_cap_every_address_is_refused_until_the_deadline_frees_
                 socks.append(sock)
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{url}/healthz", verify=verify, timeout=5)
+        # The request above was accepted after the flood, so each flood connection has had its
+        # answer: a place (open, waiting for a handshake) or a reset. The scrape before the flood
+        # may still hold its place on a loaded machine (its TLS close ends on the server's loop
+        # later), and then the flood holds 249.
+        admitted = sum(1 for sock in socks if _open(sock))
         assert time.monotonic() - started < HANDSHAKE, "the flood took longer than the handshake deadline"
+        assert admitted in (249, 250), admitted
         after = holding(url, verify, "dashboard", 1, HANDSHAKE + 20)  # the deadline freed every place
         assert refused(after, "dashboard", "handshake_deadline") - refused(before, "dashboard", "handshake_deadline") \
-            == 250
-        assert refused(after, "dashboard", "cap_total") - refused(before, "dashboard", "cap_total") >= 51
+            == admitted
+        assert refused(after, "dashboard", "cap_total") - refused(before, "dashboard", "cap_total") \
+            >= len(socks) - admitted + 1
         assert refused(after, "dashboard", "cap_per_client") == refused(before, "dashboard", "cap_per_client")
     finally:
         for sock in socks:

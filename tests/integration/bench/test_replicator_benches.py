@@ -20,6 +20,7 @@ def test_failover_bench_times_every_bucket_before_and_after_a_workers_kill(tmp_p
     (run,) = run_bench("replicate_failover", tmp_path, "--runs", "1", "--seconds", "10", "--rate", "50")["runs"]
     for window in ("before_kill", "after_kill_survivor_buckets", "after_kill_moved_buckets"):
         assert run[window]["records"] > 0, (window, run)
+    assert run["copied"] >= run["sent"] > 0, run  # the moved buckets' records too, once taken over
 
 
 def test_a_failover_window_shorter_than_a_takeover_is_refused_in_one_line():
