@@ -188,7 +188,9 @@ def deployed_case(platform_data: dict[str, Any], platform_file: Path, lake_datab
                     "options": {"jdbc.user": lake_database.user, **s3_server.catalog_options(),
                                 "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY}},
         # Two tasks at once, as the demo runs: a lake run's tasks mostly wait on S3, a small file each.
-        "spark": {"master": "local[2]", "driver_memory": "640m", "shuffle_partitions": 2},
+        # The driver's heap is the platform's default (640 MB once: a lake run's SparkContext was shut
+        # down mid-job in a loaded suite, and heap is the likeliest want of a driver that also runs the tasks).
+        "spark": {"master": "local[2]", "shuffle_partitions": 2},
         "lake": {"topics": [topic]},
         "realtime": {"checkpoint": s3_server.warehouse(f"{folder.name}/checkpoints"), "trigger": "5s",
                      "rejects_topic": f"{topic}-rejects", "views": views_of(topic, "2m", "10m")},

@@ -34,8 +34,10 @@ def test_views_bench_measures_both_modes_beside_the_naive_consumer(tmp_path):
 
 
 def test_spark_cluster_bench_measures_local_beside_the_standalone_cluster(tmp_path):
+    # Six JVMs start one after another (a master, a worker, a driver per job and master): 3 minutes
+    # alone, and over 10 in a suite whose other worker ran a platform's every service (load 15-40).
     result = run_bench("spark_cluster", tmp_path, "--events", "2000", "--rounds", "1", "--rate", "500",
-                       "--duration", "5", "--warmup", "5")
+                       "--duration", "5", "--warmup", "5", timeout=1500)
     assert set(result["lake"]) == set(result["realtime"]) == {"local", "standalone"}, result
     assert result["lake_standalone_to_local"] > 0, result
     assert all(r["events"] > 0 for r in result["realtime"].values()), result
