@@ -77,6 +77,10 @@ class LakeSchedule:
             if code != 0 and run.name not in self.lost:
                 self.failed.append(f"{run.name} exited {code}: {run.log()}")
 
+    def failures(self, context: str) -> str:
+        """The failed runs' logs in full, one after another (a repr of the list would cut them)."""
+        return "\n\n".join([*self.failed, context])
+
     def lose(self, run: Pod) -> bool:
         """``run``'s host lost; whether the run was still at work."""
         if not run.alive():
@@ -168,7 +172,7 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
                    f"every accepted event on central ({context})", errors=(KafkaException,))
         # The schedule goes on until the lake holds them; a run that failed fails the test at once.
         def lake_holds_them() -> bool:
-            assert not schedule.failed, (schedule.failed, context)
+            assert not schedule.failed, schedule.failures(context)
             return set(read_back(lake_database, warehouse, topic, reader)[0]) >= accepted
 
         try:
@@ -179,7 +183,7 @@ def test_hosts_lost_under_traffic_lose_no_event_with_every_service_run_from_its_
             raise AssertionError(f"{failed}; {schedule.runs} lake runs ended; the current run's log: {current}") from None
         phases.mark("central and lake")
         schedule.stop()
-        assert not schedule.failed, (schedule.failed, context)
+        assert not schedule.failed, schedule.failures(context)
         landed, _, lineage = read_back(lake_database, warehouse, topic, reader)
         assert Counter(landed) == Counter(accepted), (context, lineage)
 
