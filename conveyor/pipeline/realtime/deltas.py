@@ -53,10 +53,12 @@ CONTRACT = "contract"
 
 class Claims(Protocol):
     """Claims each event id for the record carrying it (``owners``: ``partition:offset`` in the
-    topic): True where the record owns the id (it was free within the window, or this record
-    claimed it before: a replay), False where another record did (a duplicate)."""
+    topic; ``times_ms``: the event's time, which its copies share): True where the record owns the
+    id (it was free within the window, or this record claimed it before: a replay), False where
+    another record did (a duplicate)."""
 
-    def __call__(self, topic: str, event_ids: Sequence[str], owners: Sequence[str]) -> Sequence[bool]: ...
+    def __call__(self, topic: str, event_ids: Sequence[str], owners: Sequence[str],
+                 times_ms: Sequence[int]) -> Sequence[bool]: ...
 
 
 #: How far the clocks of the hosts that stamp records may run ahead of the driver's.
@@ -170,7 +172,8 @@ class Partial:
         """Claim the ids of the events added (one call per topic) and count the events owned."""
         for topic, waiting in self.unclaimed.items():
             assert self.claims is not None
-            owned = self.claims(topic, [w[0]["event_id"] for w in waiting], [f"{w[2][1]}:{w[2][2]}" for w in waiting])
+            owned = self.claims(topic, [w[0]["event_id"] for w in waiting], [f"{w[2][1]}:{w[2][2]}" for w in waiting],
+                                [w[1] for w in waiting])
             for (event, event_ms, record), own in zip(waiting, owned, strict=True):
                 if own:
                     self._apply(record, event, event_ms)

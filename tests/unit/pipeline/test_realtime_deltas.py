@@ -49,7 +49,7 @@ class DictClaims:
         self.holders: dict[tuple[str, str], str] = {}
         self.calls = 0
 
-    def __call__(self, topic, event_ids, owners):
+    def __call__(self, topic, event_ids, owners, times_ms):
         self.calls += 1
         return [self.holders.setdefault((topic, i), o) == o for i, o in zip(event_ids, owners, strict=True)]
 

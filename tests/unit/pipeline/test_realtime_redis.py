@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+import zlib
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -54,20 +55,22 @@ def test_the_checkpoint_is_a_folder_under_the_home_or_a_uri():
         assert checkpoint_location(platform, job_views(platform)) == f"{uri.rstrip('/')}/{job}"
 
 
-def test_claims_on_a_cluster_go_per_hash_tag_bucket_and_one_server_keeps_its_keys():
+def test_claims_go_per_hash_tag_bucket_and_minute_of_event_time():
     ids = [f"{n:08x}-0000-4000-8000-{n:012x}" for n in range(2000)]
-    single = EventClaims(RedisTarget(("redis://h:1",)), "conveyor:realtime:j:id:", 60)
-    assert single._groups("ads", ids) == [("conveyor:realtime:j:id:ads:", list(range(2000)))]
-
-    cluster = EventClaims(RedisTarget(("redis://h:1",), cluster=True), "conveyor:realtime:j:id:", 60)
-    groups = cluster._groups("ads", ids)
-    assert 1 < len(groups) <= CLAIM_BUCKETS
-    assert sorted(i for _, positions in groups for i in positions) == list(range(2000))
-    for prefix, positions in groups:
-        assert re.fullmatch(r"conveyor:realtime:j:id:\{\d+\}:ads:", prefix)
-        assert len({key_slot(f"{prefix}{ids[i]}".encode()) for i in positions}) == 1  # one slot per call
-    again = dict(cluster._groups("ads", ids[:50]))
-    assert all(set(positions) <= set(dict(groups)[prefix]) for prefix, positions in again.items())
+    minute = 29_000_000 * 60_000
+    times = [minute + (n % 3) * 30_000 for n in range(2000)]  # 0, 30 and 60 s into a minute
+    for target in (RedisTarget(("redis://h:1",)), RedisTarget(("redis://h:1",), cluster=True)):
+        groups = EventClaims(target, "conveyor:realtime:j:id:", 60)._groups("ads", ids, times)
+        assert 2 < len(groups) <= 2 * CLAIM_BUCKETS
+        assert sorted(i for _, positions in groups for i in positions) == list(range(2000))
+        for key, positions in groups:
+            tag, at = re.fullmatch(r"conveyor:realtime:j:id:\{(\d+)\}:ads:(\d+)", key).groups()
+            assert {times[i] // 60_000 for i in positions} == {int(at)}
+            assert {zlib.crc32(ids[i].encode()) % CLAIM_BUCKETS for i in positions} == {int(tag)}
+            assert key_slot(key.encode()) == key_slot(f"{{{tag}}}".encode())  # one slot per call on a cluster
+        # A copy (the same id and event time) finds its original's hash, in any batch of ids.
+        again = dict(EventClaims(target, "conveyor:realtime:j:id:", 60)._groups("ads", ids[:50], times[:50]))
+        assert all(set(positions) <= set(dict(groups)[key]) for key, positions in again.items())
 
 
 def test_the_job_state_must_be_at_the_batch_before_the_checkpoint_s_or_at_it():

@@ -25,8 +25,9 @@ from conveyor.pipeline.realtime.job import checkpoint_location, rebuild, run
 from conveyor.pipeline.realtime.metrics import RealtimeMetrics
 from conveyor.pipeline.realtime.plan import job_id, job_views
 from conveyor.pipeline.realtime.rejects import RejectsOutput, reject_fields
-from conveyor.pipeline.realtime.store import (Applied, CheckpointBehindError, EventClaims, RedisBehindError,
-                                              RedisTarget, ViewStore, connect, connect_to, redis_target)
+from conveyor.pipeline.realtime.store import (CLAIM_BUCKETS, Applied, CheckpointBehindError, EventClaims,
+                                              RedisBehindError, RedisTarget, ViewStore, connect, connect_to,
+                                              redis_target)
 from conveyor.pipeline.realtime.views import read_view
 from conveyor.positions import group_name
 from tests.conftest import read_topic
@@ -155,13 +156,23 @@ def test_the_lua_scripts_apply_a_key_once_per_batch(views_redis):
 
 def test_an_event_id_is_claimed_by_one_record_for_the_window(views_redis):
     claims = EventClaims(views_redis, f"t:claims-{time.time_ns()}:", ttl_seconds=1)
-    assert claims("t", ["a", "b", "a"], ["0:1", "0:2", "1:5"]) == [True, True, False]
-    assert claims("t", ["a", "b", "a"], ["0:1", "0:2", "1:5"]) == [True, True, False]  # a replay
-    assert claims("t", ["a"], ["2:9"]) == [False] and claims("u", ["a"], ["2:9"]) == [True]  # per topic
+    at = int(time.time() * 1000)
+
+    def claim(topic: str, ids: list[str], owners: list[str]) -> list[bool]:
+        return claims(topic, ids, owners, [at] * len(ids))  # a copy carries its original's event time
+
+    assert claim("t", ["a", "b", "a"], ["0:1", "0:2", "1:5"]) == [True, True, False]
+    assert claim("t", ["a", "b", "a"], ["0:1", "0:2", "1:5"]) == [True, True, False]  # a replay
+    assert claim("t", ["a"], ["2:9"]) == [False] and claim("u", ["a"], ["2:9"]) == [True]  # per topic
     ids = [f"id-{n}" for n in range(2500)]  # more than one script call
-    assert claims("t", ids + ids[:10], [f"0:{n}" for n in range(2510)]) == [True] * 2500 + [False] * 10
+    assert claim("t", ids + ids[:10], [f"0:{n}" for n in range(2510)]) == [True] * 2500 + [False] * 10
+    # The claims are fields of a hash per bucket and minute of event time, which expires whole.
+    client = connect_to(views_redis)
+    keys = list(client.scan_iter(match=f"{claims.prefix}*", count=1000))
+    # Topic t's 2,502 ids in at most a hash per bucket (one minute), u's one id in one more.
+    assert 1 < len(keys) <= CLAIM_BUCKETS + 1 and sum(client.hlen(k) for k in keys) == 2503, keys
     time.sleep(1.2)  # past the window: the id may count again
-    assert claims("t", ["a"], ["2:9"]) == [True]
+    assert claim("t", ["a"], ["2:9"]) == [True]
 
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
