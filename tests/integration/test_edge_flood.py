@@ -13,7 +13,6 @@ server's.
 from __future__ import annotations
 
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -47,33 +46,13 @@ ANSWERED_WITHIN = 5.0
 
 def metrics(url: str, verify: object = True) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of a /metrics page, by name and labels."""
-    return samples(httpx.get(url, verify=verify, timeout=10).text)  # type: ignore[arg-type]
-
-
-def samples(page: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    page = httpx.get(url, verify=verify, timeout=10).text  # type: ignore[arg-type]
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(page) for s in family.samples}
 
 
 def edge_sample(page: dict, name: str, edge: str, **labels: str) -> float:
     return page[(name, tuple(sorted({"edge": edge, **labels}.items())))]
-
-
-def metrics_closed_by_the_server(port: int, context: ssl.SSLContext) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """The /metrics page on ``port``, asked for over HTTP/1.0 and read until the server closes the
-    connection: when this returns, the server has closed it, not only the client."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
-            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-        tls.sendall(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        chunks = []
-        try:
-            while chunk := tls.recv(1 << 16):
-                chunks.append(chunk)
-        except ssl.SSLEOFError:
-            pass  # closed without a close_notify: still the end of the page
-    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    assert head.split(b" ", 2)[1] == b"200", head
-    return samples(body.decode())
 
 
 def refused(page: dict, edge: str, reason: str) -> float:
@@ -284,7 +263,7 @@ def test_past_the_overall_cap_every_address_is_refused_until_the_deadline_frees_
                                        first_request_timeout=HANDSHAKE + 5)
     url = serve_dashboard(connections, SMALL_DASHBOARD)
     verify = trusted(provisioned)
-    before = metrics_closed_by_the_server(SMALL_DASHBOARD, verify)
+    before = metrics(f"{url}/metrics", verify)
     socks = []
     try:
         started = time.monotonic()

@@ -298,7 +298,7 @@ class EventClaims:
             for start in range(0, len(positions), CLAIM_CHUNK):
                 chunk = positions[start:start + CLAIM_CHUNK]
                 _run(pipe, script, [key], [self.ttl_seconds, " ".join(event_ids[i] for i in chunk),
-                                              " ".join(owners[i] for i in chunk)])
+                                           " ".join(owners[i] for i in chunk)])
                 order += chunk
         owned = [False] * len(event_ids)
         for i, flag in zip(order, (flag for reply in pipe.execute() for flag in reply), strict=True):
