@@ -188,9 +188,8 @@ def deployed_case(platform_data: dict[str, Any], platform_file: Path, lake_datab
                     "options": {"jdbc.user": lake_database.user, **s3_server.catalog_options(),
                                 "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY}},
         # Two tasks at once, as the demo runs: a lake run's tasks mostly wait on S3, a small file each.
-        # The driver's heap is the platform's default. At 640 MB a lake run's SparkContext was once shut
-        # down mid-job in a loaded suite (not diagnosed: a task's OutOfMemoryError ends a local[2]
-        # driver so, and the test should run the platform as it ships).
+        # The driver's heap is the platform's default, as it ships: a local[2] driver runs the tasks
+        # too, and a task's OutOfMemoryError shuts its SparkContext down mid-job.
         "spark": {"master": "local[2]", "shuffle_partitions": 2},
         "lake": {"topics": [topic]},
         "realtime": {"checkpoint": s3_server.warehouse(f"{folder.name}/checkpoints"), "trigger": "5s",
