@@ -51,9 +51,11 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 
 def eventually(check: Callable[[], T], timeout: float, what: str,
-               errors: tuple[type[BaseException], ...] = (), interval: float = 0.1) -> T:
+               errors: tuple[type[BaseException], ...] = (), interval: float = 0.1,
+               detail: Callable[[], str] | None = None) -> T:
     """The first truthy value ``check()`` returns within ``timeout`` seconds; ``errors`` it raises
-    meanwhile count as "not yet" (a topic the broker does not know yet). Fails naming ``what``."""
+    meanwhile count as "not yet" (a topic the broker does not know yet). Fails naming ``what``, and
+    what ``detail()`` says then (the last value seen)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -65,7 +67,7 @@ def eventually(check: Callable[[], T], timeout: float, what: str,
         if value:
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}" + (
-            f" (last: {last!r})" if last is not None else "")
+            f" (last: {last!r})" if last is not None else "") + (f": {detail()}" if detail else "")
         time.sleep(interval)
 
 

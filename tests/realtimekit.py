@@ -12,11 +12,13 @@ case's topic while a block runs, ``start_job`` starts the views job as a process
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -408,6 +410,29 @@ def start_job(path: Path, log: Path, *extra: str, folder: Path | None = None) ->
         # Its own session: the kill takes the Python driver and its JVM together, as a lost machine would.
         return subprocess.Popen([sys.executable, "-m", "conveyor", "views", "run", "--platform", str(path),
                                  *extra], stdout=out, stderr=out, start_new_session=True, cwd=folder, env=env)
+
+
+def kill_session(process: subprocess.Popen) -> None:
+    """SIGKILL every process of the job's session, as a pod's or a host's loss does, and wait until
+    none lives: its process group holds the driver and its JVM, but PySpark's daemon leads a group of
+    its own, and its Python workers would outlive a kill of the job's group (still writing) until the
+    daemon notices."""
+    def alive() -> list[int]:
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:  # /proc/<pid>/stat: "pid (comm) state ppid pgrp session ..."; comm may hold spaces
+                state, _, _, session = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:4]
+            except (OSError, ValueError):
+                continue  # gone meanwhile
+            if int(session) == process.pid and state != "Z":
+                pids.append(int(pid))
+        return pids
+
+    for pid in alive():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
+    eventually(lambda: not alive(), 30, f"every process of the job's session {process.pid} to die")
 
 
 def batches_logged(log: Path) -> int:

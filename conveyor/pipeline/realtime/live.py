@@ -9,7 +9,9 @@ written long before, in other Arrow batches: no batch id can fence it. The fence
 - ``<job>:pos:<topic>:<partition>`` holds ``done`` (every record up to that offset is in the views
   and in the counters beside it, which move with it in one script call), ``pending`` (a span up to
   that offset began writing) and the newest event time the watermarks follow.
-- A span of records past ``done`` first sets ``pending`` to its last offset, then writes its keys,
+- A span of records past ``done`` first sets ``pending`` to its last offset, if ``done`` and
+  ``pending`` are still what the task read (else another task writes the partition, and this one
+  stops before it writes a key), then writes its keys,
   each carrying ``_at:<topic>:<partition>``: the offset up to which the key holds that partition's
   records (the script skips an entry not past it). Then ``done`` moves to the span's end.
 - After a crash, records up to ``done`` are skipped unread; those in ``(done, pending]`` may be in
@@ -189,9 +191,11 @@ def _span(work: LiveWork, store: ViewStore, batch_id: int, topic: str, partition
     if recovering:  # a key's records in offset order: each applies only past the key's fence
         entries.sort(key=lambda e: e[1])
     # A span's writes may stop half-way (a key chunk each call, slots on several nodes): ``pending``
-    # goes first, so a restart knows which records to write one by one.
-    before = None if recovering else (where, {"pending": last, "pending_max": "" if newest is None else newest})
-    applied = store.write(fence_field(topic, partition), entries, before)
+    # goes first, so a restart knows which records to write one by one. Records written one by one
+    # need no claim: a key that holds one skips it, whoever wrote it.
+    if not recovering:
+        store.begin(where, (position.done, position.pending), last, newest)
+    applied = store.write(fence_field(topic, partition), entries)
     written_ms = time.time_ns() // 1_000_000
     horizon = None if part.max_ms is None else min(part.max_ms, written_ms)
     counters = {"records": len(records), "applied": sum(part.times.values()), **part.reject_counts()}

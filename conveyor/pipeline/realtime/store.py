@@ -149,6 +149,10 @@ return table.concat(owned)
 _COMMIT = """
 local held = redis.call('HGET', KEYS[1], ARGV[1]) or '-1'
 if ARGV[4] ~= '' and held ~= ARGV[4] then
+  if tonumber(held) > tonumber(ARGV[4]) then
+    return redis.error_reply('conveyor: ' .. KEYS[1] .. ' is at ' .. held .. ', past ' .. ARGV[4] ..
+      ' where this task left it: ' .. ANOTHER_WRITER)
+  end
   return redis.error_reply('conveyor: ' .. KEYS[1] .. ' is at ' .. held .. ', not at ' .. ARGV[4] ..
     ' where this task left it: Redis lost data')
 end
@@ -162,6 +166,35 @@ end
 for i = 5, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 1
 """
+
+
+# A real-time task's claim of its partition's next span. ARGV: the ``done`` and ``pending`` the task
+# read, then the span's ``pending`` and ``pending_max``. Moved past what the task read means another
+# task writes the partition (a zombie of a lost executor, a duplicate attempt), and the task stops before
+# writing a key: the other's span would be counted twice. Moved back means Redis lost data. Finding its
+# own claim already set is a retry after a lost reply.
+_BEGIN = """
+local done = tonumber(redis.call('HGET', KEYS[1], 'done') or '-1')
+local pending = tonumber(redis.call('HGET', KEYS[1], 'pending') or '-1')
+local read_done, read_pending = tonumber(ARGV[1]), tonumber(ARGV[2])
+if done == read_done and (pending == read_pending or pending == tonumber(ARGV[3])) then
+  redis.call('HSET', KEYS[1], 'pending', ARGV[3], 'pending_max', ARGV[4])
+  return 1
+end
+local moved = 'conveyor: ' .. KEYS[1] .. ' is at done ' .. done .. ', pending ' .. pending ..
+  ', not at done ' .. ARGV[1] .. ', pending ' .. ARGV[2] .. ' where this task read it: '
+if done > read_done or pending > read_pending then return redis.error_reply(moved .. ANOTHER_WRITER) end
+return redis.error_reply(moved .. 'Redis lost data')
+"""
+
+#: Why a real-time task found its partition's position moved ahead of it; it stops, and Spark's retry
+#: reads the position again.
+ANOTHER_WRITER = ("another task wrote this partition meanwhile (a zombie of a lost executor or a second "
+                  "attempt); this one stops before counting anything twice, and its retry starts from there")
+
+
+def _with_message(script: str) -> str:
+    return script.replace("ANOTHER_WRITER", "'" + ANOTHER_WRITER + "'")
 
 
 class CheckpointBehindError(PipelineError):
@@ -363,7 +396,8 @@ class ViewStore:
         self.cluster = isinstance(client, RedisCluster)
         self.key = state_key(job)
         self._apply = client.register_script(_APPLY)
-        self._commit = client.register_script(_COMMIT)
+        self._commit = client.register_script(_with_message(_COMMIT))
+        self._begin = client.register_script(_with_message(_BEGIN))
 
     def state(self) -> JobState:
         return JobState.of(through_failover(self.client, lambda: self.client.hgetall(self.key)))
@@ -373,22 +407,21 @@ class ViewStore:
         bounds; what was written (a replay skips the keys its first attempt wrote)."""
         return self.write(BATCH_FIELD, [(key, batch_id, ttl, fields) for key, (ttl, fields) in deltas.items()])
 
-    def write(self, fence: str, entries: Sequence[Entry],
-              before: tuple[str, Mapping[str, str | int]] | None = None) -> Applied:
-        """Apply each ``(key, position, ttl seconds, {field: delta})`` whose position is past the
-        key's ``fence`` field, in order (a key may come again with a later position). ``before``:
-        (hash, fields) set before any of them is (on one server in the same round trip: Redis runs a
-        connection's commands in order; a cluster's nodes need not)."""
-        return through_failover(self.client, lambda: self._write(fence, entries, before))
+    def begin(self, key: str, read: tuple[int, int], pending: int, pending_max: int | None) -> None:
+        """Set position hash ``key``'s ``pending`` before a span's writes, if its ``done`` and
+        ``pending`` are still those the task ``read``; else fail (see ``_BEGIN``)."""
+        args = [*read, pending, "" if pending_max is None else pending_max]
+        through_failover(self.client, lambda: self._begin(keys=[key], args=args))
 
-    def _write(self, fence: str, entries: Sequence[Entry], before: tuple[str, Mapping[str, str | int]] | None) -> Applied:
-        pipe = self.client.pipeline(transaction=False)
-        if before is not None:
-            pipe.hset(before[0], mapping=before[1])
-            if self.cluster or not entries:
-                pipe.execute()
+    def write(self, fence: str, entries: Sequence[Entry]) -> Applied:
+        """Apply each ``(key, position, ttl seconds, {field: delta})`` whose position is past the
+        key's ``fence`` field, in order (a key may come again with a later position)."""
+        return through_failover(self.client, lambda: self._write(fence, entries))
+
+    def _write(self, fence: str, entries: Sequence[Entry]) -> Applied:
         if not entries:
             return Applied(0, ())
+        pipe = self.client.pipeline(transaction=False)
         order: list[int] = []
         for group in _by_slot([e[0] for e in entries], self.cluster):
             for start in range(0, len(group), CHUNK):
@@ -399,8 +432,6 @@ class ViewStore:
                 _run(pipe, self._apply, [entries[i][0] for i in chunk], [fence, packed])
                 order += chunk
         replies = pipe.execute()
-        if before is not None and not self.cluster:
-            replies = replies[1:]  # the HSET's
         statuses = [status for reply in replies for status in reply]
         saturated = tuple(entries[i][0] for i, s in zip(order, statuses, strict=True) if s == 2)
         return Applied(sum(1 for s in statuses if s), saturated)

@@ -1,5 +1,6 @@
 """Exactly-once in Redis under SIGKILL: while events keep arriving, the real-time job (its own
-process with its Spark driver) is killed at random points and started again from its checkpoint;
+process with its Spark driver) is killed at random points with every process of its session (its
+JVM, PySpark's workers), as a pod's loss takes them, and started again from its checkpoint;
 at the end every counter of both views equals the count computed from the acknowledged events,
 and the job's state counts exactly the malformed records produced. In the last test the job's
 host is lost with it: its checkpoint is on object storage (moto's S3 server, through Hadoop's
@@ -43,7 +44,7 @@ from conveyor.pipeline.realtime.store import ViewStore, connect
 from tests.conftest import eventually
 from tests.lakekit import lake_folder  # noqa: F401
 from tests.realtimekit import (Sent, batches_logged, counters_in_redis, expected_counters,  # noqa: F401
-                               realtime_case, redis_cluster, start_job, traffic_to)
+                               kill_session, realtime_case, redis_cluster, start_job, traffic_to)
 from tests.s3kit import s3_server  # noqa: F401
 
 pytestmark = pytest.mark.chaos
@@ -93,8 +94,7 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
                 delay = rng.uniform(0, 1 if live else 3)
             time.sleep(delay)
             assert process.poll() is None, f"seed {seed}: {log.read_text()[-3000:]}"
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            kill_session(process)
             kills.append(round(delay, 1))
             if hosts is not None:  # the host's disk goes with it, Spark's scratch space in use
                 assert any(folder(n).glob("spark/blockmgr-*")), f"seed {seed}: run {n} kept nothing in its folder"
@@ -106,8 +106,16 @@ def _killed_and_drained(case, tmp_path: Path, duplicates: bool, kills_wanted: in
         assert final.wait(600) == 0, f"{context}: {log.read_text()[-3000:]}"
     else:  # real-time mode runs until stopped: until it has counted every record sent
         final = start_job(case.path, log)
-        eventually(lambda: live_records() == len(traffic.good) + traffic.bad,
-                   600, f"the last run to count every record ({context}, log {log})")
+        sent = len(traffic.good) + traffic.bad
+        counted: list[int] = []
+
+        def all_counted() -> bool:
+            assert final.poll() is None, f"{context}: the last run ended: {log.read_text()[-3000:]}"
+            counted.append(live_records())
+            return counted[-1] == sent
+
+        eventually(all_counted, 600, f"the last run to count every record ({context}, log {log})",
+                   detail=lambda: f"counted {counted[-1] if counted else None} of {sent}")
         final.send_signal(signal.SIGTERM)
         assert final.wait(120) == 0, f"{context}: {log.read_text()[-3000:]}"
     return traffic, context

@@ -76,14 +76,13 @@ def test_a_task_stopped_inside_its_writes_and_replayed_from_earlier_counts_each_
     _feed(work, case.topic, values, [(0, 100), (100, 200)])
     real_write = ViewStore.write
 
-    def write(self, fence, entries, before=None):
+    def write(self, fence, entries):
         if stop_at == "after-pending":
-            real_write(self, fence, [], before)
             raise Stopped
         if stop_at == "half-the-keys":
-            real_write(self, fence, entries[:len(entries) // 2], before)
+            real_write(self, fence, entries[:len(entries) // 2])
             raise Stopped
-        return real_write(self, fence, entries, before)
+        return real_write(self, fence, entries)
 
     def queue_commit(*_, **__):
         raise Stopped
@@ -112,6 +111,40 @@ def test_a_task_stopped_inside_its_writes_and_replayed_from_earlier_counts_each_
     assert dict(counters) == {"records": 350, "malformed": 1, "applied": len(distinct), "duplicates": 10}
     notes = client.hgetall(diagnostics_key(job_id(views)))
     assert (notes["reread"], notes["recovered"]) == ("50", "100")
+
+
+@pytest.mark.parametrize("where", ["server", "cluster"])
+def test_a_task_whose_partition_another_task_wrote_meanwhile_stops_before_counting_it_twice(
+        realtime_case, request, where):
+    # Two writers of one partition: a zombie of a lost executor goes on writing while Spark's new
+    # attempt reads from the same offsets. The stale one must stop before it writes a key.
+    settings = {"redis": request.getfixturevalue("redis_cluster")} if where == "cluster" else {}
+    case = realtime_case(partitions=1, ctr_lateness="10m", interest_lateness="10m", **settings)
+    views = job_views(case.platform)
+    work = _work(case.platform, views)
+    now = time.time()
+    events = [event_at(now - 30 + i / 100, "click" if i % 7 == 0 else "impression", f"user-{i % 5}", f"b{i % 9}", i)
+              for i in range(200)]
+    values = [orjson.dumps(e) for e in events]
+    _feed(work, case.topic, values, [(0, 100)])
+
+    def stale():
+        yield _rows(case.topic, values[100:110], 100)  # this task now holds its position: done 109
+        _feed(work, case.topic, values, [(110, 150)])  # the other task writes past it
+        yield _rows(case.topic, values[110:200], 110)
+
+    with pytest.raises(redis.ResponseError, match="another task wrote this partition meanwhile"):
+        for _ in write_live(stale(), work):
+            pass
+    live._store.cache_clear()  # Spark's next attempt, from the checkpoint's offsets
+    _feed(work, case.topic, values, [(100, 200)])
+
+    expected_ctr, expected_interests = expected_counters(events, case.ctr, case.interests)
+    assert counters_in_redis(case.platform, case.ctr) == expected_ctr
+    assert counters_in_redis(case.platform, case.interests) == expected_interests
+    positions, counters = live_state(connect(case.platform), job_id(views), [(case.topic, 0)])
+    assert (positions[(case.topic, 0)].done, positions[(case.topic, 0)].pending) == (199, 199)
+    assert dict(counters) == {"records": 200, "applied": 200}
 
 
 def test_a_task_that_finds_its_partition_s_position_gone_fails_instead_of_counting_on(realtime_case):
