@@ -378,9 +378,12 @@ def _check_descriptors(guard: EdgeGuard) -> None:
 
 
 def guarded_config(app: Any, host: str, port: int, **options: Any) -> uvicorn.Config:
-    """uvicorn's settings of a guarded edge with the plain httptools protocol (the dashboard's)."""
+    """uvicorn's settings of a guarded edge with the plain httptools protocol (the dashboard's).
+    Every edge is its clients' TLS endpoint, with no proxy before it: uvicorn's proxy_headers would
+    let a client on the same host name any address in X-Forwarded-For, and so escape the rate of
+    unknown tokens per address."""
     return uvicorn.Config(app, host=host, port=port, http=GuardedHttp, log_level="warning", access_log=False,
-                          **options)
+                          proxy_headers=False, **options)
 
 
 class ServedEdge:

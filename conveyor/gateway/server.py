@@ -135,7 +135,7 @@ class BoundedHttp(GuardedHttp):
 def server_config(app: Any, settings: GatewaySettings, host: str, port: int, **options: Any) -> uvicorn.Config:
     """The gateway's uvicorn settings; ``options``: more of uvicorn's (its certificate)."""
     return uvicorn.Config(app, host=host, port=port, http=partial(BoundedHttp, settings=settings),
-                          log_level="warning", access_log=False, **options)
+                          log_level="warning", access_log=False, proxy_headers=False, **options)
 
 
 def gateway_server(app: Any, settings: GatewaySettings, registry: CollectorRegistry, host: str, port: int,
