@@ -57,17 +57,23 @@ def _feed(work, topic: str, values: list[bytes], bounds: list[tuple[int, int]]) 
         pass
 
 
+def _case(realtime_case, request, where: str, count: int):
+    """A one-partition case on one server or a Redis Cluster, its views, its tasks' work and
+    ``count`` ad events of the last 30 s."""
+    settings = {"redis": request.getfixturevalue("redis_cluster")} if where == "cluster" else {}
+    case = realtime_case(partitions=1, ctr_lateness="10m", interest_lateness="10m", **settings)
+    views = job_views(case.platform)
+    now = time.time()
+    events = [event_at(now - 30 + i / 100, "click" if i % 7 == 0 else "impression", f"user-{i % 5}", f"b{i % 9}", i)
+              for i in range(count)]
+    return case, views, _work(case.platform, views), events
+
+
 @pytest.mark.parametrize("stop_at", ["after-pending", "half-the-keys", "before-done"])
 @pytest.mark.parametrize("where", ["server", "cluster"])
 def test_a_task_stopped_inside_its_writes_and_replayed_from_earlier_counts_each_event_once(
         realtime_case, request, monkeypatch, where, stop_at):
-    settings = {"redis": request.getfixturevalue("redis_cluster")} if where == "cluster" else {}
-    case = realtime_case(partitions=1, ctr_lateness="10m", interest_lateness="10m", **settings)
-    views = job_views(case.platform)
-    work = _work(case.platform, views)
-    now = time.time()
-    events = [event_at(now - 30 + i / 100, "click" if i % 7 == 0 else "impression", f"user-{i % 5}", f"b{i % 9}", i)
-              for i in range(350)]
+    case, views, work, events = _case(realtime_case, request, where, 350)
     for i in range(260, 270):  # copies of earlier events (same event_id), as a failover's second write
         events[i] = events[i - 250]
     values = [orjson.dumps(e) for e in events]
@@ -118,13 +124,7 @@ def test_a_task_whose_partition_another_task_wrote_meanwhile_stops_before_counti
         realtime_case, request, where):
     # Two writers of one partition: a zombie of a lost executor goes on writing while Spark's new
     # attempt reads from the same offsets. The stale one must stop before it writes a key.
-    settings = {"redis": request.getfixturevalue("redis_cluster")} if where == "cluster" else {}
-    case = realtime_case(partitions=1, ctr_lateness="10m", interest_lateness="10m", **settings)
-    views = job_views(case.platform)
-    work = _work(case.platform, views)
-    now = time.time()
-    events = [event_at(now - 30 + i / 100, "click" if i % 7 == 0 else "impression", f"user-{i % 5}", f"b{i % 9}", i)
-              for i in range(200)]
+    case, views, work, events = _case(realtime_case, request, where, 200)
     values = [orjson.dumps(e) for e in events]
     _feed(work, case.topic, values, [(0, 100)])
 
