@@ -29,7 +29,6 @@ from confluent_kafka import (
     AcknowledgeType,
     Consumer,
     IllegalStateException,
-    KafkaError,
     KafkaException,
     Message,
     ShareConsumer,
@@ -273,19 +272,8 @@ def _never_fetch(consumer: Consumer, partitions: list[TopicPartition]) -> None:
     consumer.pause(partitions)
 
 
-#: Coordinator answers that mean "ask again shortly" (a group coordinator still loading its
-#: partition after a broker start, or moved): the first subscription of a fresh cluster meets them.
-_COORDINATOR_BUSY = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
-                     KafkaError.COORDINATOR_NOT_AVAILABLE}
-
-
 def _describe_group(admin: AdminClient, group: str, patience: float = 30.0) -> ConsumerGroupDescription:
-    """The group's description, asked again while its coordinator is busy, for up to ``patience`` s."""
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            return admin.describe_consumer_groups([group], request_timeout=10)[group].result()
-        except KafkaException as exc:
-            if exc.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    """The group's description, asked again while its coordinator is busy (still loading its
+    partition after a broker start, or moved), for up to ``patience`` s."""
+    return kafka.settled(lambda: admin.describe_consumer_groups([group], request_timeout=10)[group].result(),
+                         patience, passing=kafka.COORDINATOR_MOVING)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import typer
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from typer.testing import CliRunner
 
 from conveyor import kafka
@@ -125,6 +125,34 @@ def test_a_busy_broker_throttles_the_lagging_client_but_not_the_tail_one_and_lif
     logged = [json.loads(line) for line in controller.log_file.read_text().splitlines()]
     mine = [(e["action"], e["reason"]) for e in logged if e["client_id"] == lagging.client_id]
     assert [action for action, _ in mine][-2:] == ["set", "lift"] and all(reason for _, reason in mine)
+
+
+def test_a_round_asks_again_while_a_groups_coordinator_moves(
+        platform: Platform, scraped: tuple[Path, Platform], members: tuple[Member, Member], monkeypatch) -> None:
+    # NOT_COORDINATOR, as a loaded suite's broker answered: the round used to fail on it.
+    lagging, _ = members
+    refused: list[int] = []
+
+    class CoordinatorMoving:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def describe_consumer_groups(self, groups: list[str], **options: Any) -> Any:
+            if not refused:
+                refused.append(len(groups))
+                raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
+            return self.real.describe_consumer_groups(groups, **options)
+
+    real_admin = kafka.admin
+    monkeypatch.setattr(kafka, "admin", lambda *args, **kwargs: CoordinatorMoving(real_admin(*args, **kwargs)))
+    busy = ThrottlePolicy(p99_busy_ms=0, lag_far=MESSAGES // 6, lag_tail=10, quota_bytes=65536)
+    controller = ThrottleController(scraped[1], CLUSTER, busy, KafkaTools(platform, CLUSTER))
+    try:
+        result = controller.cycle()
+        assert refused, "the coordinator's refusal was never met"
+        assert lagging.client_id in {d.client_id for d in result.decisions}
+    finally:
+        controller.close()
 
 
 def test_the_command_runs_one_round_and_says_why(platform: Platform, scraped: tuple[Path, Platform],
