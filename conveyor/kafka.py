@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, ShareConsumer,
                              TopicPartition)
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 
 from conveyor.config import Platform, Purpose
 from conveyor.errors import ConveyorError
@@ -160,6 +160,22 @@ def settled(ask: Callable[[], T], timeout: float = 60.0, interval: float = 0.5,
             if not again or time.monotonic() > deadline:
                 raise
             time.sleep(interval)
+
+
+#: Seconds a caller asks a group's coordinator again, by default, while it moves or loads.
+COORDINATOR_PATIENCE = 30.0
+
+
+def describe_groups(admin: AdminClient, groups: Sequence[str],
+                    patience: float = COORDINATOR_PATIENCE) -> dict[str, ConsumerGroupDescription]:
+    """The groups' descriptions, asked again for up to ``patience`` seconds while a coordinator
+    moves (NOT_COORDINATOR while a broker restarts or is loaded) or loads its partition after a
+    broker's start; any other error is raised."""
+    def ask() -> dict[str, ConsumerGroupDescription]:
+        futures = admin.describe_consumer_groups(sorted(groups), request_timeout=10)
+        return {group: future.result() for group, future in futures.items()}
+
+    return settled(ask, patience, passing=COORDINATOR_MOVING)
 
 
 def commit_as(platform: Platform, cluster_name: str, group: str, offsets: Sequence[TopicPartition],

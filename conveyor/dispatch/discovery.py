@@ -15,11 +15,14 @@ from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient, MemberDescription
 
+from conveyor import kafka
 from conveyor.dispatch.errors import NodeStopping
 from conveyor.dispatch.source import CLIENT_ID_PREFIX, MembershipSource
 
 #: Seconds a membership answer is reused: clients locate every few seconds each.
 _CACHE_FOR = 1.0
+#: Seconds a Locate asks again while the group's coordinator moves, before it answers UNAVAILABLE.
+_COORDINATOR_PATIENCE = 5.0
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class Membership:
         admin = self._admin
         if admin is None:
             raise NodeStopping("the node is stopping; locate another")
-        description = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+        description = kafka.describe_groups(admin, [group], _COORDINATOR_PATIENCE)[group]
         nodes = serving_nodes(description.members, topic, source.needs_partitions)
         with self._lock:
             self._cache[(topic, group)] = (time.monotonic() + _CACHE_FOR, nodes)

@@ -124,8 +124,8 @@ class SharePositions:
 
     def _client_ids(self) -> list[str]:
         try:
-            described = self.admin.describe_consumer_groups([self.presence_group], request_timeout=10)
-            return sorted({m.client_id for m in described[self.presence_group].result().members})
+            described = kafka.describe_groups(self.admin, [self.presence_group], self.interval)
+            return sorted({m.client_id for m in described[self.presence_group].members})
         except KafkaException as exc:
             log.warning("presence group %s not described: %s", self.presence_group, exc)
             return []

@@ -35,8 +35,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka import ConsumerGroupState
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConsumerGroupDescription,
-                                  ResourceType)
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from conveyor import kafka
 from conveyor.config import Dispatch, Platform
@@ -100,7 +99,7 @@ class ShareReader(Source):
 
     def start(self) -> None:
         admin = kafka.admin(self._platform, self._cluster)
-        existing = _describe_group(admin, self.group)
+        existing = kafka.describe_groups(admin, [self.group])[self.group]
         if existing.state != ConsumerGroupState.DEAD:
             raise GroupInUse(f"group {self.group!r} is a consumer group already ({existing.state.name.lower()}), "
                              "for example of the classic backend: the share backend needs a group name no "
@@ -271,9 +270,3 @@ def _never_fetch(consumer: Consumer, partitions: list[TopicPartition]) -> None:
     consumer.incremental_assign(partitions)
     consumer.pause(partitions)
 
-
-def _describe_group(admin: AdminClient, group: str, patience: float = 30.0) -> ConsumerGroupDescription:
-    """The group's description, asked again while its coordinator is busy (still loading its
-    partition after a broker start, or moved), for up to ``patience`` s."""
-    return kafka.settled(lambda: admin.describe_consumer_groups([group], request_timeout=10)[group].result(),
-                         patience, passing=kafka.COORDINATOR_MOVING)

@@ -113,7 +113,6 @@ def _members(platform: Platform, cluster: str, groups: list[str]) -> dict[str, i
         return {}
     admin = kafka.admin(platform, cluster)  # kept referenced until its futures resolve
     try:
-        futures = admin.describe_consumer_groups(groups, request_timeout=10)
-        return {group: len(future.result().members) for group, future in futures.items()}
+        return {group: len(description.members) for group, description in kafka.describe_groups(admin, groups).items()}
     except KafkaException as exc:
         raise SampleError(cluster, f"describing consumer groups: {exc}") from None

@@ -65,7 +65,7 @@ def route_gaps(platform: Platform, name: str) -> tuple[Gap, ...]:
 def route_status(platform: Platform, name: str) -> RouteStatus:
     spec = platform.routes[name]
     destination = kafka.admin(platform, spec.destination)
-    group = destination.describe_consumer_groups([plan.group_id(name)])[plan.group_id(name)].result()
+    group = kafka.describe_groups(destination, [plan.group_id(name)])[plan.group_id(name)]
     records = route_records(platform, name)
     stored, gaps = records.offsets, records.gaps
     source = kafka.consumer(platform, spec.source, "conveyor-replicate-status", "status")

@@ -118,14 +118,7 @@ class SignalReader:
         try:
             if self._admin is None:
                 self._admin = kafka.admin(self.platform, self.cluster)
-            admin = self._admin
-
-            def describe() -> dict:
-                futures = admin.describe_consumer_groups(sorted(committed), request_timeout=10)
-                return {group: future.result() for group, future in futures.items()}
-
-            # A group's coordinator moves while a broker restarts or is loaded: ask again for a while.
-            described = kafka.settled(describe, COORDINATOR_PATIENCE, passing=kafka.COORDINATOR_MOVING)
+            described = kafka.describe_groups(self._admin, list(committed))
         except KafkaException as exc:
             raise SampleError(self.cluster, f"describing consumer groups: {exc}") from None
         return fed + [
@@ -138,10 +131,6 @@ class SignalReader:
         if self.prometheus is not None:
             self.prometheus.close()
         self.sampler.close()
-
-
-#: Seconds a round asks the groups' coordinators again while one moves (NOT_COORDINATOR).
-COORDINATOR_PATIENCE = 30.0
 
 
 def _assigned(partitions: list, committed: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int],
