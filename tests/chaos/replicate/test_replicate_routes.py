@@ -49,7 +49,7 @@ def _routes(platform_data, platform_file: Path, path: Path, late: bool) -> Platf
 
 def _group(platform: Platform, route: str):
     admin = kafka.admin(platform, "central")
-    return admin.describe_consumer_groups([plan.group_id(route)])[plan.group_id(route)].result()
+    return kafka.describe_groups(admin, [plan.group_id(route)])[plan.group_id(route)]
 
 
 def _members(platform: Platform, route: str) -> set[str]:
