@@ -10,8 +10,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_lake_bench_lands_the_users_job_icebergs_sink_and_the_lake_and_writes_their_figures(tmp_path):
-    # Three JVMs start one after another (three brokers, Spark, the Connect worker): 2-4 minutes
-    # alone, 8 beside a suite's promise and host-loss tests, and once over 10 in a suite.
+    # Its platform, Spark and the Connect worker start one after another: 2-4 minutes alone, 8
+    # beside a suite's promise and host-loss tests, and once over 10 in a suite.
     result = run_bench("lake_ingest", tmp_path, "--events", "2000", "--rounds", "1",
                        "--paths", "user_job,iceberg_sink,lake", timeout=1500)
     (size,) = result["sizes"]
