@@ -184,15 +184,20 @@ def test_the_command_runs_one_round_and_says_why(platform: Platform, scraped: tu
     assert lagging.client_id not in KafkaTools(platform, CLUSTER).client_quotas()
 
 
+def _advise(scraped: tuple[Path, Platform], topic: str, max_lag: str) -> Any:
+    """`conveyor advise partitions` for ``topic``, its members taking 50 ms a message."""
+    return CliRunner().invoke(app, ["advise", "partitions", "-p", str(scraped[0]), "--cluster", CLUSTER,
+                                    "--topic", topic, "--processing-ms", "50", "--sample-seconds", "1",
+                                    "--max-lag", max_lag])
+
+
 def test_the_advisor_sends_a_backlog_that_the_partitions_cannot_drain_in_time_to_the_dispatcher(
         scraped: tuple[Path, Platform], members: tuple[Member, Member]) -> None:
     lagging, _ = members
-    args = ["advise", "partitions", "-p", str(scraped[0]), "--cluster", CLUSTER, "--topic", lagging.topic,
-            "--processing-ms", "50", "--sample-seconds", "1"]
-    relaxed = CliRunner().invoke(app, [*args, "--max-lag", "10m"])  # 3,000 behind x 50 ms on 3 partitions: 50 s
+    relaxed = _advise(scraped, lagging.topic, "10m")  # 3,000 behind x 50 ms on 3 partitions: 50 s
     assert relaxed.exit_code == 0, relaxed.output
     assert "enough partitions" in relaxed.output and f"{MESSAGES:,}" in relaxed.output
-    tight = CliRunner().invoke(app, [*args, "--max-lag", "10s"])  # 15 consumers needed, 3 partitions
+    tight = _advise(scraped, lagging.topic, "10s")  # 15 consumers needed, 3 partitions
     assert tight.exit_code == 0, tight.output
     assert "use the dispatcher" in tight.output
 
@@ -200,9 +205,7 @@ def test_the_advisor_sends_a_backlog_that_the_partitions_cannot_drain_in_time_to
 def test_the_advisor_asks_again_while_a_groups_coordinator_moves(
         scraped: tuple[Path, Platform], members: tuple[Member, Member], coordinator_moving: list[int]) -> None:
     lagging, _ = members
-    args = ["advise", "partitions", "-p", str(scraped[0]), "--cluster", CLUSTER, "--topic", lagging.topic,
-            "--processing-ms", "50", "--sample-seconds", "1", "--max-lag", "10m"]
-    advised = CliRunner().invoke(app, args)
+    advised = _advise(scraped, lagging.topic, "10m")
     assert coordinator_moving, "the coordinator's refusal was never met"
     assert advised.exit_code == 0, advised.output
     assert "enough partitions" in advised.output
