@@ -28,7 +28,7 @@ from conveyor.pipeline import guard
 from conveyor.pipeline.dedup import dedup_window, drop_copies
 from conveyor.pipeline.errors import LakeConflictError, spark_failures
 from conveyor.pipeline.fast_parse import (FAST, NEEDS_CHECK, jvm_blocker, needs_check, parsed_struct,
-                                          placed)
+                                          placed, placed_name)
 from conveyor.bus.registry import topic_versions
 from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, EXTRA_FIELDS_SQL, list_watermarks, read_range
 from conveyor.pipeline.lake_positions import publish_position
@@ -192,11 +192,13 @@ def parse_records(records: DataFrame, topic: str, columns: tuple[Column, ...], s
         return records.select(*PASSED_THROUGH, verdict("raw_value", header).alias("parsed"),
                               lit(False).alias(NEEDS_CHECK)).select(*PASSED_THROUGH, "parsed.*", NEEDS_CHECK)
     held = coalesce(header.cast("string").isin([f"{i}:{number}" for number, i, _ in versions]), lit(False))
-    # Each step its own projection, so the optimizer keeps from_json to one evaluation per record.
+    # Each step its own projection, so the optimizer keeps from_json, and each time's regular
+    # expression and cast, to one evaluation per record: the check reads the placed columns.
     parsed = records.select("*", parsed_struct("raw_value", columns).alias(FAST))
+    parsed = parsed.select("*", *[placed(c).alias(placed_name(c)) for c in columns])
     parsed = parsed.select("*", needs_check(held, columns).alias(NEEDS_CHECK))
     return parsed.select(*PASSED_THROUGH, lit(None).cast("string").alias(REASON),
-                         *[placed(c).alias(c.name) for c in columns],
+                         *[col(quote(placed_name(c))).alias(c.name) for c in columns],
                          col(EXTRA_FIELDS_COLUMN).alias(OUTSIDE), NEEDS_CHECK)
 
 
