@@ -28,7 +28,7 @@ from conveyor.pipeline import guard
 from conveyor.pipeline.dedup import dedup_window, drop_copies
 from conveyor.pipeline.errors import LakeConflictError, spark_failures
 from conveyor.pipeline.fast_parse import (FAST, NEEDS_CHECK, jvm_blocker, needs_check, parsed_struct,
-                                          placed, placed_name)
+                                          placed, placed_column, placed_name)
 from conveyor.bus.registry import topic_versions
 from conveyor.pipeline.kafka_source import CONTRACT_HEADER_SQL, EXTRA_FIELDS_SQL, list_watermarks, read_range
 from conveyor.pipeline.lake_positions import publish_position
@@ -198,7 +198,7 @@ def parse_records(records: DataFrame, topic: str, columns: tuple[Column, ...], s
     parsed = parsed.select("*", *[placed(c).alias(placed_name(c)) for c in columns])
     parsed = parsed.select("*", needs_check(held, columns).alias(NEEDS_CHECK))
     return parsed.select(*PASSED_THROUGH, lit(None).cast("string").alias(REASON),
-                         *[col(quote(placed_name(c))).alias(c.name) for c in columns],
+                         *[placed_column(c).alias(c.name) for c in columns],
                          col(EXTRA_FIELDS_COLUMN).alias(OUTSIDE), NEEDS_CHECK)
 
 
