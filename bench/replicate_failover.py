@@ -69,8 +69,8 @@ def _held_once(platform: Platform, worker: str) -> set[tuple[str, int]]:
     admin = kafka.admin(platform, "central")
     groups = [plan.group_id(f"fo-{dc}") for dc in DCS]
     held = set()
-    for group, future in admin.describe_consumer_groups(groups).items():
-        for member in future.result().members:
+    for group, description in kafka.describe_groups(admin, groups).items():
+        for member in description.members:
             if member.client_id.endswith(f"-{worker}"):
                 route = group.removeprefix(plan.group_id(""))
                 held |= {(route, tp.partition) for tp in member.assignment.topic_partitions}

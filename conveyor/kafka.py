@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, ShareConsumer,
@@ -164,6 +166,20 @@ def settled(ask: Callable[[], T], timeout: float = 60.0, interval: float = 0.5,
 
 #: Seconds a caller asks a group's coordinator again, by default, while it moves or loads.
 COORDINATOR_PATIENCE = 30.0
+#: librdkafka's own timeout for a request to a group's coordinator. Its lookup of the coordinator has
+#: none: when the request timed out during the lookup and the coordinator is found after, librdkafka
+#: sends it anyway and aborts the whole process (librdkafka issue 4605, open in 2.16). An hour outlasts
+#: any coordinator's failover; callers bound their own wait with :func:`answer`.
+COORDINATOR_REQUEST_TIMEOUT = 3600.0
+
+
+def answer(future: Future[T], timeout: float) -> T:
+    """``future``'s result, waited for up to ``timeout`` seconds; past that a KafkaException
+    (_TIMED_OUT), the request left to librdkafka, which completes or fails it later."""
+    try:
+        return future.result(timeout=max(timeout, 0.0))
+    except FutureTimeout:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer within {timeout:g} s")) from None
 
 
 def describe_groups(admin: AdminClient, groups: Sequence[str],
@@ -172,8 +188,9 @@ def describe_groups(admin: AdminClient, groups: Sequence[str],
     moves (NOT_COORDINATOR while a broker restarts or is loaded) or loads its partition after a
     broker's start; any other error is raised."""
     def ask() -> dict[str, ConsumerGroupDescription]:
-        futures = admin.describe_consumer_groups(sorted(groups), request_timeout=10)
-        return {group: future.result() for group, future in futures.items()}
+        futures = admin.describe_consumer_groups(sorted(groups), request_timeout=COORDINATOR_REQUEST_TIMEOUT)
+        deadline = time.monotonic() + 10
+        return {group: answer(future, deadline - time.monotonic()) for group, future in futures.items()}
 
     return settled(ask, patience, passing=COORDINATOR_MOVING)
 
@@ -181,15 +198,16 @@ def describe_groups(admin: AdminClient, groups: Sequence[str],
 def commit_as(platform: Platform, cluster_name: str, group: str, offsets: Sequence[TopicPartition],
               timeout: float = 60.0) -> None:
     """Commit ``offsets`` for ``group`` as a consumer that is no member of it does (a bench's or a
-    test's group), through the admin API: each try ends within its request timeout, where a
-    consumer's synchronous commit can wait for ever on a coordinator that moved. Tried again while
-    the coordinator moves or a broker restarts."""
+    test's group), through the admin API: each try is given up after 15 s, where a consumer's
+    synchronous commit can wait for ever on a coordinator that moved. Tried again while the
+    coordinator moves or a broker restarts."""
     client = admin(platform, cluster_name)
 
     def once() -> None:
         request = ConsumerGroupTopicPartitions(group, list(offsets))
-        answer = client.alter_consumer_group_offsets([request], request_timeout=15)[group].result()
-        failed = [tp.error for tp in answer.topic_partitions or () if tp.error is not None]
+        altered = answer(client.alter_consumer_group_offsets(
+            [request], request_timeout=COORDINATOR_REQUEST_TIMEOUT)[group], 15)
+        failed = [tp.error for tp in altered.topic_partitions or () if tp.error is not None]
         if failed:
             raise KafkaException(failed[0])
 

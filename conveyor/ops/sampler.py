@@ -11,12 +11,13 @@ Committed offsets are read before end offsets: a healthy group then always has c
 so anything else the lag rules see is a real error (``conveyor.ops.lag``).
 
 The watcher runs each cluster's sampler in a child process (:class:`SamplerProcess`): librdkafka's
-group admin calls can kill the whole process when a broker restarts (librdkafka issue #4605, the
-``eonce->refcnt > 0`` assertion; issue #5040, a SIGSEGV when a moved coordinator answers an
-OffsetFetch with NOT_COORDINATOR), which is exactly when operators need the watcher. Elsewhere
-commits are read with :func:`conveyor.kafka.committed`, which avoids the second. In a child,
-an abort costs one round of one cluster, reported as a sampling failure, and the next round
-starts a new child.
+group admin calls can kill the whole process when a broker restarts (librdkafka issue #5040, a
+SIGSEGV when a moved coordinator answers an OffsetFetch with NOT_COORDINATOR), which is exactly
+when operators need the watcher. Elsewhere commits are read with :func:`conveyor.kafka.committed`,
+which avoids it. In a child, a crash costs one round of one cluster, reported as a sampling
+failure, and the next round starts a new child. The other such abort, librdkafka issue #4605,
+is avoided as everywhere: an OffsetFetch gets librdkafka's long coordinator timeout
+(:data:`conveyor.kafka.COORDINATOR_REQUEST_TIMEOUT`) and the round bounds its own wait.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ class OffsetSampler:
             chunk = listings[start:start + self.concurrency]
             futures = {g.group_id: self._offsets(g.group_id) for g in chunk}
             calls["offset_fetch"] += len(chunk)
-            groups += [self._group_offsets(g.group_id, g.state.name, futures[g.group_id]) for g in chunk]
+            deadline = time.monotonic() + self.timeout
+            groups += [self._group_offsets(g.group_id, g.state.name, futures[g.group_id], deadline) for g in chunk]
 
         topics = {tp[0] for g in groups for tp in (g.committed or {})} | set(tracked_topics)
         watched = [TopicPartition(t, p) for t, p in sorted(partitions) if t in topics]
@@ -99,11 +101,11 @@ class OffsetSampler:
 
     def _offsets(self, group: str) -> Future:
         request = [ConsumerGroupTopicPartitions(group)]
-        return self.admin.list_consumer_group_offsets(request, request_timeout=self.timeout)[group]
+        return self.admin.list_consumer_group_offsets(request, request_timeout=kafka.COORDINATOR_REQUEST_TIMEOUT)[group]
 
-    def _group_offsets(self, group: str, state: str, future: Future) -> GroupOffsets:
+    def _group_offsets(self, group: str, state: str, future: Future, deadline: float) -> GroupOffsets:
         try:
-            result = future.result()
+            result = kafka.answer(future, deadline - time.monotonic())
         except KafkaException as exc:
             return GroupOffsets(group, state, None, _error_text(exc))
         kept = [tp for tp in result.topic_partitions
