@@ -63,7 +63,13 @@ class OffsetSampler:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = kafka.admin(self.platform, self.cluster)
+            # A hung broker (stalled, paused) keeps its connection open and answers nothing, and
+            # librdkafka sends each metadata request to the broker it sent to last: the hung one,
+            # round after round, until its own request timeout (60 s) closes the connection. A
+            # request unanswered within a round closes it now, and the next round asks another.
+            wait = int(self.timeout * 1000)
+            self._admin = kafka.admin(self.platform, self.cluster, {"socket.timeout.ms": wait,
+                                                                    "socket.connection.setup.timeout.ms": wait})
         return self._admin
 
     def sample(self, tracked_topics: Collection[str] = ()) -> OffsetSnapshot:
