@@ -372,6 +372,14 @@ def read_topic(platform: Platform, cluster: str, topic: str, timeout: float = 30
     return messages
 
 
+def wait_full_isr(platform: Platform, topic: str, timeout: float = 60) -> None:
+    """Until every partition of ``topic`` on central has its 3 replicas in sync again (a broker
+    brought back by a test, before the next test uses the cluster)."""
+    eventually(lambda: all(len(p.isrs) == 3 for p in kafka.admin(platform, "central").list_topics(
+        topic, timeout=10).topics[topic].partitions.values()), timeout, f"{topic}'s ISRs to return to 3 replicas",
+        interval=0.5)
+
+
 def padded_to(event: dict[str, Any], size: int) -> dict[str, Any]:
     """``event`` with a ``padding`` field that makes its key (``user_id``, the ad contract's) and
     value take exactly ``size`` bytes together."""

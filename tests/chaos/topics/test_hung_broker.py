@@ -18,12 +18,11 @@ import pytest
 
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.ops.sampler import OffsetSampler, SampleError
 from conveyor.runtime import processes
 from conveyor.runtime.local import LocalPlatform
-from tests.conftest import eventually
+from tests.conftest import wait_full_isr
 
 pytestmark = pytest.mark.chaos
 
@@ -71,6 +70,4 @@ def test_the_sampler_sees_its_cluster_and_the_moved_leaders_while_a_broker_hangs
     assert sum(1 for tp, leader in before.items() if tp[0] == topic and leader == hung) == sum(
         1 for tp, leader in moved.items() if tp[0] == topic and before[tp] != leader)
     # Back in every ISR of the topic before the next test uses the cluster.
-    eventually(lambda: all(len(p.isrs) == 3 for p in kafka.admin(platform, "central").list_topics(
-        topic, timeout=10).topics[topic].partitions.values()), 60, f"broker {hung} back in {topic}'s ISRs",
-               interval=0.5)
+    wait_full_isr(platform, topic)

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from conveyor import kafka
 from conveyor.config import Platform
 from conveyor.runtime.local import LocalPlatform
-from tests.conftest import eventually
+from tests.conftest import eventually, wait_full_isr
 
 pytestmark = pytest.mark.chaos
 
@@ -53,12 +53,6 @@ def _stream(platform: Platform, topic: str, log: AckLog, stop: threading.Event, 
 def _leader_partition(platform: Platform, topic: str, broker_id: int) -> int:
     partitions = kafka.admin(platform, "central").list_topics(topic, timeout=10).topics[topic].partitions
     return next(p for p, meta in partitions.items() if meta.leader == broker_id)
-
-
-def _wait_full_isr(platform: Platform, topic: str, timeout: float = 60) -> None:
-    eventually(lambda: all(len(p.isrs) == 3 for p in kafka.admin(platform, "central").list_topics(
-        topic, timeout=10).topics[topic].partitions.values()), timeout, f"{topic}'s ISRs to return to 3 replicas",
-        interval=0.5)
 
 
 def _read_all(platform: Platform, topic: str, partitions: int) -> dict[bytes, list[bytes]]:
@@ -116,7 +110,7 @@ def test_one_broker_down_writes_go_on_two_down_writes_stop_nothing_acked_is_lost
     assert "NOT_ENOUGH_REPLICAS" in errors[-1].name()
 
     local.start_brokers("central", 2, 3)
-    _wait_full_isr(platform, topic)
+    wait_full_isr(platform, topic)
 
     landed = _read_all(platform, topic, partitions)
     missing = [k for k in log.acked if k not in landed]
